@@ -1,0 +1,21 @@
+package engine
+
+import "errors"
+
+// Sentinel errors of the write and lease paths. The strings are etcd's: the
+// API layer maps each to the matching etcd gRPC error through one table.
+var (
+	ErrKeyNotFound      = errors.New("etcdserver: key not found")
+	ErrLeaseNotFound    = errors.New("etcdserver: requested lease not found")
+	ErrLeaseExist       = errors.New("etcdserver: lease already exists")
+	ErrLeaseTTLTooLarge = errors.New("etcdserver: too large lease TTL")
+	// ErrStopped is returned once the engine is closing or closed.
+	ErrStopped = errors.New("etcdserver: server stopped")
+	// ErrTimeout means the write was submitted but not confirmed durable in
+	// time; its outcome is unknown, exactly as etcd's request timeout.
+	ErrTimeout = errors.New("etcdserver: request timed out")
+	// ErrUnavailable means durable storage refused or could not take the write.
+	ErrUnavailable = errors.New("netsy: durable storage unavailable")
+	// ErrNoLeader means this node has no Primary to send the write to.
+	ErrNoLeader = errors.New("etcdserver: no leader")
+)
