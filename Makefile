@@ -4,6 +4,11 @@ GOBIN := $(shell $(GO) env GOPATH)/bin
 
 .PHONY: all build run test test-unit test-e2e test-k8s fuzz proto vet fmt bench tools clean
 
+# Unit and protocol tests get the race detector; process-level suites run
+# the built binary and do not need it.
+UNIT_PKGS = ./internal/... ./cmd/... ./proto/...
+FUZZTIME ?= 10s
+
 all: build
 
 build:
@@ -26,3 +31,32 @@ vet:
 
 fmt:
 	gofmt -l -w $$(git ls-files '*.go')
+
+# tools installs what the tests need into the git-ignored .cache/: etcd,
+# etcdctl and etcd's benchmark tool (v3.6.10) and MinIO.
+tools:
+	bash scripts/build-etcd.sh >/dev/null
+	bash deploy/minio/minio.sh install
+
+test: tools
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
+	$(GO) vet ./...
+	$(MAKE) test-unit fuzz test-e2e test-k8s
+
+test-unit:
+	NETSY_REQUIRE_MINIO=1 $(GO) test -race -count=1 -timeout 15m $(UNIT_PKGS)
+
+test-e2e:
+	NETSY_REQUIRE_MINIO=1 $(GO) test -count=1 -timeout 20m ./test/e2e/...
+
+test-k8s: build
+	NETSY_BIN=$(CURDIR)/bin/netsy bash test/k8s/run.sh netsy
+
+# fuzz runs every fuzz target briefly (the committed seed corpora always run
+# as part of test-unit).
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./internal/datafile/
+	$(GO) test -run '^$$' -fuzz '^FuzzValidate' -fuzztime $(FUZZTIME) ./internal/etcdapi/
+
+clean:
+	rm -rf bin
