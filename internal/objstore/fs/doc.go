@@ -1,0 +1,41 @@
+// Package fs is the embedded objstore.Store: a local directory that keeps the
+// objstore contract honestly even when several processes open the same
+// directory, so a single-machine Netsy cluster (or a test of one) gets real
+// create-only and compare-and-swap semantics without an object server.
+//
+// Layout under the root directory:
+//
+//	FORMAT                       marker naming the layout version
+//	objects/<seg>.dir/…/<last>.obj  one file per object
+//	locks/<nn>.lock              flock files, one per key stripe
+//	tmp/                         bodies being written
+//
+// Every key segment gets a suffix — ".dir" for a directory, ".obj" for an
+// object — so the key "a" and the keys under "a/" can coexist (S3 allows both)
+// and no key can name a lock or temp file or climb out of the root. An object
+// file is a 24-byte header (magic, MD5 of the body) followed by the body; the
+// ETag is that MD5 in hex, as MinIO's is, and Get verifies it so a corrupted
+// file is reported, never served.
+//
+// Writes to a key are serialized across goroutines by a per-stripe semaphore
+// and across processes by flock on the stripe's lock file (keys hash into 256
+// stripes, so the lock files never grow with the number of keys). Under the
+// lock a write checks the precondition, writes a temp file, fsyncs it,
+// renames it over the object and fsyncs the directory, so a reader — which
+// takes no lock — sees the old or the new body, never a mix, and an
+// acknowledged write survives a crash. Delete takes the same lock so it
+// cannot slip between a CAS's check and its rename.
+//
+// List walks the tree depth-first, visiting each directory's entries in the
+// byte order of the keys they hold ("x.dir" sorts as "x/"), and prunes
+// subtrees that cannot match the prefix or lie entirely before startAfter;
+// it reads only each object's header.
+//
+// Known limits: flock must work on the filesystem (local disks do; some
+// network filesystems do not); a crash mid-write can leave an orphan in tmp/,
+// which is never read; empty directories are left behind after deletes
+// because removing them would race with concurrent creates.
+//
+// This package must never be used to share one directory between machines,
+// and never write an object file in place.
+package fs

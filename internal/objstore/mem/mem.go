@@ -1,0 +1,137 @@
+package mem
+
+import (
+	"context"
+	"crypto/md5"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/netsy-io/netsy/internal/clock"
+	"github.com/netsy-io/netsy/internal/objstore"
+)
+
+// Store is an in-memory objstore.Store.
+type Store struct {
+	clk clock.Clock
+
+	mu      sync.Mutex
+	objects map[string]object
+}
+
+type object struct {
+	body    []byte
+	etag    string
+	modTime time.Time
+}
+
+var _ objstore.Store = (*Store)(nil)
+
+// New returns an empty store whose LastModified times come from clk
+// (clock.Real() if nil).
+func New(clk clock.Clock) *Store {
+	if clk == nil {
+		clk = clock.Real()
+	}
+	return &Store{clk: clk, objects: make(map[string]object)}
+}
+
+func etagOf(body []byte) string {
+	sum := md5.Sum(body)
+	return hex.EncodeToString(sum[:])
+}
+
+// Get implements objstore.Store.
+func (s *Store) Get(ctx context.Context, key string) ([]byte, string, error) {
+	if err := check(ctx, key); err != nil {
+		return nil, "", fmt.Errorf("mem get %q: %w", key, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o, ok := s.objects[key]
+	if !ok {
+		return nil, "", fmt.Errorf("mem get %q: %w", key, objstore.ErrNotFound)
+	}
+	return slices.Clone(o.body), o.etag, nil
+}
+
+// PutIfAbsent implements objstore.Store.
+func (s *Store) PutIfAbsent(ctx context.Context, key string, body []byte) (string, error) {
+	if err := check(ctx, key); err != nil {
+		return "", fmt.Errorf("mem put-if-absent %q: %w", key, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.objects[key]; ok {
+		return "", fmt.Errorf("mem put-if-absent %q: %w", key, objstore.ErrPreconditionFailed)
+	}
+	return s.putLocked(key, body), nil
+}
+
+// PutIfMatch implements objstore.Store.
+func (s *Store) PutIfMatch(ctx context.Context, key string, body []byte, etag string) (string, error) {
+	if err := check(ctx, key); err != nil {
+		return "", fmt.Errorf("mem put-if-match %q: %w", key, err)
+	}
+	if err := objstore.ValidateETag(etag); err != nil {
+		return "", fmt.Errorf("mem put-if-match %q: %w", key, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o, ok := s.objects[key]
+	if !ok || o.etag != etag {
+		return "", fmt.Errorf("mem put-if-match %q: %w", key, objstore.ErrPreconditionFailed)
+	}
+	return s.putLocked(key, body), nil
+}
+
+func (s *Store) putLocked(key string, body []byte) string {
+	o := object{body: slices.Clone(body), etag: etagOf(body), modTime: s.clk.Now()}
+	s.objects[key] = o
+	return o.etag
+}
+
+// Delete implements objstore.Store.
+func (s *Store) Delete(ctx context.Context, key string) error {
+	if err := check(ctx, key); err != nil {
+		return fmt.Errorf("mem delete %q: %w", key, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.objects, key)
+	return nil
+}
+
+// List implements objstore.Store.
+func (s *Store) List(ctx context.Context, prefix, startAfter string, limit int) ([]objstore.ObjectInfo, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("mem list %q: %w", prefix, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []objstore.ObjectInfo
+	for k, o := range s.objects {
+		if strings.HasPrefix(k, prefix) && k > startAfter {
+			out = append(out, objstore.ObjectInfo{Key: k, Size: int64(len(o.body)), ETag: o.etag, LastModified: o.modTime})
+		}
+	}
+	slices.SortFunc(out, func(a, b objstore.ObjectInfo) int { return strings.Compare(a.Key, b.Key) })
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+
+// Close implements objstore.Store; the contents stay readable afterwards
+// because tests often inspect a store after closing what used it.
+func (s *Store) Close() error { return nil }
+
+func check(ctx context.Context, key string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return objstore.ValidateKey(key)
+}
