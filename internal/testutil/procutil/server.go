@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -161,7 +160,7 @@ func start(t testing.TB, kind Kind, opts Options) *Server {
 	// and the server's bind; with ports we chose ourselves, choose again.
 	var err error
 	for attempt := 0; attempt < 3; attempt++ {
-		err = s.startLocked()
+		err = s.launch()
 		if err == nil {
 			t.Logf("procutil: %s pid %d serving %s (data %s)", s.Kind, s.PID(), s.Endpoint, s.DataDir)
 			return s
@@ -226,9 +225,9 @@ func (s *Server) args() []string {
 	return append(a, s.extraArgs...)
 }
 
-// startLocked launches one incarnation and waits for readiness. The caller
+// launch launches one incarnation and waits for readiness. The caller
 // must not hold s.mu.
-func (s *Server) startLocked() error {
+func (s *Server) launch() error {
 	s.mu.Lock()
 	if s.proc != nil && !s.proc.exited() {
 		s.mu.Unlock()
@@ -246,40 +245,26 @@ func (s *Server) startLocked() error {
 	cmd.Stdout = logf
 	cmd.Stderr = logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{
-		// The child dies with the thread that forked it, so a test binary
-		// killed by `go test -timeout` cannot leave a server behind.
-		Pdeathsig: syscall.SIGKILL,
 		// Its own process group keeps a terminal ^C aimed at `go test` from
 		// racing the harness's own orderly stop.
 		Setpgid: true,
 	}
-	p := &process{done: make(chan struct{})}
-	started := make(chan error, 1)
+	// Tied: the server dies with the test binary even if no cleanup runs.
+	waited, err := StartTied(cmd)
+	if err != nil {
+		_ = logf.Close()
+		s.mu.Unlock()
+		return fmt.Errorf("exec %s: %w", s.bin, err)
+	}
+	p := &process{pid: cmd.Process.Pid, osp: cmd.Process, done: make(chan struct{})}
+	register(p.pid, cmd.Process)
 	go func() {
-		// Pdeathsig fires when the forking OS thread exits, not the process,
-		// so the fork happens on a thread locked for the child's whole life.
-		// The goroutine returns still locked, which retires the thread only
-		// after the child is reaped.
-		runtime.LockOSThread()
-		if err := cmd.Start(); err != nil {
-			_ = logf.Close()
-			started <- err
-			return
-		}
-		p.pid = cmd.Process.Pid
-		p.osp = cmd.Process
-		register(p.pid, cmd.Process)
-		started <- nil
-		_ = cmd.Wait()
+		<-waited
 		unregister(p.pid)
 		_ = logf.Close()
 		p.state = cmd.ProcessState
 		close(p.done)
 	}()
-	if err := <-started; err != nil {
-		s.mu.Unlock()
-		return fmt.Errorf("exec %s: %w", s.bin, err)
-	}
 	s.proc = p
 	s.mu.Unlock()
 	return s.waitReady(p)
@@ -429,7 +414,7 @@ func (s *Server) Restart() error {
 	if err := s.Stop(); err != nil {
 		s.t.Logf("procutil: restart: %v", err)
 	}
-	if err := s.startLocked(); err != nil {
+	if err := s.launch(); err != nil {
 		return fmt.Errorf("restart %s: %w\nlog tail:\n%s", s.Kind, err, s.LogTail(40))
 	}
 	return nil
