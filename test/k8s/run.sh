@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# Runs the kube-apiserver etcd3 storage test suites (k8s.io/apiserver
+# pkg/storage/etcd3 and pkg/storage/cacher) against an external server
+# process started per test: netsy (default) or a real etcd.
+#
+#   test/k8s/run.sh [netsy|etcd] [package...]
+#
+# Packages: etcd3, cacher (short for ./pkg/storage/<name>), ./pkg/... or a full
+# import path; default: etcd3 cacher. See test/k8s/README.md.
+#
+# Environment:
+#   NETSY_BIN              netsy binary (default: build ./cmd/netsy into .cache/bin/netsy)
+#   ETCD_BIN               etcd binary  (default: scripts/build-etcd.sh)
+#   K8S_APISERVER_VERSION  k8s.io/apiserver version (default v0.34.13)
+#   K8S_TEST_TIMEOUT       go test -timeout (default 20m)
+#   K8S_TEST_PARALLEL      go test -parallel (default 4)
+#   K8S_TEST_RUN           go test -run regexp (default: all tests)
+#   K8S_GO_TEST_FLAGS      extra go test flags
+#   NETSY_LOG_LEVEL        --log-level for netsy (default info)
+set -euo pipefail
+
+top=$(cd "$(dirname "$0")/../.." && pwd)
+here="$top/test/k8s"
+
+target=${1:-netsy}
+[ $# -gt 0 ] && shift
+case "$target" in
+netsy | etcd) ;;
+*)
+  echo "usage: $0 [netsy|etcd] [package...]" >&2
+  exit 2
+  ;;
+esac
+
+pkgs=()
+for p in "${@:-etcd3 cacher}"; do
+  for q in $p; do
+    case "$q" in
+    ./* | k8s.io/apiserver/*) pkgs+=("$q") ;;
+    *) pkgs+=("./pkg/storage/$q") ;;
+    esac
+  done
+done
+
+ver=${K8S_APISERVER_VERSION:-v0.34.13}
+cache="$top/.cache/k8s"
+src="$cache/apiserver@$ver"
+mkdir -p "$cache/bin"
+
+# 1. A writable copy of the k8s.io/apiserver module source, made once.
+if [ ! -f "$src/.netsy-prepared" ]; then
+  echo "preparing k8s.io/apiserver@$ver in $src" >&2
+  tmp=$(mktemp -d)
+  # Outside any module, so the repo's go.mod is never touched.
+  moddir=$(cd "$tmp" && GOWORK=off go mod download -json "k8s.io/apiserver@$ver" |
+    sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
+  rmdir "$tmp"
+  if [ -z "$moddir" ] || [ ! -d "$moddir" ]; then
+    echo "could not download k8s.io/apiserver@$ver" >&2
+    exit 1
+  fi
+  rm -rf "$src.tmp" "$src"
+  cp -R "$moddir" "$src.tmp"
+  chmod -R u+w "$src.tmp"
+  touch "$src.tmp/.netsy-prepared"
+  mv "$src.tmp" "$src"
+fi
+
+# 2. Our testserver replaces the upstream embedded-etcd one (on every run).
+ts="$src/pkg/storage/etcd3/testserver"
+rm -f "$ts"/*.go
+cp "$here"/testserver/*.go "$ts"/
+
+# 3. The server binary.
+case "$target" in
+netsy)
+  unset ETCD_BIN
+  if [ -z "${NETSY_BIN:-}" ]; then
+    if [ ! -d "$top/cmd/netsy" ]; then
+      echo "cmd/netsy does not exist yet: set NETSY_BIN or run '$0 etcd'" >&2
+      exit 1
+    fi
+    (cd "$top" && go build -o .cache/bin/netsy ./cmd/netsy)
+    NETSY_BIN="$top/.cache/bin/netsy"
+  fi
+  NETSY_BIN=$(readlink -f "$NETSY_BIN")
+  export NETSY_BIN
+  bin=$NETSY_BIN
+  ;;
+etcd)
+  unset NETSY_BIN
+  if [ -z "${ETCD_BIN:-}" ]; then
+    ETCD_BIN="$(bash "$top/scripts/build-etcd.sh")/etcd"
+  fi
+  ETCD_BIN=$(readlink -f "$ETCD_BIN")
+  export ETCD_BIN
+  bin=$ETCD_BIN
+  ;;
+esac
+[ -x "$bin" ] || {
+  echo "not an executable: $bin" >&2
+  exit 1
+}
+
+# The result parser (standard library only, nested module test/k8s).
+(cd "$here" && GOWORK=off go build -o "$cache/bin/k8s-summary" ./summary)
+
+results="$cache/results/$target-$(date +%Y%m%d-%H%M%S)"
+mkdir -p "$results"
+export K8S_TEST_LOG_DIR="$results/server-logs"
+export K8S_TEST_PID_FILE="$results/pids"
+: >"$K8S_TEST_PID_FILE"
+
+# Stop any server a crashed or timed-out test binary left behind.
+cleanup() {
+  local pid n=0
+  while read -r pid; do
+    [ -n "$pid" ] || continue
+    if [ "$(readlink "/proc/$pid/exe" 2>/dev/null)" = "$bin" ]; then
+      kill -9 "$pid" 2>/dev/null && n=$((n + 1))
+    fi
+  done <"$K8S_TEST_PID_FILE"
+  [ "$n" -eq 0 ] || echo "stopped $n leftover server process(es)" >&2
+}
+trap cleanup EXIT
+
+echo "running ${pkgs[*]} against $target ($bin), k8s.io/apiserver@$ver; results in $results" >&2
+runflags=()
+[ -z "${K8S_TEST_RUN:-}" ] || runflags=(-run "$K8S_TEST_RUN")
+# shellcheck disable=SC2086
+(cd "$src" && GOWORK=off go test -json -count=1 \
+  -timeout "${K8S_TEST_TIMEOUT:-20m}" -parallel "${K8S_TEST_PARALLEL:-4}" \
+  "${runflags[@]}" ${K8S_GO_TEST_FLAGS:-} "${pkgs[@]}" 2>&1) |
+  "$cache/bin/k8s-summary" -raw "$results/test.json"

@@ -1,0 +1,403 @@
+// Package testserver is Netsy's drop-in replacement for
+// k8s.io/apiserver/pkg/storage/etcd3/testserver.
+//
+// test/k8s/run.sh copies this file over the upstream package inside a
+// scratch copy of k8s.io/apiserver. The exported API (NewTestConfig, RunEtcd)
+// is kept, so the apiserver's storage tests compile unchanged, but instead of
+// embedding etcd in the test process every RunEtcd call launches an external
+// server binary on a fresh data directory and fresh ports:
+//
+//   - NETSY_BIN: a netsy binary (flags --data-dir, --client-addr, --http-addr,
+//     --progress-notify-interval, --log-level; ready when GET /readyz on the
+//     http address returns 200);
+//   - ETCD_BIN: a real etcd binary, used to validate the harness itself.
+//
+// NETSY_BIN wins when both are set. Optional environment:
+//
+//   - NETSY_LOG_LEVEL: --log-level passed to netsy (default "info");
+//   - K8S_TEST_LOG_DIR: where the server log of every failed test is copied;
+//   - K8S_TEST_PID_FILE: every launched server PID is appended to this file so
+//     the runner can stop leftovers if the test binary dies without cleanup.
+//
+// The embed.Config a test builds or receives from NewTestConfig is only read
+// as a description of the wanted server: Dir and WatchProgressNotifyInterval
+// (and UnsafeNoFsync for etcd) are honoured; an unset interval means etcd's
+// default of 10 minutes; client TLS is refused.
+package testserver
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/kubernetes"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest"
+	"google.golang.org/grpc"
+
+	storagetesting "k8s.io/apiserver/pkg/storage/testing"
+)
+
+const (
+	// Servers of this harness listen on 127.0.0.1 in this port range only
+	// (ports from 32768 up may be taken by outgoing connections).
+	portMin = 20000
+	portMax = 32000
+
+	startAttempts = 5
+	readyTimeout  = 60 * time.Second
+	stopTimeout   = 10 * time.Second
+	logTailLines  = 40
+
+	etcdDefaultProgressNotifyInterval = 10 * time.Minute
+)
+
+// NewTestConfig returns the description of a fresh single-node server: a new
+// private data directory (removed when the test ends), fsync disabled and
+// etcd's default settings otherwise. Ports are chosen when the server is
+// launched by RunEtcd, which also fills in the client URLs.
+func NewTestConfig(t testing.TB) *embed.Config {
+	cfg := embed.NewConfig()
+	cfg.UnsafeNoFsync = true
+	cfg.Dir = t.TempDir()
+	if err := os.Chmod(cfg.Dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// RunEtcd launches a server described by cfg (NewTestConfig(t) when nil),
+// waits until it is ready and returns a client connected to it. The server
+// process is stopped and its directory removed when the test ends.
+func RunEtcd(t testing.TB, cfg *embed.Config) *kubernetes.Client {
+	t.Helper()
+	if cfg == nil {
+		cfg = NewTestConfig(t)
+	}
+	if !cfg.ClientTLSInfo.Empty() || cfg.ClientAutoTLS {
+		t.Fatal("testserver: client TLS is not supported by the external-server harness")
+	}
+	kind, bin := serverBinary(t)
+
+	var srv *server
+	var errs []error
+	for attempt := 0; attempt < startAttempts && srv == nil; attempt++ {
+		s, err := launch(t, kind, bin, cfg, attempt)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		srv = s
+	}
+	if srv == nil {
+		t.Fatalf("testserver: could not start %s: %v", kind, errors.Join(errs...))
+	}
+
+	u := url.URL{Scheme: "http", Host: srv.clientAddr}
+	cfg.ListenClientUrls = []url.URL{u}
+	cfg.AdvertiseClientUrls = []url.URL{u}
+
+	client, err := kubernetes.New(clientv3.Config{
+		Endpoints:   []string{u.String()},
+		DialTimeout: 10 * time.Second,
+		DialOptions: []grpc.DialOption{grpc.WithBlock()},
+		Logger:      zaptest.NewLogger(t, zaptest.Level(zapcore.ErrorLevel)).Named("etcd-client"),
+	})
+	if err != nil {
+		t.Fatalf("testserver: connecting to %s at %s: %v", kind, u.String(), err)
+	}
+
+	// Every test expects a brand-new store.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	resp, err := client.Client.Get(ctx, "/")
+	cancel()
+	if err != nil {
+		t.Fatalf("testserver: first request to fresh %s failed: %v", kind, err)
+	}
+	if rev := resp.Header.GetRevision(); rev != 1 {
+		t.Fatalf("testserver: fresh %s reports revision %d, want 1", kind, rev)
+	}
+
+	client.KV = storagetesting.NewKVRecorder(client.KV)
+	client.Kubernetes = storagetesting.NewKubernetesRecorder(client.Kubernetes)
+	return client
+}
+
+func serverBinary(t testing.TB) (kind, bin string) {
+	t.Helper()
+	switch {
+	case os.Getenv("NETSY_BIN") != "":
+		kind, bin = "netsy", os.Getenv("NETSY_BIN")
+	case os.Getenv("ETCD_BIN") != "":
+		kind, bin = "etcd", os.Getenv("ETCD_BIN")
+	default:
+		t.Fatal("testserver: set NETSY_BIN (netsy) or ETCD_BIN (etcd) to the server binary to test against")
+	}
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("testserver: %s binary: %v", kind, err)
+	}
+	return kind, bin
+}
+
+type server struct {
+	clientAddr string
+	cmd        *exec.Cmd
+	exited     chan struct{}
+	waitErr    error
+}
+
+// launch starts one server process. An error means the process did not
+// become ready (for example a port was taken after we picked it); the
+// process is already stopped then and the caller may retry.
+func launch(t testing.TB, kind, bin string, cfg *embed.Config, attempt int) (*server, error) {
+	nports := 2 // client, http
+	if kind == "etcd" {
+		nports = 3 // client, metrics, peer
+	}
+	ports, err := pickPorts(nports)
+	if err != nil {
+		return nil, err
+	}
+	clientAddr := addr(ports[0])
+	httpAddr := addr(ports[1])
+	runDir := filepath.Join(cfg.Dir, fmt.Sprintf("run%d", attempt))
+	dataDir := filepath.Join(runDir, "data")
+	if err := os.MkdirAll(runDir, 0o700); err != nil {
+		return nil, err
+	}
+	logPath := filepath.Join(runDir, "server.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+
+	interval := cfg.WatchProgressNotifyInterval
+	if interval <= 0 {
+		interval = cfg.ExperimentalWatchProgressNotifyInterval
+	}
+	if interval <= 0 {
+		// What etcd does with an unset interval.
+		interval = etcdDefaultProgressNotifyInterval
+	}
+	var args []string
+	var readyURL string
+	switch kind {
+	case "netsy":
+		level := os.Getenv("NETSY_LOG_LEVEL")
+		if level == "" {
+			level = "info"
+		}
+		args = []string{
+			"--data-dir", dataDir,
+			"--client-addr", clientAddr,
+			"--http-addr", httpAddr,
+			"--progress-notify-interval", interval.String(),
+			"--log-level", level,
+		}
+		readyURL = "http://" + httpAddr + "/readyz"
+	case "etcd":
+		peer := "http://" + addr(ports[2])
+		client := "http://" + clientAddr
+		args = []string{
+			"--name", "default",
+			"--data-dir", dataDir,
+			"--listen-client-urls", client,
+			"--advertise-client-urls", client,
+			"--listen-peer-urls", peer,
+			"--initial-advertise-peer-urls", peer,
+			"--initial-cluster", "default=" + peer,
+			"--listen-metrics-urls", "http://" + httpAddr,
+			"--watch-progress-notify-interval", interval.String(),
+			// A single member needs no realistic timeouts; short ones make
+			// the first leader election (and so start-up) ~5x faster.
+			"--heartbeat-interval", "10",
+			"--election-timeout", "100",
+		}
+		if cfg.UnsafeNoFsync {
+			args = append(args, "--unsafe-no-fsync")
+		}
+		readyURL = "http://" + httpAddr + "/readyz"
+	}
+
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout = logFile
+	cmd.Stderr = logFile
+	// Kill the server if the test binary dies without running cleanups.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("starting %s: %w", bin, err)
+	}
+	logFile.Close() // the child holds its own descriptor
+	recordPID(cmd.Process.Pid)
+
+	s := &server{clientAddr: clientAddr, cmd: cmd, exited: make(chan struct{})}
+	go func() {
+		s.waitErr = cmd.Wait()
+		close(s.exited)
+	}()
+
+	if err := s.waitReady(readyURL); err != nil {
+		s.stop()
+		return nil, fmt.Errorf("attempt %d (client %s): %w\n%s", attempt+1, clientAddr, err, tail(logPath))
+	}
+
+	t.Cleanup(func() {
+		s.stop()
+		if t.Failed() {
+			t.Logf("testserver: %s log (%s), last lines:\n%s", kind, logPath, tail(logPath))
+			saveLog(t, logPath)
+		}
+	})
+	return s, nil
+}
+
+func (s *server) waitReady(readyURL string) error {
+	hc := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(readyTimeout)
+	for delay := 5 * time.Millisecond; ; delay = min(delay*2, 100*time.Millisecond) {
+		select {
+		case <-s.exited:
+			return fmt.Errorf("server exited before becoming ready: %v", s.waitErr)
+		default:
+		}
+		if resp, err := hc.Get(readyURL); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				// A port collision shows up as an early exit; make sure the
+				// process answering is still ours.
+				select {
+				case <-s.exited:
+					return fmt.Errorf("server exited right after readiness: %v", s.waitErr)
+				case <-time.After(5 * time.Millisecond):
+					return nil
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not ready at %s after %v", readyURL, readyTimeout)
+		}
+		time.Sleep(delay)
+	}
+}
+
+func (s *server) stop() {
+	select {
+	case <-s.exited:
+		return
+	default:
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.exited:
+	case <-time.After(stopTimeout):
+		_ = s.cmd.Process.Kill()
+		<-s.exited
+	}
+}
+
+var (
+	portMu    sync.Mutex
+	handedOut = map[int]bool{}
+)
+
+// pickPorts returns n distinct ports in [portMin, portMax) that are free on
+// 127.0.0.1 right now and were not handed out before by this process.
+func pickPorts(n int) ([]int, error) {
+	portMu.Lock()
+	defer portMu.Unlock()
+	var ports []int
+	for tries := 0; len(ports) < n; tries++ {
+		if tries > 1000 {
+			return nil, errors.New("no free port in range")
+		}
+		p := portMin + rand.IntN(portMax-portMin)
+		if handedOut[p] {
+			continue
+		}
+		l, err := net.Listen("tcp", addr(p))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		handedOut[p] = true
+		ports = append(ports, p)
+	}
+	return ports, nil
+}
+
+func addr(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
+
+var pidMu sync.Mutex
+
+func recordPID(pid int) {
+	path := os.Getenv("K8S_TEST_PID_FILE")
+	if path == "" {
+		return
+	}
+	pidMu.Lock()
+	defer pidMu.Unlock()
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return
+	}
+	fmt.Fprintln(f, pid)
+	f.Close()
+}
+
+func tail(path string) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > logTailLines {
+		lines = lines[len(lines)-logTailLines:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func saveLog(t testing.TB, path string) {
+	dir := os.Getenv("K8S_TEST_LOG_DIR")
+	if dir == "" {
+		return
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return
+	}
+	name := strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_':
+			return r
+		}
+		return '_'
+	}, t.Name())
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return
+	}
+	dst := filepath.Join(dir, name+".log")
+	for i := 2; ; i++ { // one test may run several servers
+		if _, err := os.Stat(dst); err != nil {
+			break
+		}
+		dst = filepath.Join(dir, fmt.Sprintf("%s.%d.log", name, i))
+	}
+	_ = os.WriteFile(dst, bytes.TrimSpace(data), 0o644)
+}
