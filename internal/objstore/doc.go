@@ -32,6 +32,12 @@
 //     all). Keys are flat strings; '/' has no special meaning to List.
 //   - Keys are validated identically everywhere (ValidateKey) so a key that
 //     works in unit tests against mem also works against MinIO and on disk.
+//   - No key may be a '/'-prefix of another ("a" next to "a/b"). MinIO
+//     accepts both writes and serves both with Get, but its List silently
+//     omits every key under "a/" while "a" exists. ValidateKey cannot see
+//     other keys, so this is a rule for layouts, not a runtime check on the
+//     real backends; mem refuses such a write with ErrInvalidKey so a layout
+//     that would lose objects on MinIO fails in unit tests first.
 //
 // An error from a write — including ErrPreconditionFailed — does not prove the
 // write did not happen: a response lost in the network and retried by the

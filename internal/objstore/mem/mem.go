@@ -68,6 +68,10 @@ func (s *Store) PutIfAbsent(ctx context.Context, key string, body []byte) (strin
 	if _, ok := s.objects[key]; ok {
 		return "", fmt.Errorf("mem put-if-absent %q: %w", key, objstore.ErrPreconditionFailed)
 	}
+	if other, ok := s.nestingConflictLocked(key); ok {
+		return "", fmt.Errorf("mem put-if-absent %q: %w: %q already exists and MinIO would hide the deeper key from List",
+			key, objstore.ErrInvalidKey, other)
+	}
 	return s.putLocked(key, body), nil
 }
 
@@ -86,6 +90,24 @@ func (s *Store) PutIfMatch(ctx context.Context, key string, body []byte, etag st
 		return "", fmt.Errorf("mem put-if-match %q: %w", key, objstore.ErrPreconditionFailed)
 	}
 	return s.putLocked(key, body), nil
+}
+
+// nestingConflictLocked finds an existing key that is a '/'-prefix of key or
+// has key as one (see the objstore contract).
+func (s *Store) nestingConflictLocked(key string) (string, bool) {
+	for i := range len(key) {
+		if key[i] == '/' {
+			if _, ok := s.objects[key[:i]]; ok {
+				return key[:i], true
+			}
+		}
+	}
+	for k := range s.objects {
+		if strings.HasPrefix(k, key+"/") {
+			return k, true
+		}
+	}
+	return "", false
 }
 
 func (s *Store) putLocked(key string, body []byte) string {

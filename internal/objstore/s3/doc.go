@@ -1,0 +1,28 @@
+// Package s3 is the objstore.Store for AWS S3 and S3-compatible services
+// (MinIO, R2, GCS's S3 API), built on aws-sdk-go-v2. PutIfAbsent sends
+// If-None-Match: * and PutIfMatch sends If-Match with the quoted ETag; those
+// two headers are the whole of Netsy's fencing in object storage, so a
+// service that ignores them on PUT cannot be used.
+//
+// All keys live under an optional prefix inside one bucket; the prefix is
+// invisible to callers (List strips it). Endpoint, region, path-style
+// addressing and static credentials come from Options; anything left empty
+// falls back to the SDK's standard sources (AWS_REGION, AWS_ENDPOINT_URL_S3,
+// AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, shared config, instance roles).
+//
+// Service errors become objstore errors in exactly one function, mapErr.
+// Two service behaviours are folded there to keep the objstore contract:
+// MinIO and S3 answer 404 NoSuchKey (not 412) to If-Match on a missing key,
+// which becomes ErrPreconditionFailed; and S3 may answer 409
+// ConditionalRequestConflict while racing writes are in flight, which is
+// the same loss and also becomes ErrPreconditionFailed. The MinIO behaviours
+// this relies on are pinned against a real server in this package's tests.
+//
+// Request checksums are sent only when the service requires them, because
+// several S3-compatible services reject the SDK's default trailing
+// checksums; Netsy's data files carry their own CRC.
+//
+// This package must never issue a conditional DELETE (MinIO ignores If-Match
+// there) or a multipart upload (its ETag is not the body's MD5 and it cannot
+// be made create-only on every service).
+package s3

@@ -1,0 +1,287 @@
+package s3
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/smithy-go"
+
+	"github.com/netsy-io/netsy/internal/objstore"
+)
+
+// DefaultRegion is used when neither Options nor the environment name one;
+// MinIO and most S3-compatible services accept it.
+const DefaultRegion = "us-east-1"
+
+// Options configure Open. Only Bucket is required.
+type Options struct {
+	// Bucket holds every object.
+	Bucket string
+	// Prefix is prepended to every key ("netsy/prod" stores "members.json"
+	// as "netsy/prod/members.json"); a trailing '/' is implied.
+	Prefix string
+	// Endpoint is the service URL, e.g. "http://127.0.0.1:9000" for MinIO;
+	// empty: AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL, else AWS S3 itself.
+	Endpoint string
+	// Region signs requests; empty: AWS_REGION etc., else DefaultRegion.
+	Region string
+	// PathStyle addresses the bucket in the path (http://host/bucket/key)
+	// rather than the host name; MinIO and most self-hosted services need it.
+	PathStyle bool
+	// AccessKeyID and SecretAccessKey (and optional SessionToken) are static
+	// credentials; empty: the SDK's default credential chain.
+	AccessKeyID, SecretAccessKey, SessionToken string
+}
+
+// Store is an objstore.Store over one S3 bucket and prefix.
+type Store struct {
+	client *awss3.Client
+	idle   interface{ CloseIdleConnections() } // nil if the HTTP client cannot
+	bucket string
+	prefix string
+	// pageSize bounds ListObjectsV2 pages; tests shrink it to exercise paging.
+	pageSize int32
+}
+
+var _ objstore.Store = (*Store)(nil)
+
+// Open builds a Store. It performs no request: a wrong bucket or credentials
+// surface on the first call, wrapped with the operation and key.
+func Open(ctx context.Context, o Options) (*Store, error) {
+	if o.Bucket == "" {
+		return nil, errors.New("s3 store: bucket is required")
+	}
+	prefix, err := normalizePrefix(o.Prefix)
+	if err != nil {
+		return nil, err
+	}
+	loadOpts := []func(*config.LoadOptions) error{
+		// The SDK's own buildable client, so AWS_CA_BUNDLE and friends still apply.
+		config.WithHTTPClient(awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) {
+			tr.MaxIdleConnsPerHost = 32 // racing CAS writers and uploads share one host
+		})),
+		config.WithRequestChecksumCalculation(aws.RequestChecksumCalculationWhenRequired),
+		config.WithResponseChecksumValidation(aws.ResponseChecksumValidationWhenRequired),
+	}
+	if o.Region != "" {
+		loadOpts = append(loadOpts, config.WithRegion(o.Region))
+	}
+	if o.AccessKeyID != "" || o.SecretAccessKey != "" {
+		if o.AccessKeyID == "" || o.SecretAccessKey == "" {
+			return nil, errors.New("s3 store: static credentials need both an access key id and a secret access key")
+		}
+		loadOpts = append(loadOpts, config.WithCredentialsProvider(
+			credentials.NewStaticCredentialsProvider(o.AccessKeyID, o.SecretAccessKey, o.SessionToken)))
+	}
+	cfg, err := config.LoadDefaultConfig(ctx, loadOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("s3 store: load AWS config: %w", err)
+	}
+	if cfg.Region == "" {
+		cfg.Region = DefaultRegion
+	}
+	// Freeze the client so this store owns one connection pool that Close
+	// can drain; otherwise idle connections outlive the store.
+	var idle interface{ CloseIdleConnections() }
+	if bc, ok := cfg.HTTPClient.(*awshttp.BuildableClient); ok {
+		cfg.HTTPClient = bc.Freeze()
+	}
+	if c, ok := cfg.HTTPClient.(interface{ CloseIdleConnections() }); ok {
+		idle = c
+	}
+	client := awss3.NewFromConfig(cfg, func(so *awss3.Options) {
+		so.UsePathStyle = o.PathStyle
+		if o.Endpoint != "" {
+			so.BaseEndpoint = aws.String(o.Endpoint)
+		}
+	})
+	return &Store{client: client, idle: idle, bucket: o.Bucket, prefix: prefix, pageSize: 1000}, nil
+}
+
+func normalizePrefix(p string) (string, error) {
+	p = strings.Trim(p, "/")
+	if p == "" {
+		return "", nil
+	}
+	if err := objstore.ValidateKey(p); err != nil {
+		return "", fmt.Errorf("s3 store: prefix: %w", err)
+	}
+	return p + "/", nil
+}
+
+// Bucket and Prefix report where the store keeps its objects.
+func (s *Store) Bucket() string { return s.bucket }
+
+// Prefix returns the key prefix, with its trailing '/', or "".
+func (s *Store) Prefix() string { return s.prefix }
+
+// Get implements objstore.Store.
+func (s *Store) Get(ctx context.Context, key string) ([]byte, string, error) {
+	if err := objstore.ValidateKey(key); err != nil {
+		return nil, "", fmt.Errorf("s3 get %q: %w", key, err)
+	}
+	out, err := s.client.GetObject(ctx, &awss3.GetObjectInput{Bucket: &s.bucket, Key: aws.String(s.prefix + key)})
+	if err != nil {
+		return nil, "", fmt.Errorf("s3 get %q: %w", key, mapErr(opGet, err))
+	}
+	defer out.Body.Close()
+	body, err := io.ReadAll(out.Body)
+	if err != nil {
+		return nil, "", fmt.Errorf("s3 get %q: read body: %w", key, mapErr(opGet, err))
+	}
+	return body, unquote(out.ETag), nil
+}
+
+// PutIfAbsent implements objstore.Store.
+func (s *Store) PutIfAbsent(ctx context.Context, key string, body []byte) (string, error) {
+	if err := objstore.ValidateKey(key); err != nil {
+		return "", fmt.Errorf("s3 put-if-absent %q: %w", key, err)
+	}
+	out, err := s.client.PutObject(ctx, &awss3.PutObjectInput{
+		Bucket:        &s.bucket,
+		Key:           aws.String(s.prefix + key),
+		Body:          bytes.NewReader(body),
+		ContentLength: aws.Int64(int64(len(body))),
+		IfNoneMatch:   aws.String("*"),
+	})
+	if err != nil {
+		return "", fmt.Errorf("s3 put-if-absent %q: %w", key, mapErr(opPutIfAbsent, err))
+	}
+	return unquote(out.ETag), nil
+}
+
+// PutIfMatch implements objstore.Store.
+func (s *Store) PutIfMatch(ctx context.Context, key string, body []byte, etag string) (string, error) {
+	if err := objstore.ValidateKey(key); err != nil {
+		return "", fmt.Errorf("s3 put-if-match %q: %w", key, err)
+	}
+	if err := objstore.ValidateETag(etag); err != nil {
+		return "", fmt.Errorf("s3 put-if-match %q: %w", key, err)
+	}
+	out, err := s.client.PutObject(ctx, &awss3.PutObjectInput{
+		Bucket:        &s.bucket,
+		Key:           aws.String(s.prefix + key),
+		Body:          bytes.NewReader(body),
+		ContentLength: aws.Int64(int64(len(body))),
+		// RFC 7232 entity-tags are quoted; callers hold them unquoted.
+		IfMatch: aws.String(`"` + etag + `"`),
+	})
+	if err != nil {
+		return "", fmt.Errorf("s3 put-if-match %q: %w", key, mapErr(opPutIfMatch, err))
+	}
+	return unquote(out.ETag), nil
+}
+
+// Delete implements objstore.Store. S3 answers 204 for a missing key, so no
+// special case is needed for idempotence.
+func (s *Store) Delete(ctx context.Context, key string) error {
+	if err := objstore.ValidateKey(key); err != nil {
+		return fmt.Errorf("s3 delete %q: %w", key, err)
+	}
+	_, err := s.client.DeleteObject(ctx, &awss3.DeleteObjectInput{Bucket: &s.bucket, Key: aws.String(s.prefix + key)})
+	if err != nil {
+		return fmt.Errorf("s3 delete %q: %w", key, mapErr(opDelete, err))
+	}
+	return nil
+}
+
+// List implements objstore.Store.
+func (s *Store) List(ctx context.Context, prefix, startAfter string, limit int) ([]objstore.ObjectInfo, error) {
+	in := &awss3.ListObjectsV2Input{Bucket: &s.bucket, Prefix: aws.String(s.prefix + prefix)}
+	if startAfter != "" {
+		in.StartAfter = aws.String(s.prefix + startAfter)
+	}
+	var out []objstore.ObjectInfo
+	for {
+		in.MaxKeys = aws.Int32(s.pageSize)
+		if limit > 0 && limit-len(out) < int(s.pageSize) {
+			in.MaxKeys = aws.Int32(int32(limit - len(out)))
+		}
+		page, err := s.client.ListObjectsV2(ctx, in)
+		if err != nil {
+			return nil, fmt.Errorf("s3 list %q after %q: %w", prefix, startAfter, mapErr(opList, err))
+		}
+		for _, o := range page.Contents {
+			key, ok := strings.CutPrefix(aws.ToString(o.Key), s.prefix)
+			if !ok {
+				continue // cannot happen with a prefix filter; never hand out a foreign key
+			}
+			out = append(out, objstore.ObjectInfo{
+				Key:          key,
+				Size:         aws.ToInt64(o.Size),
+				ETag:         unquote(o.ETag),
+				LastModified: aws.ToTime(o.LastModified),
+			})
+		}
+		if !aws.ToBool(page.IsTruncated) || (limit > 0 && len(out) >= limit) {
+			return out, nil
+		}
+		in.ContinuationToken = page.NextContinuationToken
+	}
+}
+
+// Close drops idle connections; in-flight calls finish normally.
+func (s *Store) Close() error {
+	if s.idle != nil {
+		s.idle.CloseIdleConnections()
+	}
+	return nil
+}
+
+func unquote(etag *string) string { return strings.Trim(aws.ToString(etag), `"`) }
+
+type op int
+
+const (
+	opGet op = iota
+	opPutIfAbsent
+	opPutIfMatch
+	opDelete
+	opList
+)
+
+// mapErr is the one place S3 errors become objstore errors. The sentinel is
+// wrapped together with the original error so logs keep the service's code
+// and request id.
+func mapErr(o op, err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	code, status := "", 0
+	var apiErr smithy.APIError
+	if errors.As(err, &apiErr) {
+		code = apiErr.ErrorCode()
+	}
+	var httpErr interface{ HTTPStatusCode() int }
+	if errors.As(err, &httpErr) {
+		status = httpErr.HTTPStatusCode()
+	}
+	conditional := o == opPutIfAbsent || o == opPutIfMatch
+	switch {
+	case code == "NoSuchBucket":
+		// A missing bucket is configuration, not a missing object: callers
+		// treating ErrNotFound as "start empty" must not do so here.
+		return fmt.Errorf("bucket does not exist: %w", err)
+	case code == "PreconditionFailed" || status == http.StatusPreconditionFailed:
+		return fmt.Errorf("%w: %w", objstore.ErrPreconditionFailed, err)
+	case conditional && (code == "ConditionalRequestConflict" || status == http.StatusConflict):
+		// Another conditional write to the key was in flight; S3 tells the
+		// loser to re-read and retry, exactly what a precondition failure asks.
+		return fmt.Errorf("%w: %w", objstore.ErrPreconditionFailed, err)
+	case o == opPutIfMatch && (code == "NoSuchKey" || status == http.StatusNotFound):
+		return fmt.Errorf("%w: %w", objstore.ErrPreconditionFailed, err)
+	case code == "NoSuchKey" || code == "NotFound" || status == http.StatusNotFound:
+		return fmt.Errorf("%w: %w", objstore.ErrNotFound, err)
+	}
+	return err
+}
