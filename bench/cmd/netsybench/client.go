@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+)
+
+// newClient returns an etcd client that redials quickly: the restart
+// measurement must not be dominated by gRPC's default one-second reconnect
+// backoff.
+func newClient(endpoint string) (*clientv3.Client, error) {
+	return clientv3.New(clientv3.Config{
+		Endpoints:   []string{endpoint},
+		DialTimeout: 5 * time.Second,
+		Logger:      zap.NewNop(),
+		DialOptions: []grpc.DialOption{
+			grpc.WithConnectParams(grpc.ConnectParams{
+				Backoff: backoff.Config{
+					BaseDelay:  5 * time.Millisecond,
+					Multiplier: 1.2,
+					MaxDelay:   20 * time.Millisecond,
+				},
+				MinConnectTimeout: time.Second,
+			}),
+		},
+	})
+}
+
+// loadKeys writes n keys of valSize random bytes with a few concurrent
+// writers.
+func loadKeys(ctx context.Context, endpoint string, n, valSize int, key func(int) string) error {
+	cli, err := newClient(endpoint)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	val := make([]byte, valSize)
+	_, _ = rand.Read(val)
+	const writers = 16
+	next := make(chan int)
+	errc := make(chan error, writers)
+	var wg sync.WaitGroup
+	for range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if _, err := cli.Put(ctx, key(i), string(val)); err != nil {
+					errc <- fmt.Errorf("load %s: %w", key(i), err)
+					return
+				}
+			}
+		}()
+	}
+	var firstErr error
+feed:
+	for i := range n {
+		select {
+		case next <- i:
+		case firstErr = <-errc:
+			break feed
+		case <-ctx.Done():
+			firstErr = ctx.Err()
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	if firstErr == nil {
+		select {
+		case firstErr = <-errc:
+		default:
+		}
+	}
+	return firstErr
+}
+
+// countKeys returns how many keys the server holds.
+func countKeys(ctx context.Context, endpoint string) (int64, error) {
+	cli, err := newClient(endpoint)
+	if err != nil {
+		return 0, err
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	resp, err := cli.Get(ctx, "\x00", clientv3.WithFromKey(), clientv3.WithCountOnly())
+	if err != nil {
+		return 0, err
+	}
+	return resp.Count, nil
+}
+
+// waitServing polls a linearizable Get until one succeeds and returns when
+// it did.
+func waitServing(ctx context.Context, cli *clientv3.Client, timeout time.Duration) (time.Time, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var last error
+	for {
+		actx, acancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		_, err := cli.Get(actx, singleKey)
+		acancel()
+		if err == nil {
+			return time.Now(), nil
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return time.Time{}, fmt.Errorf("no successful Get within %v: %v", timeout, last)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}

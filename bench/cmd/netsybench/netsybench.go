@@ -1,0 +1,260 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+const modulePath = "github.com/netsy-io/netsy"
+
+const usage = `netsybench runs etcd's benchmark tool against Netsy and etcd, alternating
+between them per workload on fresh servers, and writes a side-by-side table
+(markdown and JSON) under bench/results/.
+
+Usage: go run ./bench/cmd/netsybench [flags]
+
+Flags:
+`
+
+// Run parses flags, builds the servers, runs the benchmark and writes the
+// report. It returns the process exit code.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("netsybench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
+	var (
+		targets    = fs.String("targets", "netsy,etcd", "the two server variants to compare, `A,B` (ratio = A/B); e.g. etcd,etcd to check the harness")
+		only       = fs.String("workloads", "all", "comma-separated workload names or groups (put, range, txn, watch, lease, memory)")
+		quick      = fs.Bool("quick", false, "smoke run: scale 0.05, 5000 memory keys, 1s settle")
+		scale      = fs.Float64("scale", 1, "multiply every workload's default request total")
+		total      = fs.Int("total", 0, "use this request total for every tool workload (overrides -scale)")
+		runs       = fs.Int("runs", 1, "repeat every workload on each target; cells are medians")
+		memKeys    = fs.Int("mem-keys", 100000, "keys loaded by the memory workload")
+		memVal     = fs.Int("mem-val-size", 1024, "value size in bytes for the memory workload")
+		settle     = fs.Duration("settle", 3*time.Second, "wait before reading RSS")
+		profile    = fs.String("profile", "", "capture a CPU profile of each server during this `workload`")
+		profSecs   = fs.Int("profile-seconds", 5, "CPU profile length; keep it below the workload's run time")
+		runTimeout = fs.Duration("run-timeout", 10*time.Minute, "limit for one benchmark tool run")
+		outDir     = fs.String("out", "", "results directory (default <repo>/bench/results)")
+		netsyBin   = fs.String("netsy-bin", "", "use this netsy binary instead of building ./cmd/netsy")
+		netsyArgs  = fs.String("netsy-args", "", "extra flags for every netsy server (space-separated)")
+		etcdArgs   = fs.String("etcd-args", "", "extra flags for every etcd server (space-separated)")
+		list       = fs.Bool("list", false, "list workloads and targets and exit")
+	)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if *list {
+		for _, w := range workloads {
+			desc := strings.Join(w.Args, " ")
+			if w.Memory {
+				desc = "load keys, read RSS, SIGTERM + restart until a Get succeeds, read RSS again"
+			}
+			fmt.Fprintf(stdout, "%-18s %-7s %s\n", w.Name, w.Group, desc)
+		}
+		for _, v := range variants {
+			fmt.Fprintf(stdout, "target %-10s %s %s\n", v.Name, v.Kind, strings.Join(v.Args, " "))
+		}
+		return 0
+	}
+	fail := func(err error) int {
+		fmt.Fprintf(stderr, "netsybench: %v\n", err)
+		return 1
+	}
+
+	c := &config{
+		Scale: *scale, Total: *total, Runs: max(*runs, 1),
+		MemKeys: *memKeys, MemValSize: *memVal, Settle: *settle,
+		Profile: *profile, ProfileSeconds: *profSecs, RunTimeout: *runTimeout,
+		ExtraArgs: map[kind][]string{kindNetsy: strings.Fields(*netsyArgs), kindEtcd: strings.Fields(*etcdArgs)},
+		notes:     new([]string),
+	}
+	if *quick {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["scale"] {
+			c.Scale = 0.05
+		}
+		if !set["mem-keys"] {
+			c.MemKeys = 5000
+		}
+		if !set["settle"] {
+			c.Settle = time.Second
+		}
+	}
+	names := strings.Split(*targets, ",")
+	if len(names) != 2 {
+		return fail(fmt.Errorf("-targets wants two names, got %q", *targets))
+	}
+	for i, n := range names {
+		v, err := lookupVariant(strings.TrimSpace(n))
+		if err != nil {
+			return fail(err)
+		}
+		c.Targets[i] = v
+		c.Labels[i] = v.Name
+	}
+	if c.Labels[0] == c.Labels[1] {
+		c.Labels[1] += "(2)"
+	}
+	var err error
+	if c.Workloads, err = selectWorkloads(*only); err != nil {
+		return fail(err)
+	}
+	if c.Profile != "" {
+		ok := false
+		for _, w := range c.Workloads {
+			ok = ok || (w.Name == c.Profile && !w.Memory)
+		}
+		if !ok {
+			return fail(fmt.Errorf("-profile %q is not a selected tool workload", c.Profile))
+		}
+	}
+
+	root, err := repoRoot()
+	if err != nil {
+		return fail(err)
+	}
+	if *outDir == "" {
+		*outDir = filepath.Join(root, "bench", "results")
+	}
+	started := time.Now()
+	stamp := started.UTC().Format("20060102-150405")
+	c.stamp = stamp
+	c.rawDir = filepath.Join(*outDir, stamp)
+	c.dataDir = filepath.Join(root, ".cache", "bench", "run-"+stamp)
+	for _, d := range []string{c.rawDir, c.dataDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fail(err)
+		}
+	}
+	defer os.RemoveAll(c.dataDir)
+	// Whatever happens below, no server outlives the harness.
+	defer stopAllServers()
+
+	if c.bins, err = buildBinaries(ctx, root, c.Targets, *netsyBin, stderr); err != nil {
+		return fail(err)
+	}
+	rep := &report{
+		Started:  started,
+		Machine:  describeMachine(root, c.bins.Etcd, c.dataDir),
+		Targets:  c.Labels,
+		Variants: c.Targets,
+		Settings: map[string]any{
+			"scale": c.Scale, "runs": c.Runs, "mem_keys": c.MemKeys, "mem_val_size": c.MemValSize,
+			"settle": c.Settle.String(),
+		},
+	}
+	if c.Total > 0 {
+		rep.Settings["total"] = c.Total
+	}
+	if rep.Machine.DataFS == "tmpfs" {
+		c.notef("data directory %s is on tmpfs: fsync costs nothing there", c.dataDir)
+	}
+	fmt.Fprintf(stderr, "netsybench: %s vs %s, %d workloads × %d runs; raw output in %s\n",
+		c.Labels[0], c.Labels[1], len(c.Workloads), c.Runs, c.rawDir)
+
+	results, runErr := runAll(ctx, c, stderr)
+	if runErr != nil {
+		c.notef("run interrupted: %v; the table is partial", runErr)
+	}
+	rep.Finished = time.Now()
+	rep.Machine.LoadAvgEnd = loadAvg()
+	rep.Rows = buildRows(c, results)
+	rep.Notes = *c.notes
+
+	md := rep.markdown()
+	js, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return fail(err)
+	}
+	mdPath := filepath.Join(*outDir, stamp+".md")
+	jsPath := filepath.Join(*outDir, stamp+".json")
+	if err := os.WriteFile(mdPath, []byte(md), 0o644); err != nil {
+		return fail(err)
+	}
+	if err := os.WriteFile(jsPath, append(js, '\n'), 0o644); err != nil {
+		return fail(err)
+	}
+	fmt.Fprintf(stdout, "\n%s\nWritten: %s, %s\n", md, mdPath, jsPath)
+	if runErr != nil {
+		return 1
+	}
+	return 0
+}
+
+// buildBinaries builds etcd's tools (a no-op once cached) and, when a
+// target runs netsy, the netsy binary into .cache/bench.
+func buildBinaries(ctx context.Context, root string, targets [2]variant, netsyBin string, stderr io.Writer) (binaries, error) {
+	var b binaries
+	cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "scripts", "build-etcd.sh"))
+	cmd.Dir = root
+	cmd.Stderr = stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return b, fmt.Errorf("scripts/build-etcd.sh: %w", err)
+	}
+	var dir string
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		if l := strings.TrimSpace(sc.Text()); l != "" {
+			dir = l
+		}
+	}
+	if dir == "" {
+		return b, errors.New("scripts/build-etcd.sh printed no directory")
+	}
+	b.Etcd = filepath.Join(dir, "etcd")
+	b.Benchmark = filepath.Join(dir, "benchmark")
+
+	needNetsy := targets[0].Kind == kindNetsy || targets[1].Kind == kindNetsy
+	switch {
+	case !needNetsy:
+	case netsyBin != "":
+		if b.Netsy, err = filepath.Abs(netsyBin); err != nil {
+			return b, err
+		}
+	default:
+		b.Netsy = filepath.Join(root, ".cache", "bench", "netsy")
+		build := exec.CommandContext(ctx, "go", "build", "-o", b.Netsy, "./cmd/netsy")
+		build.Dir = root
+		if msg, err := build.CombinedOutput(); err != nil {
+			return b, fmt.Errorf("go build ./cmd/netsy: %w\n%s\n(use -targets etcd,etcd to check the harness alone)", err, msg)
+		}
+	}
+	return b, nil
+}
+
+// repoRoot finds the directory of netsy's go.mod above the working
+// directory.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && bytes.HasPrefix(bytes.TrimSpace(data), []byte("module "+modulePath)) {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("no go.mod of %s above the working directory", modulePath)
+		}
+		dir = parent
+	}
+}

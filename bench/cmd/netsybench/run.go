@@ -1,0 +1,371 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/netsy-io/netsy/internal/testutil/procutil"
+)
+
+// config is everything one benchmark run needs, filled from flags.
+type config struct {
+	Targets        [2]variant
+	Labels         [2]string
+	Workloads      []workload
+	Scale          float64
+	Total          int // overrides every tool workload's total when > 0
+	Runs           int
+	MemKeys        int
+	MemValSize     int
+	Settle         time.Duration
+	Profile        string
+	ProfileSeconds int
+	RunTimeout     time.Duration
+	ExtraArgs      map[kind][]string
+
+	bins    binaries
+	dataDir string // fresh server directories go here
+	rawDir  string // tool output, server logs, profiles
+	stamp   string
+	notes   *[]string
+}
+
+func (c *config) notef(format string, args ...any) {
+	*c.notes = append(*c.notes, fmt.Sprintf(format, args...))
+}
+
+func (c *config) total(w *workload) int {
+	if c.Total > 0 {
+		return c.Total
+	}
+	n := int(float64(w.Total) * c.Scale)
+	return max(n, 50)
+}
+
+// measurement is what one run of one workload on one target produced, per
+// row (the memory workload yields several rows).
+type measurement struct {
+	Value   float64  `json:"value"`
+	P50     *float64 `json:"p50_secs,omitempty"`
+	P99     *float64 `json:"p99_secs,omitempty"`
+	Errors  int      `json:"errors,omitempty"`
+	Secs    float64  `json:"secs,omitempty"`
+	Summary *summary `json:"summary,omitempty"`
+	Extra   any      `json:"extra,omitempty"`
+}
+
+// rowSpec names and describes a row before its numbers exist.
+type rowSpec struct {
+	Name    string
+	Group   string
+	Metric  string // unit of Value: "ops/s", "MiB", "s"
+	Latency string // percentile shown as a latency ratio
+	Goal    *goal
+}
+
+func rowSpecs(w *workload, memKeys, memValSize int) []rowSpec {
+	if !w.Memory {
+		return []rowSpec{{Name: w.Name, Group: w.Group, Metric: "ops/s", Latency: w.Latency, Goal: w.Goal}}
+	}
+	load := fmt.Sprintf("%s×%s", countLabel(memKeys), sizeLabel(memValSize))
+	return []rowSpec{
+		{Name: "rss " + load, Group: w.Group, Metric: "RSS MiB", Goal: &goal{Metric: "value", Op: "<=", Bound: 1.0}},
+		{Name: "restart " + load, Group: w.Group, Metric: "s to serve"},
+		{Name: "rss after restart", Group: w.Group, Metric: "RSS MiB"},
+	}
+}
+
+func countLabel(n int) string {
+	if n%1000 == 0 {
+		return strconv.Itoa(n/1000) + "k"
+	}
+	return strconv.Itoa(n)
+}
+
+func sizeLabel(n int) string {
+	if n%1024 == 0 {
+		return strconv.Itoa(n/1024) + " KiB"
+	}
+	return strconv.Itoa(n) + " B"
+}
+
+// runAll runs every workload runs times, alternating which target goes
+// first so that drift of the machine during the run cancels out. It
+// returns, per row name, the measurements of each target.
+func runAll(ctx context.Context, c *config, log io.Writer) (map[string]*[2][]measurement, error) {
+	results := map[string]*[2][]measurement{}
+	for r := range c.Runs {
+		for i := range c.Workloads {
+			w := &c.Workloads[i]
+			order := [2]int{0, 1}
+			if (i+r)%2 == 1 {
+				order = [2]int{1, 0}
+			}
+			for _, t := range order {
+				if err := ctx.Err(); err != nil {
+					return results, err
+				}
+				fmt.Fprintf(log, "run %d/%d  %-18s on %-8s ... ", r+1, c.Runs, w.Name, c.Labels[t])
+				start := time.Now()
+				ms, err := runOne(ctx, c, w, t, r)
+				if err != nil {
+					fmt.Fprintf(log, "FAILED after %.1fs\n", time.Since(start).Seconds())
+					if ctx.Err() != nil {
+						return results, ctx.Err()
+					}
+					c.notef("%s on %s (run %d) failed: %v", w.Name, c.Labels[t], r+1, err)
+					continue
+				}
+				var parts []string
+				for _, spec := range rowSpecs(w, c.MemKeys, c.MemValSize) {
+					m, ok := ms[spec.Name]
+					if !ok {
+						continue
+					}
+					if results[spec.Name] == nil {
+						results[spec.Name] = &[2][]measurement{}
+					}
+					results[spec.Name][t] = append(results[spec.Name][t], m)
+					parts = append(parts, fmt.Sprintf("%s %s", fmtNum(m.Value), spec.Metric))
+				}
+				fmt.Fprintf(log, "%s (%.1fs)\n", strings.Join(parts, ", "), time.Since(start).Seconds())
+			}
+		}
+	}
+	return results, nil
+}
+
+// runOne starts a fresh server for target t, runs workload w against it
+// and stops it again.
+func runOne(ctx context.Context, c *config, w *workload, t, run int) (map[string]measurement, error) {
+	v := c.Targets[t]
+	tag := fmt.Sprintf("%s-%s-r%d", safeName(w.Name), safeName(c.Labels[t]), run+1)
+	dir := filepath.Join(c.dataDir, tag)
+	srv, err := newServer(v, c.bins, dir, c.ExtraArgs[v.Kind])
+	if err != nil {
+		return nil, err
+	}
+	srv.LogPath = filepath.Join(c.rawDir, tag+".server.log")
+	profiling := c.Profile == w.Name && !w.Memory
+	if profiling && v.Kind == kindEtcd {
+		srv.Pprof = true
+	}
+	defer func() {
+		if err := srv.Stop(); err != nil {
+			c.notef("%s: %v", tag, err)
+		}
+		_ = os.RemoveAll(dir)
+	}()
+	if err := srv.Start(ctx, 60*time.Second); err != nil {
+		return nil, err
+	}
+	if w.Memory {
+		return runMemory(ctx, c, srv, tag)
+	}
+	if w.Setup != nil {
+		if err := w.Setup(ctx, srv.ClientAddr); err != nil {
+			return nil, fmt.Errorf("setup: %w", err)
+		}
+	}
+	var profDone chan error
+	if profiling {
+		profDone = make(chan error, 1)
+		go func() {
+			profDone <- fetchProfile(ctx, srv, c.ProfileSeconds, filepath.Join(c.rawDir, tag+".cpu.pprof"))
+		}()
+	}
+	sums, err := runTool(ctx, c, srv.ClientAddr, w.toolArgs(c.total(w)), filepath.Join(c.rawDir, tag+".txt"))
+	if profDone != nil {
+		if perr := <-profDone; perr != nil {
+			c.notef("profile of %s on %s: %v", w.Name, c.Labels[t], perr)
+		} else {
+			c.notef("CPU profile of %s on %s: %s", w.Name, c.Labels[t], filepath.Join(c.rawDir, tag+".cpu.pprof"))
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if srv.PID() == 0 {
+		return nil, fmt.Errorf("server exited during the run; log tail:\n%s", logTail(srv.LogPath, 20))
+	}
+	s := pickSummary(sums, w.Section)
+	if w.Combine {
+		s = combine(sums)
+	}
+	if s == nil {
+		return nil, fmt.Errorf("no %q summary in the tool output (see %s)", w.Section, filepath.Join(c.rawDir, tag+".txt"))
+	}
+	m := measurement{Value: s.RPS, Errors: s.ErrorCount(), Secs: s.Total, Summary: s}
+	if v, ok := s.Pct("50"); ok {
+		m.P50 = &v
+	}
+	if v, ok := s.Pct("99"); ok {
+		m.P99 = &v
+	}
+	if m.Errors > 0 {
+		c.notef("%s on %s: %d failed requests: %v", w.Name, c.Labels[t], m.Errors, s.Errors)
+	}
+	return map[string]measurement{w.Name: m}, nil
+}
+
+// runTool runs etcd's benchmark tool against endpoint, saving its output,
+// and returns the parsed summaries.
+func runTool(ctx context.Context, c *config, endpoint string, args []string, outPath string) ([]*summary, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.RunTimeout)
+	defer cancel()
+	full := append([]string{"--endpoints", endpoint, "--precise"}, args...)
+	f, err := os.Create(outPath)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fmt.Fprintf(f, "$ %s %s\n", c.bins.Benchmark, strings.Join(full, " "))
+	var stdout bytes.Buffer
+	cmd := exec.CommandContext(ctx, c.bins.Benchmark, full...)
+	cmd.Stdout = io.MultiWriter(&stdout, f)
+	// gRPC's connection chatter goes to stderr; keep it in the file only.
+	cmd.Stderr = f
+	cmd.WaitDelay = 5 * time.Second
+	done, err := procutil.StartTied(cmd)
+	if err != nil {
+		return nil, err
+	}
+	if err := <-done; err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("benchmark %s: %w (timeout %v)", args[0], ctx.Err(), c.RunTimeout)
+		}
+		return nil, fmt.Errorf("benchmark %s: %w (output in %s)", args[0], err, outPath)
+	}
+	return parseBenchmark(stdout.String()), nil
+}
+
+// runMemory loads MemKeys keys, reads the server's RSS, restarts it with
+// SIGTERM and times until a Get succeeds, then reads RSS again.
+func runMemory(ctx context.Context, c *config, srv *server, tag string) (map[string]measurement, error) {
+	load := fmt.Sprintf("%s×%s", countLabel(c.MemKeys), sizeLabel(c.MemValSize))
+	n := strconv.Itoa(c.MemKeys)
+	args := []string{"put", "--clients", "64", "--conns", "8", "--key-size", "8", "--sequential-keys",
+		"--val-size", strconv.Itoa(c.MemValSize), "--total", n, "--key-space-size", n}
+	sums, err := runTool(ctx, c, srv.ClientAddr, args, filepath.Join(c.rawDir, tag+".load.txt"))
+	if err != nil {
+		return nil, fmt.Errorf("load: %w", err)
+	}
+	if s := pickSummary(sums, ""); s == nil || s.ErrorCount() > 0 {
+		return nil, fmt.Errorf("load had failed requests (see %s)", filepath.Join(c.rawDir, tag+".load.txt"))
+	}
+	if got, err := countKeys(ctx, srv.ClientAddr); err != nil {
+		return nil, fmt.Errorf("count after load: %w", err)
+	} else if got != int64(c.MemKeys) {
+		c.notef("%s: %d keys after loading %d", tag, got, c.MemKeys)
+	}
+	rss, status, err := settledRSS(ctx, c, srv)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]measurement{"rss " + load: {Value: rss, Extra: status}}
+
+	stopStart := time.Now()
+	if err := srv.Stop(); err != nil {
+		c.notef("%s: %v", tag, err)
+	}
+	stopSecs := time.Since(stopStart).Seconds()
+	cli, err := newClient(srv.ClientAddr)
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close()
+	start := time.Now()
+	if err := srv.Launch(); err != nil {
+		return nil, fmt.Errorf("restart: %w", err)
+	}
+	served, err := waitServing(ctx, cli, 2*time.Minute)
+	if err != nil {
+		return nil, fmt.Errorf("restart: %w\nlog tail:\n%s", err, logTail(srv.LogPath, 20))
+	}
+	out["restart "+load] = measurement{Value: served.Sub(start).Seconds(), Extra: map[string]float64{"stop_secs": stopSecs}}
+	if got, err := countKeys(ctx, srv.ClientAddr); err != nil {
+		return nil, fmt.Errorf("count after restart: %w", err)
+	} else if got != int64(c.MemKeys) {
+		c.notef("%s: %d keys after restart, %d loaded", tag, got, c.MemKeys)
+	}
+	rss, status, err = settledRSS(ctx, c, srv)
+	if err != nil {
+		return nil, err
+	}
+	out["rss after restart"] = measurement{Value: rss, Extra: status}
+	return out, nil
+}
+
+// settledRSS waits for the settle period (so both servers get the same
+// chance to return garbage to the OS) and reads VmRSS in MiB.
+func settledRSS(ctx context.Context, c *config, srv *server) (float64, map[string]int64, error) {
+	select {
+	case <-time.After(c.Settle):
+	case <-ctx.Done():
+		return 0, nil, ctx.Err()
+	}
+	pid := srv.PID()
+	if pid == 0 {
+		return 0, nil, errors.New("server is not running")
+	}
+	st, err := procStatus(pid)
+	if err != nil {
+		return 0, nil, err
+	}
+	keep := map[string]int64{}
+	for _, k := range []string{"VmRSS", "VmHWM", "RssAnon", "RssFile", "RssShmem"} {
+		if v, ok := st[k]; ok {
+			keep[k+"_kib"] = v
+		}
+	}
+	return float64(st["VmRSS"]) / 1024, keep, nil
+}
+
+// fetchProfile saves a CPU profile of seconds length taken while the
+// workload runs.
+func fetchProfile(ctx context.Context, srv *server, seconds int, path string) error {
+	base := srv.PprofBase()
+	hc := &http.Client{Timeout: time.Duration(seconds)*time.Second + time.Minute}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/profile?seconds=%d", base, seconds), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("%s/profile: %s (does the server serve net/http/pprof?) %s", base, resp.Status, bytes.TrimSpace(body))
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func safeName(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_', r == '.':
+			return r
+		}
+		return '_'
+	}, s)
+}

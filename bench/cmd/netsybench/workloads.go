@@ -1,0 +1,172 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// goal is a performance target for one row: the ratio (first target over
+// second) of Metric must satisfy Op Bound.
+type goal struct {
+	Metric string  `json:"metric"` // "ops", "p50", "p99" or "value"
+	Op     string  `json:"op"`     // ">=" or "<="
+	Bound  float64 `json:"bound"`
+}
+
+func (g *goal) String() string { return fmt.Sprintf("%s %s %.2g×", g.Metric, g.Op, g.Bound) }
+
+func (g *goal) Met(ratio float64) bool {
+	if g.Op == ">=" {
+		return ratio >= g.Bound
+	}
+	return ratio <= g.Bound
+}
+
+// workload is one row (or, for the memory workload, a few rows) of the
+// table. Tool workloads run etcd's benchmark binary with Args plus a total;
+// Setup, if set, runs against the fresh server first.
+type workload struct {
+	Name  string
+	Group string
+	// Tool arguments: the subcommand and its flags, without --total.
+	Args []string
+	// TotalFlag is the flag carrying the request count (--total or
+	// --put-total) and Total its default, scaled by -scale.
+	TotalFlag string
+	Total     int
+	// KeySpace makes --key-space-size follow the scaled total, so every
+	// put of a sequential-key run creates a new key.
+	KeySpace bool
+	// Section names the summary to report when the tool prints several;
+	// Combine merges them all instead (see combine).
+	Section string
+	Combine bool
+	// Latency marks a latency-type row: the table shows the ratio of this
+	// percentile ("50", "99").
+	Latency string
+	Goal    *goal
+	Setup   func(ctx context.Context, endpoint string) error
+	// Memory workloads load keys, read RSS and time a restart instead of
+	// running one tool command.
+	Memory bool
+}
+
+const (
+	singleKey   = "/bench/single"
+	rangePrefix = "/bench/range/"
+	rangeKeys   = 5000
+)
+
+var put = []string{"put", "--key-size", "8", "--sequential-keys", "--val-size", "256"}
+
+func with(base []string, extra ...string) []string {
+	return append(append([]string(nil), base...), extra...)
+}
+
+// workloads is the benchmark in table order. Totals are sized so that each
+// run lasts a few seconds on a small machine.
+var workloads = []workload{
+	{Name: "put-seq", Group: "put", Args: with(put, "--clients", "1", "--conns", "1"),
+		TotalFlag: "--total", Total: 5000, KeySpace: true, Latency: "50",
+		Goal: &goal{Metric: "p50", Op: "<=", Bound: 1.0}},
+	{Name: "put-16", Group: "put", Args: with(put, "--clients", "16", "--conns", "4"),
+		TotalFlag: "--total", Total: 20000, KeySpace: true},
+	{Name: "put-64", Group: "put", Args: with(put, "--clients", "64", "--conns", "8"),
+		TotalFlag: "--total", Total: 40000, KeySpace: true,
+		Goal: &goal{Metric: "ops", Op: ">=", Bound: 1.5}},
+	{Name: "put-256", Group: "put", Args: with(put, "--clients", "256", "--conns", "32"),
+		TotalFlag: "--total", Total: 60000, KeySpace: true,
+		Goal: &goal{Metric: "ops", Op: ">=", Bound: 1.5}},
+
+	{Name: "range-l", Group: "range", Args: []string{"range", singleKey, "--consistency", "l", "--clients", "100", "--conns", "10"},
+		TotalFlag: "--total", Total: 60000, Setup: loadSingle,
+		Goal: &goal{Metric: "ops", Op: ">=", Bound: 1.0}},
+	{Name: "range-s", Group: "range", Args: []string{"range", singleKey, "--consistency", "s", "--clients", "100", "--conns", "10"},
+		TotalFlag: "--total", Total: 100000, Setup: loadSingle,
+		Goal: &goal{Metric: "ops", Op: ">=", Bound: 1.0}},
+	{Name: "range-prefix-500", Group: "range", Args: []string{"range", rangePrefix, prefixEnd(rangePrefix), "--limit", "500", "--consistency", "l", "--clients", "100", "--conns", "10"},
+		TotalFlag: "--total", Total: 3000, Setup: loadPrefix,
+		Goal: &goal{Metric: "ops", Op: ">=", Bound: 1.0}},
+
+	{Name: "txn-put", Group: "txn", Args: []string{"txn-put", "--key-size", "8", "--val-size", "256", "--key-space-size", "100000", "--clients", "100", "--conns", "10"},
+		TotalFlag: "--total", Total: 30000},
+	{Name: "txn-mixed", Group: "txn", Args: []string{"txn-mixed", "--key-size", "8", "--val-size", "256", "--key-space-size", "10000", "--rw-ratio", "1", "--limit", "100", "--consistency", "l", "--clients", "100", "--conns", "10"},
+		TotalFlag: "--total", Total: 10000, Combine: true},
+
+	// 10 streams × 100 watchers over 10 keys: each put fans out to 100
+	// watchers, so events = put-total × 100.
+	{Name: "watch", Group: "watch", Args: []string{"watch", "--clients", "10", "--conns", "10", "--streams", "10", "--watch-per-stream", "100", "--watched-key-total", "10"},
+		TotalFlag: "--put-total", Total: 5000, Section: "watch events received summary"},
+	// Puts at a fixed rate from one client; latency is from the put's
+	// response to each of 100 watchers seeing the event.
+	{Name: "watch-latency", Group: "watch", Args: []string{"watch-latency", "--streams", "10", "--watchers-per-stream", "10", "--put-rate", "200", "--val-size", "256"},
+		TotalFlag: "--put-total", Total: 1000, Section: "watch events summary", Latency: "99",
+		Goal: &goal{Metric: "p99", Op: "<=", Bound: 1.0}},
+
+	{Name: "lease-keepalive", Group: "lease", Args: []string{"lease-keepalive", "--clients", "100", "--conns", "10"},
+		TotalFlag: "--total", Total: 60000},
+
+	{Name: "memory", Group: "memory", Memory: true},
+}
+
+// scaled returns the tool arguments for a run with the given total.
+func (w *workload) toolArgs(total int) []string {
+	args := with(w.Args, w.TotalFlag, strconv.Itoa(total))
+	if w.KeySpace {
+		args = append(args, "--key-space-size", strconv.Itoa(total))
+	}
+	return args
+}
+
+// prefixEnd is the range end that covers every key starting with p.
+func prefixEnd(p string) string {
+	b := []byte(p)
+	for i := len(b) - 1; i >= 0; i-- {
+		if b[i] < 0xff {
+			b[i]++
+			return string(b[:i+1])
+		}
+	}
+	return "\x00"
+}
+
+func loadSingle(ctx context.Context, endpoint string) error {
+	return loadKeys(ctx, endpoint, 1, 256, func(int) string { return singleKey })
+}
+
+func loadPrefix(ctx context.Context, endpoint string) error {
+	return loadKeys(ctx, endpoint, rangeKeys, 256, func(i int) string { return fmt.Sprintf("%s%06d", rangePrefix, i) })
+}
+
+// selectWorkloads keeps the workloads whose name or group is in the
+// comma-separated list (all when it is empty or "all").
+func selectWorkloads(list string) ([]workload, error) {
+	if list == "" || list == "all" {
+		return workloads, nil
+	}
+	var out []workload
+	seen := map[string]bool{}
+	for _, want := range strings.Split(list, ",") {
+		want = strings.TrimSpace(want)
+		found := false
+		for _, w := range workloads {
+			if w.Name == want || w.Group == want {
+				found = true
+				if !seen[w.Name] {
+					seen[w.Name] = true
+					out = append(out, w)
+				}
+			}
+		}
+		if !found {
+			var names []string
+			for _, w := range workloads {
+				names = append(names, w.Name)
+			}
+			return nil, fmt.Errorf("unknown workload %q (known: %s, or a group name)", want, strings.Join(names, ", "))
+		}
+	}
+	return out, nil
+}
