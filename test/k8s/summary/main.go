@@ -161,13 +161,13 @@ func main() {
 			name, status, p.top.pass, p.top.fail, p.top.skip, p.sub.pass, p.sub.fail, p.sub.skip, p.elapsed)
 		if p.result == "fail" && p.top.fail == 0 || p.result == "" {
 			// Crash, timeout or build failure: show what the package printed.
-			printTail("    | ", append(buildOut[name], p.output...), maxFailureLines)
+			printLines("    | ", append(buildOut[name], p.output...), maxFailureLines)
 		}
 	}
 	for name := range buildFailed {
 		if _, ok := pkgs[name]; !ok {
 			fmt.Printf("%-45s FAIL (build failed)\n", name)
-			printTail("    | ", buildOut[name], maxFailureLines)
+			printLines("    | ", buildOut[name], maxFailureLines)
 			bad = true
 		}
 	}
@@ -203,15 +203,17 @@ func short(pkg string) string {
 
 func printFailure(pkg, test string, out []string) {
 	fmt.Printf("=== FAIL %s %s\n", short(pkg), test)
-	printTail("    | ", out, maxFailureLines)
+	printLines("    | ", out, maxFailureLines)
 }
 
-func printTail(prefix string, out []string, max int) {
+func printLines(prefix string, out []string, max int) {
 	text := strings.Join(out, "")
 	lines := strings.Split(strings.TrimRight(text, "\n"), "\n")
 	if len(lines) > max {
-		fmt.Printf("%s... (%d earlier lines omitted)\n", prefix, len(lines)-max)
-		lines = lines[len(lines)-max:]
+		// Keep the start (first errors) and the end (final verdicts).
+		head, rest := lines[:max/2], lines[len(lines)-max/2:]
+		omitted := fmt.Sprintf("... (%d lines omitted)", len(lines)-max)
+		lines = append(append(head[:len(head):len(head)], omitted), rest...)
 	}
 	for _, l := range lines {
 		if l != "" {

@@ -62,8 +62,7 @@ const (
 
 	startAttempts = 5
 	readyTimeout  = 60 * time.Second
-	stopTimeout   = 10 * time.Second
-	logTailLines  = 40
+	logTailLines  = 15
 
 	etcdDefaultProgressNotifyInterval = 10 * time.Minute
 )
@@ -84,7 +83,7 @@ func NewTestConfig(t testing.TB) *embed.Config {
 
 // RunEtcd launches a server described by cfg (NewTestConfig(t) when nil),
 // waits until it is ready and returns a client connected to it. The server
-// process is stopped and its directory removed when the test ends.
+// process is killed and its directory removed when the test ends.
 func RunEtcd(t testing.TB, cfg *embed.Config) *kubernetes.Client {
 	t.Helper()
 	if cfg == nil {
@@ -261,8 +260,7 @@ func launch(t testing.TB, kind, bin string, cfg *embed.Config, attempt int) (*se
 	t.Cleanup(func() {
 		s.stop()
 		if t.Failed() {
-			t.Logf("testserver: %s log (%s), last lines:\n%s", kind, logPath, tail(logPath))
-			saveLog(t, logPath)
+			t.Logf("testserver: %s log saved as %s, last lines:\n%s", kind, saveLog(t, logPath), tail(logPath))
 		}
 	})
 	return s, nil
@@ -297,19 +295,17 @@ func (s *server) waitReady(readyURL string) error {
 	}
 }
 
+// stop kills the server outright: its data is thrown away anyway, and a
+// graceful shutdown would wait for the streams of clients the tests never
+// close (seconds per test).
 func (s *server) stop() {
 	select {
 	case <-s.exited:
 		return
 	default:
 	}
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.exited:
-	case <-time.After(stopTimeout):
-		_ = s.cmd.Process.Kill()
-		<-s.exited
-	}
+	_ = s.cmd.Process.Kill()
+	<-s.exited
 }
 
 var (
@@ -373,14 +369,16 @@ func tail(path string) string {
 	return strings.Join(lines, "\n")
 }
 
-func saveLog(t testing.TB, path string) {
+// saveLog copies a failed test's server log to K8S_TEST_LOG_DIR and returns
+// where it is.
+func saveLog(t testing.TB, path string) string {
 	dir := os.Getenv("K8S_TEST_LOG_DIR")
 	if dir == "" {
-		return
+		return path + " (removed with the test's temp dir)"
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return
+		return err.Error()
 	}
 	name := strings.Map(func(r rune) rune {
 		switch {
@@ -390,7 +388,7 @@ func saveLog(t testing.TB, path string) {
 		return '_'
 	}, t.Name())
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return
+		return err.Error()
 	}
 	dst := filepath.Join(dir, name+".log")
 	for i := 2; ; i++ { // one test may run several servers
@@ -399,5 +397,8 @@ func saveLog(t testing.TB, path string) {
 		}
 		dst = filepath.Join(dir, fmt.Sprintf("%s.%d.log", name, i))
 	}
-	_ = os.WriteFile(dst, bytes.TrimSpace(data), 0o644)
+	if err := os.WriteFile(dst, bytes.TrimSpace(data), 0o644); err != nil {
+		return err.Error()
+	}
+	return dst
 }
