@@ -1,0 +1,186 @@
+package datafile
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+
+	"google.golang.org/protobuf/proto"
+
+	netsyv1 "github.com/netsy-io/netsy/proto/netsyv1"
+)
+
+// Snapshot is the full state at Header.Index / Header.Revision.
+type Snapshot struct {
+	Header *netsyv1.SnapshotHeader
+	// KVs are ordered by (ModRevision, Sub).
+	KVs    []*netsyv1.KeyVersion
+	Leases []*netsyv1.SnapshotLease
+}
+
+// EncodeSnapshot writes s as a sealed snapshot file. The header written
+// carries the real record counts; a header that already states different
+// counts is rejected as a caller bug. w is buffered internally.
+func EncodeSnapshot(w io.Writer, s *Snapshot) error {
+	if s == nil || s.Header == nil {
+		return errors.New("encode snapshot: missing header")
+	}
+	h := proto.Clone(s.Header).(*netsyv1.SnapshotHeader)
+	if err := fillCount(&h.KeyVersions, len(s.KVs), "key versions"); err != nil {
+		return fmt.Errorf("encode snapshot %d: %w", h.Index, err)
+	}
+	if err := fillCount(&h.Leases, len(s.Leases), "leases"); err != nil {
+		return fmt.Errorf("encode snapshot %d: %w", h.Index, err)
+	}
+	for i := 1; i < len(s.KVs); i++ {
+		if kvLess(s.KVs[i], s.KVs[i-1]) {
+			return fmt.Errorf("encode snapshot %d: key version %d is out of (mod_revision, sub) order", h.Index, i)
+		}
+	}
+	bw := bufio.NewWriterSize(w, 256<<10)
+	dw, err := NewWriter(bw, KindSnapshot)
+	if err != nil {
+		return fmt.Errorf("encode snapshot %d: %w", h.Index, err)
+	}
+	dw.setRange(h.Index, h.Revision)
+	// One record and one wrapper of each oneof case are reused, so the loop
+	// does not allocate per key version.
+	rec := &netsyv1.SnapshotRecord{Record: &netsyv1.SnapshotRecord_Header{Header: h}}
+	if err := dw.appendMessage(rec); err != nil {
+		return fmt.Errorf("encode snapshot %d header: %w", h.Index, err)
+	}
+	kv := &netsyv1.SnapshotRecord_Kv{}
+	rec.Record = kv
+	for i, v := range s.KVs {
+		kv.Kv = v
+		if err := dw.appendMessage(rec); err != nil {
+			return fmt.Errorf("encode snapshot %d key version %d: %w", h.Index, i, err)
+		}
+	}
+	l := &netsyv1.SnapshotRecord_Lease{}
+	rec.Record = l
+	for i, v := range s.Leases {
+		l.Lease = v
+		if err := dw.appendMessage(rec); err != nil {
+			return fmt.Errorf("encode snapshot %d lease %d: %w", h.Index, i, err)
+		}
+	}
+	if _, err := dw.Finish(); err != nil {
+		return fmt.Errorf("encode snapshot %d: %w", h.Index, err)
+	}
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("encode snapshot %d: %w", h.Index, err)
+	}
+	return nil
+}
+
+func fillCount(field *int64, n int, what string) error {
+	if *field != 0 && *field != int64(n) {
+		return fmt.Errorf("header counts %d %s, snapshot has %d", *field, what, n)
+	}
+	*field = int64(n)
+	return nil
+}
+
+func kvLess(a, b *netsyv1.KeyVersion) bool {
+	if a.ModRevision != b.ModRevision {
+		return a.ModRevision < b.ModRevision
+	}
+	return a.Sub < b.Sub
+}
+
+// DecodeSnapshot reads a sealed snapshot file and checks its structure: the
+// header record first, key versions in order, leases last, counts equal to
+// the header's and footer ranges equal to the header's index and revision.
+func DecodeSnapshot(name string, r io.Reader) (*Snapshot, error) {
+	dr, err := NewReader(name, r)
+	if err != nil {
+		return nil, err
+	}
+	if dr.hdr.Kind != KindSnapshot {
+		return nil, fmt.Errorf("data file %s: a %s is not a snapshot", name, dr.hdr.Kind)
+	}
+	var c snapshotChecker
+	for {
+		payload, err := dr.Next()
+		if err == io.EOF {
+			f, _ := dr.Footer()
+			if err := c.finish(name, dr.off-FooterSize, f); err != nil {
+				return nil, err
+			}
+			return &c.snap, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		rec := &netsyv1.SnapshotRecord{}
+		if err := proto.Unmarshal(payload, rec); err != nil {
+			return nil, corruptf(name, dr.recOff, "decode snapshot record: %v", err)
+		}
+		if err := c.add(name, dr.recOff, rec); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// snapshotChecker enforces the record order of a snapshot while collecting
+// it, shared by DecodeSnapshot and Inspect.
+type snapshotChecker struct {
+	snap Snapshot
+}
+
+func (c *snapshotChecker) add(name string, off int64, rec *netsyv1.SnapshotRecord) error {
+	s := &c.snap
+	switch v := rec.Record.(type) {
+	case *netsyv1.SnapshotRecord_Header:
+		if s.Header != nil {
+			return corruptf(name, off, "second snapshot header")
+		}
+		if v.Header == nil {
+			return corruptf(name, off, "empty snapshot header")
+		}
+		s.Header = v.Header
+		return nil
+	case nil:
+		return corruptf(name, off, "snapshot record holds nothing")
+	}
+	if s.Header == nil {
+		return corruptf(name, off, "snapshot record before the header")
+	}
+	switch v := rec.Record.(type) {
+	case *netsyv1.SnapshotRecord_Kv:
+		switch {
+		case v.Kv == nil:
+			return corruptf(name, off, "empty key version")
+		case len(s.Leases) > 0:
+			return corruptf(name, off, "key version after leases")
+		case len(s.KVs) > 0 && kvLess(v.Kv, s.KVs[len(s.KVs)-1]):
+			return corruptf(name, off, "key version out of (mod_revision, sub) order")
+		}
+		s.KVs = append(s.KVs, v.Kv)
+	case *netsyv1.SnapshotRecord_Lease:
+		if v.Lease == nil {
+			return corruptf(name, off, "empty lease")
+		}
+		s.Leases = append(s.Leases, v.Lease)
+	default:
+		return corruptf(name, off, "unknown snapshot record %T", v)
+	}
+	return nil
+}
+
+func (c *snapshotChecker) finish(name string, footerOff int64, f Footer) error {
+	h := c.snap.Header
+	switch {
+	case h == nil:
+		return corruptf(name, HeaderSize, "snapshot has no header record")
+	case h.KeyVersions != int64(len(c.snap.KVs)) || h.Leases != int64(len(c.snap.Leases)):
+		return corruptf(name, HeaderSize, "header counts %d key versions and %d leases, file holds %d and %d",
+			h.KeyVersions, h.Leases, len(c.snap.KVs), len(c.snap.Leases))
+	case f.FirstIndex != h.Index || f.LastIndex != h.Index || f.FirstRevision != h.Revision || f.LastRevision != h.Revision:
+		return corruptf(name, footerOff, "footer ranges index %d..%d revision %d..%d do not match snapshot index %d revision %d",
+			f.FirstIndex, f.LastIndex, f.FirstRevision, f.LastRevision, h.Index, h.Revision)
+	}
+	return nil
+}
