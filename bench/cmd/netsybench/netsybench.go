@@ -137,6 +137,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	c.stamp = stamp
 	c.rawDir = filepath.Join(*outDir, stamp)
 	c.dataDir = filepath.Join(root, ".cache", "bench", "run-"+stamp)
+	if c.bins, err = buildBinaries(ctx, root, c.Targets, *netsyBin, stderr); err != nil {
+		return fail(err)
+	}
 	for _, d := range []string{c.rawDir, c.dataDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return fail(err)
@@ -145,10 +148,6 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer os.RemoveAll(c.dataDir)
 	// Whatever happens below, no server outlives the harness.
 	defer stopAllServers()
-
-	if c.bins, err = buildBinaries(ctx, root, c.Targets, *netsyBin, stderr); err != nil {
-		return fail(err)
-	}
 	rep := &report{
 		Started:  started,
 		Machine:  describeMachine(root, c.bins.Etcd, c.dataDir),
