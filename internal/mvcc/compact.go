@@ -1,0 +1,88 @@
+package mvcc
+
+import (
+	"sort"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+)
+
+// Compact drops history at and below rev. It returns ErrCompacted when rev
+// is not above the current floor and ErrFutureRev when rev > Rev().
+//
+// What survives, per key: every version with mod_revision >= rev, plus the
+// newest older version if it is live. Reads at rev and later need nothing
+// else. Keeping all of revision rev (tombstones included) and the live
+// version each of its events replaced lets Events(rev, ...) still return
+// rev's events complete with PrevKv, which etcd itself loses at the floor
+// and Kubernetes' watch cache rejects on DELETE events.
+func (s *Store) Compact(rev int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if rev <= s.compactRev.Load() {
+		return ErrCompacted
+	}
+	if rev > s.rev.Load() {
+		return ErrFutureRev
+	}
+	s.compact(rev)
+	return nil
+}
+
+func (s *Store) compact(rev int64) {
+	// After the previous compaction every key held at most one version
+	// below the old floor, so only keys written since then can hold
+	// anything to drop, and the log names exactly those.
+	p := s.logSearch(rev)
+	for _, e := range s.log[:p] {
+		if ki := s.idx.get(e.kv.Key); ki != nil {
+			s.trim(ki, rev)
+		}
+	}
+	if p >= len(s.log)-p {
+		// Most of the log goes: move the rest to a right-sized array so
+		// the dead prefix is freed now rather than on a later append.
+		s.log = append(make([]logEntry, 0, len(s.log)-p+len(s.log)/8+16), s.log[p:]...)
+	} else {
+		clear(s.log[:p])
+		s.log = s.log[p:]
+	}
+	s.compactRev.Store(rev)
+	if s.idx.sparse() {
+		s.idx.rebuild()
+	}
+}
+
+// trim drops the versions of ki that compaction at rev makes unreachable.
+func (s *Store) trim(ki *keyIndex, rev int64) {
+	h := ki.hist
+	j := sort.Search(len(h), func(i int) bool { return h[i].ModRevision >= rev })
+	if j == 0 {
+		return
+	}
+	drop := j - 1
+	if tombstone(h[j-1]) {
+		drop = j
+	}
+	if drop == 0 {
+		return
+	}
+	for _, kv := range h[:drop] {
+		s.bytes -= int64(len(kv.Value))
+	}
+	s.versions -= int64(drop)
+	n := len(h) - drop
+	if n == 0 {
+		// Only a dead key loses every version: the live count stays.
+		s.idx.delete(ki.key)
+		s.bytes -= int64(len(ki.key))
+		ki.hist = nil
+		return
+	}
+	if cap(h) > 8 && cap(h) > 4*n {
+		ki.hist = append(make([]*mvccpb.KeyValue, 0, n), h[drop:]...)
+		return
+	}
+	copy(h, h[drop:])
+	clear(h[n:])
+	ki.hist = h[:n]
+}

@@ -1,0 +1,52 @@
+package mvcc
+
+import "go.etcd.io/etcd/api/v3/mvccpb"
+
+// Events returns the events with from <= mod_revision <= to in (revision,
+// sub) order. It returns whole revisions only and stops after the revision
+// at which the result reaches limit events (limit <= 0: no limit); next is
+// the first revision not returned. PrevKv is set when the key was live
+// before the event. from < CompactRev() returns ErrCompacted; to is capped at
+// Rev().
+//
+// The events are built per call from the shared log, so callers may keep
+// them; the KeyValues they point to are shared and must not be modified.
+func (s *Store) Events(from, to int64, limit int) ([]*mvccpb.Event, int64, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if from < s.compactRev.Load() {
+		return nil, from, ErrCompacted
+	}
+	to = min(to, s.rev.Load())
+	if from > to {
+		return nil, from, nil
+	}
+	start := s.logSearch(from)
+	end := start
+	next := to + 1
+	for end < len(s.log) {
+		r := s.log[end].kv.ModRevision
+		if r > to {
+			break
+		}
+		if limit > 0 && end-start >= limit && r != s.log[end-1].kv.ModRevision {
+			next = r
+			break
+		}
+		end++
+	}
+	if end == start {
+		return nil, next, nil
+	}
+	evs := make([]mvccpb.Event, end-start)
+	out := make([]*mvccpb.Event, end-start)
+	for i, e := range s.log[start:end] {
+		ev := &evs[i]
+		ev.Kv, ev.PrevKv = e.kv, e.prev
+		if tombstone(e.kv) {
+			ev.Type = mvccpb.DELETE
+		}
+		out[i] = ev
+	}
+	return out, next, nil
+}
