@@ -1,0 +1,63 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/netsy-io/netsy/internal/clock"
+	"github.com/netsy-io/netsy/internal/config"
+	"github.com/netsy-io/netsy/internal/node"
+)
+
+const usage = `netsy runs a Netsy node: an etcd v3 compatible key-value server.
+
+With no flags it serves the etcd API on 127.0.0.1:2379 and keeps its data
+under ./netsy-data. Every flag can also be set through the environment
+variable NETSY_<FLAG> (upper case, '-' becomes '_'); a flag on the command
+line wins over the environment.
+
+Flags:
+`
+
+// Run starts a node and blocks until ctx is done, returning the exit code.
+func Run(ctx context.Context, args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("netsy", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fs.PrintDefaults()
+	}
+	cfg, err := config.Parse(fs, args, os.Getenv)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "netsy: %v\n", err)
+		return 2
+	}
+	logger := hclog.New(&hclog.LoggerOptions{
+		Name:       "netsy",
+		Level:      hclog.LevelFromString(cfg.LogLevel),
+		JSONFormat: cfg.LogFormat == "json",
+		Output:     stderr,
+	})
+	n, err := node.Start(cfg, logger, clock.Real())
+	if err != nil {
+		logger.Error("start failed", "error", err)
+		return 1
+	}
+	<-ctx.Done()
+	logger.Info("shutting down")
+	if err := n.Close(); err != nil {
+		logger.Error("shutdown", "error", err)
+		return 1
+	}
+	logger.Info("stopped")
+	return 0
+}

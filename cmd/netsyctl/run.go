@@ -1,0 +1,91 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+const usage = `netsyctl operates Netsy nodes.
+
+Usage: netsyctl <command> [flags]
+
+Commands:
+  members          list the cluster's members
+  snapshot save F  stream a consistent snapshot from a node into file F
+  inspect F        dump a Netsy data file (segment, chunk or snapshot)
+
+Run 'netsyctl <command> -h' for the command's flags.
+`
+
+// Run executes one netsyctl command and returns the exit code.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(stderr, usage)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	cmds := map[string]func(context.Context, []string, io.Writer) error{
+		"members":  runMembers,
+		"snapshot": runSnapshot,
+		"inspect":  runInspect,
+	}
+	cmd, ok := cmds[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "netsyctl: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	if err := cmd(ctx, args[1:], stdout); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(stderr, "netsyctl %s: %v\n", args[0], err)
+		return 1
+	}
+	return 0
+}
+
+// common holds the flags every command that talks to a node shares.
+type common struct {
+	endpoints string
+	output    string
+	timeout   time.Duration
+}
+
+func (c *common) bind(fs *flag.FlagSet) {
+	fs.StringVar(&c.endpoints, "endpoints", "127.0.0.1:2379", "comma-separated client endpoints")
+	fs.StringVar(&c.output, "o", "table", "output format: table or json")
+	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "time limit for the command")
+}
+
+func (c *common) check() error {
+	if c.output != "table" && c.output != "json" {
+		return fmt.Errorf("-o: %q is not table or json", c.output)
+	}
+	return nil
+}
+
+func (c *common) client() (*clientv3.Client, error) {
+	return clientv3.New(clientv3.Config{Endpoints: strings.Split(c.endpoints, ","), DialTimeout: c.timeout})
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func newFlagSet(name string, w io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("netsyctl "+name, flag.ContinueOnError)
+	fs.SetOutput(w)
+	return fs
+}

@@ -1,0 +1,136 @@
+package config
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+)
+
+// Config is everything a node is started with.
+type Config struct {
+	// DataDir holds the local log segments, snapshots and node identity.
+	DataDir string
+	// ClientAddr is the host:port of the etcd v3 client API.
+	ClientAddr string
+	// HTTPAddr is the host:port serving /healthz, /readyz and /metrics.
+	HTTPAddr string
+	// ProgressNotifyInterval is how often idle watches with progress_notify
+	// receive a progress event.
+	ProgressNotifyInterval time.Duration
+	// LogLevel is one of trace, debug, info, warn, error.
+	LogLevel string
+	// LogFormat is text or json.
+	LogFormat string
+	// Name is the member name reported by MemberList.
+	Name string
+}
+
+// Default returns the configuration of `netsy` run with no flags.
+func Default() Config {
+	return Config{
+		DataDir:                "./netsy-data",
+		ClientAddr:             "127.0.0.1:2379",
+		HTTPAddr:               "127.0.0.1:2381",
+		ProgressNotifyInterval: 5 * time.Second,
+		LogLevel:               "info",
+		LogFormat:              "text",
+		Name:                   "default",
+	}
+}
+
+// Validate reports the first invalid field by its flag name.
+func (c Config) Validate() error {
+	if c.DataDir == "" {
+		return errors.New("--data-dir: must not be empty")
+	}
+	if err := checkHostPort(c.ClientAddr); err != nil {
+		return fmt.Errorf("--client-addr: %w", err)
+	}
+	if err := checkHostPort(c.HTTPAddr); err != nil {
+		return fmt.Errorf("--http-addr: %w", err)
+	}
+	if c.ProgressNotifyInterval <= 0 {
+		return fmt.Errorf("--progress-notify-interval: must be positive, got %s", c.ProgressNotifyInterval)
+	}
+	switch strings.ToLower(c.LogLevel) {
+	case "trace", "debug", "info", "warn", "error":
+	default:
+		return fmt.Errorf("--log-level: %q is not one of trace, debug, info, warn, error", c.LogLevel)
+	}
+	switch c.LogFormat {
+	case "text", "json":
+	default:
+		return fmt.Errorf("--log-format: %q is not text or json", c.LogFormat)
+	}
+	if c.Name == "" {
+		return errors.New("--name: must not be empty")
+	}
+	return nil
+}
+
+func checkHostPort(s string) error {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port: %w", s, err)
+	}
+	if host == "" {
+		return fmt.Errorf("%q has no host (use 0.0.0.0 to listen on every interface)", s)
+	}
+	if _, err := net.LookupPort("tcp", port); err != nil {
+		return fmt.Errorf("%q has a bad port: %w", s, err)
+	}
+	return nil
+}
+
+// EnvName is the environment variable that backs a flag.
+func EnvName(flagName string) string {
+	return "NETSY_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// Bind registers the node's flags on fs, writing into c.
+func (c *Config) Bind(fs *flag.FlagSet) {
+	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory for the local log, snapshots and node identity")
+	fs.StringVar(&c.ClientAddr, "client-addr", c.ClientAddr, "host:port of the etcd v3 client API")
+	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "host:port serving /healthz, /readyz and /metrics")
+	fs.DurationVar(&c.ProgressNotifyInterval, "progress-notify-interval", c.ProgressNotifyInterval, "interval of watch progress notifications")
+	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level: trace, debug, info, warn or error")
+	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log format: text or json")
+	fs.StringVar(&c.Name, "name", c.Name, "member name reported by MemberList")
+}
+
+// Parse parses args into a Config: flags first, then NETSY_<NAME>
+// environment variables for flags not given, then validation.
+func Parse(fs *flag.FlagSet, args []string, getenv func(string) string) (Config, error) {
+	c := Default()
+	c.Bind(fs)
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		if set[f.Name] || envErr != nil {
+			return
+		}
+		if v := getenv(EnvName(f.Name)); v != "" {
+			if err := f.Value.Set(v); err != nil {
+				envErr = fmt.Errorf("--%s (from %s=%q): %w", f.Name, EnvName(f.Name), v, err)
+			}
+		}
+	})
+	if envErr != nil {
+		return c, envErr
+	}
+	return c, c.Validate()
+}

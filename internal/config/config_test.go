@@ -1,0 +1,65 @@
+package config
+
+import (
+	"flag"
+	"io"
+	"strings"
+	"testing"
+	"time"
+)
+
+func parse(args []string, env map[string]string) (Config, error) {
+	fs := flag.NewFlagSet("netsy", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	return Parse(fs, args, func(k string) string { return env[k] })
+}
+
+func TestDefaultsAreValid(t *testing.T) {
+	c, err := parse(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c != Default() {
+		t.Fatalf("no flags gave %+v, want defaults", c)
+	}
+}
+
+func TestFlagsEnvAndErrors(t *testing.T) {
+	cases := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		check   func(Config) bool
+		wantErr string
+	}{
+		{name: "flag", args: []string{"--client-addr", "127.0.0.1:23790"}, check: func(c Config) bool { return c.ClientAddr == "127.0.0.1:23790" }},
+		{name: "env fallback", env: map[string]string{"NETSY_DATA_DIR": "/tmp/x", "NETSY_PROGRESS_NOTIFY_INTERVAL": "250ms"},
+			check: func(c Config) bool { return c.DataDir == "/tmp/x" && c.ProgressNotifyInterval == 250*time.Millisecond }},
+		{name: "flag beats env", args: []string{"--log-level=debug"}, env: map[string]string{"NETSY_LOG_LEVEL": "error"},
+			check: func(c Config) bool { return c.LogLevel == "debug" }},
+		{name: "bad addr", args: []string{"--client-addr", "nonsense"}, wantErr: "--client-addr"},
+		{name: "empty host", args: []string{"--http-addr", ":2381"}, wantErr: "--http-addr"},
+		{name: "bad duration env", env: map[string]string{"NETSY_PROGRESS_NOTIFY_INTERVAL": "soon"}, wantErr: "NETSY_PROGRESS_NOTIFY_INTERVAL"},
+		{name: "zero interval", args: []string{"--progress-notify-interval=0s"}, wantErr: "--progress-notify-interval"},
+		{name: "bad level", args: []string{"--log-level=loud"}, wantErr: "--log-level"},
+		{name: "bad format", args: []string{"--log-format=xml"}, wantErr: "--log-format"},
+		{name: "stray arg", args: []string{"extra"}, wantErr: "unexpected argument"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := parse(tc.args, tc.env)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want mention of %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.check(c) {
+				t.Fatalf("unexpected config %+v", c)
+			}
+		})
+	}
+}

@@ -1,0 +1,403 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/netsy-io/netsy/internal/clock"
+	"github.com/netsy-io/netsy/internal/datafile"
+	"github.com/netsy-io/netsy/internal/mvcc"
+	"github.com/netsy-io/netsy/proto/netsyv1"
+)
+
+// Storage makes entries durable. Append must not wait for I/O: the storage
+// reports progress by calling Engine.OnSync in index order.
+type Storage interface {
+	LoadSnapshot() (*datafile.Snapshot, error)
+	Replay(from uint64, fn func(*netsyv1.Entry) error) error
+	Append(e *netsyv1.Entry) error
+	SaveSnapshot(s *datafile.Snapshot) error
+}
+
+// Config configures an Engine. Zero values take the defaults.
+type Config struct {
+	Storage Storage
+	Clock   clock.Clock
+	Logger  hclog.Logger
+
+	ClusterID uint64
+	MemberID  uint64
+	// Members lists the cluster for MemberList; nil reports no members.
+	Members func() []*pb.Member
+
+	// SnapshotEntries is how many entries may follow the last local
+	// snapshot before a new one is written (default 100000).
+	SnapshotEntries uint64
+	// LeaseCheckInterval is how often expired leases are looked for
+	// (default 500ms).
+	LeaseCheckInterval time.Duration
+	// MinLeaseTTL is the smallest TTL granted, in seconds (default 2, as
+	// etcd with its default election timeout).
+	MinLeaseTTL int64
+}
+
+func (c *Config) setDefaults() {
+	if c.Clock == nil {
+		c.Clock = clock.Real()
+	}
+	if c.Logger == nil {
+		c.Logger = hclog.NewNullLogger()
+	}
+	if c.SnapshotEntries == 0 {
+		c.SnapshotEntries = 100000
+	}
+	if c.LeaseCheckInterval == 0 {
+		c.LeaseCheckInterval = 500 * time.Millisecond
+	}
+	if c.MinLeaseTTL == 0 {
+		c.MinLeaseTTL = 2
+	}
+}
+
+// Engine is the single-writer database core.
+type Engine struct {
+	cfg   Config
+	log   hclog.Logger
+	store *mvcc.Store
+	lease *lessor
+
+	proposals chan *proposal
+	syncKick  chan struct{}
+
+	// Written by OnSync (storage goroutine), read by the loop.
+	syncMu    sync.Mutex
+	syncedIdx uint64
+	syncErr   error
+
+	// Committed state, readable from any goroutine.
+	committedRev atomic.Int64
+	committedIdx atomic.Uint64
+	compactRev   atomic.Int64
+	failed       atomic.Pointer[error]
+
+	notifyMu sync.Mutex
+	notifyCh chan struct{}
+
+	// Owned by the loop goroutine.
+	lastIdx      uint64
+	lastRev      int64
+	pending      []*pendingEntry
+	noopWaiters  []*proposal
+	sinceSnap    uint64
+	snapshotting bool
+	snapDone     chan struct{}
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// pendingEntry is an appended entry waiting for durability.
+type pendingEntry struct {
+	index uint64
+	rev   int64
+	entry *netsyv1.Entry
+	p     *proposal // nil for internal entries (lease expiry)
+}
+
+// Open restores the engine from storage (newest snapshot plus the entries
+// after it) and starts its loop.
+func Open(cfg Config) (*Engine, error) {
+	cfg.setDefaults()
+	if cfg.Storage == nil {
+		return nil, errors.New("engine: no storage")
+	}
+	e := &Engine{
+		cfg:       cfg,
+		log:       cfg.Logger.Named("engine"),
+		store:     mvcc.New(),
+		lease:     newLessor(cfg.Clock),
+		proposals: make(chan *proposal, 1024),
+		syncKick:  make(chan struct{}, 1),
+		snapDone:  make(chan struct{}, 1),
+		notifyCh:  make(chan struct{}),
+	}
+	if err := e.recover(); err != nil {
+		return nil, err
+	}
+	e.ctx, e.cancel = context.WithCancel(context.Background())
+	// The ticker is armed before Open returns so fake-clock tests can
+	// advance time right away.
+	ticker := e.cfg.Clock.NewTicker(e.cfg.LeaseCheckInterval)
+	e.wg.Add(1)
+	go e.run(ticker)
+	return e, nil
+}
+
+func (e *Engine) recover() error {
+	snap, err := e.cfg.Storage.LoadSnapshot()
+	if err != nil {
+		return fmt.Errorf("load snapshot: %w", err)
+	}
+	from := uint64(1)
+	if snap != nil {
+		h := snap.Header
+		if err := e.store.Restore(h.Revision, h.CompactRevision, snap.KVs); err != nil {
+			return fmt.Errorf("restore snapshot at index %d: %w", h.Index, err)
+		}
+		e.lastIdx, e.lastRev = h.Index, h.Revision
+		e.compactRev.Store(h.CompactRevision)
+		for _, l := range snap.Leases {
+			e.lease.grant(l.Id, l.Ttl)
+		}
+		e.lease.reattach(e.store, h.Revision)
+		from = h.Index + 1
+	}
+	n := 0
+	err = e.cfg.Storage.Replay(from, func(ent *netsyv1.Entry) error {
+		if ent.Index != e.lastIdx+1 && e.lastIdx != 0 {
+			return fmt.Errorf("log hole: entry %d follows %d", ent.Index, e.lastIdx)
+		}
+		if err := e.applyEntry(ent); err != nil {
+			return fmt.Errorf("replay entry %d: %w", ent.Index, err)
+		}
+		n++
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("replay log: %w", err)
+	}
+	e.committedIdx.Store(e.lastIdx)
+	e.committedRev.Store(e.lastRev)
+	e.sinceSnap = uint64(n)
+	e.log.Info("recovered", "index", e.lastIdx, "rev", e.lastRev, "compact_rev", e.compactRev.Load(), "replayed", n, "leases", e.lease.count())
+	return nil
+}
+
+// applyEntry applies a logged entry without evaluating anything: the path
+// of replay and of followers.
+func (e *Engine) applyEntry(ent *netsyv1.Entry) error {
+	for _, g := range ent.LeaseGrants {
+		e.lease.grant(g.Id, g.Ttl)
+	}
+	if len(ent.Ops) > 0 {
+		rev := e.store.Rev() + 1
+		if ent.Revision != rev {
+			return fmt.Errorf("entry revision %d, expected %d", ent.Revision, rev)
+		}
+		for _, op := range ent.Ops {
+			switch op.Type {
+			case netsyv1.Op_PUT:
+				e.lease.track(e.store.Put(rev, op.Key, op.Value, op.Lease))
+			case netsyv1.Op_DELETE:
+				ev := e.store.Delete(rev, op.Key)
+				if ev == nil {
+					return fmt.Errorf("delete of missing key %q", op.Key)
+				}
+				e.lease.track(ev)
+			}
+		}
+	} else if ent.Revision != e.store.Rev() {
+		return fmt.Errorf("key-less entry at revision %d, store at %d", ent.Revision, e.store.Rev())
+	}
+	for _, id := range ent.LeaseRevokes {
+		e.lease.revoke(id)
+	}
+	if ent.CompactRevision > 0 {
+		if err := e.store.Compact(ent.CompactRevision); err != nil && !errors.Is(err, mvcc.ErrCompacted) {
+			return fmt.Errorf("compact %d: %w", ent.CompactRevision, err)
+		}
+		e.compactRev.Store(e.store.CompactRev())
+	}
+	e.lastIdx, e.lastRev = ent.Index, ent.Revision
+	return nil
+}
+
+// OnSync is called by the Storage once every entry up to index is durable,
+// or with an error when durability failed for good.
+func (e *Engine) OnSync(index uint64, err error) {
+	e.syncMu.Lock()
+	if err != nil && e.syncErr == nil {
+		e.syncErr = err
+	}
+	if index > e.syncedIdx {
+		e.syncedIdx = index
+	}
+	e.syncMu.Unlock()
+	select {
+	case e.syncKick <- struct{}{}:
+	default:
+	}
+}
+
+// Close stops the loop. Writes not yet durable fail with ErrStopped.
+func (e *Engine) Close() error {
+	e.cancel()
+	e.wg.Wait()
+	return nil
+}
+
+func (e *Engine) run(ticker clock.Ticker) {
+	defer e.wg.Done()
+	defer ticker.Stop()
+	for {
+		select {
+		case <-e.ctx.Done():
+			e.failAll(ErrStopped)
+			return
+		case p := <-e.proposals:
+			e.handle(p)
+			// Drain what else is queued so one sync covers the batch.
+			for more := true; more; {
+				select {
+				case p := <-e.proposals:
+					e.handle(p)
+				default:
+					more = false
+				}
+			}
+		case <-e.syncKick:
+			e.processSync()
+		case <-ticker.C():
+			e.expireLeases()
+		case <-e.snapDone:
+			e.snapshotting = false
+		}
+	}
+}
+
+func (e *Engine) processSync() {
+	e.syncMu.Lock()
+	idx, err := e.syncedIdx, e.syncErr
+	e.syncMu.Unlock()
+	e.commitUpTo(idx)
+	if err != nil && e.failed.Load() == nil {
+		e.log.Error("durable storage failed; refusing writes", "error", err)
+		ferr := fmt.Errorf("%w: %v", ErrUnavailable, err)
+		e.failed.Store(&ferr)
+		e.failAll(ferr)
+	}
+}
+
+// commitUpTo makes entries up to idx visible and answers their writers.
+func (e *Engine) commitUpTo(idx uint64) {
+	if idx <= e.committedIdx.Load() {
+		return
+	}
+	n := 0
+	for n < len(e.pending) && e.pending[n].index <= idx {
+		n++
+	}
+	if n == 0 {
+		return
+	}
+	done := e.pending[:n]
+	last := done[n-1]
+	for _, pe := range done {
+		if pe.entry.CompactRevision > 0 {
+			if err := e.store.Compact(pe.entry.CompactRevision); err != nil && !errors.Is(err, mvcc.ErrCompacted) {
+				e.log.Error("compaction failed", "rev", pe.entry.CompactRevision, "error", err)
+			}
+			e.compactRev.Store(e.store.CompactRev())
+		}
+	}
+	e.committedRev.Store(last.rev)
+	e.committedIdx.Store(last.index)
+	for _, pe := range done {
+		if pe.p != nil {
+			pe.p.finish(nil)
+		}
+	}
+	clear(e.pending[:n])
+	e.pending = e.pending[n:]
+	if len(e.pending) == 0 {
+		e.pending = nil
+	}
+	// Read-only and no-op requests waiting for everything before them.
+	kept := e.noopWaiters[:0]
+	for _, p := range e.noopWaiters {
+		if p.waitIdx <= last.index {
+			p.finish(nil)
+		} else {
+			kept = append(kept, p)
+		}
+	}
+	e.noopWaiters = kept
+	e.broadcast()
+	e.maybeSnapshot()
+}
+
+func (e *Engine) broadcast() {
+	e.notifyMu.Lock()
+	close(e.notifyCh)
+	e.notifyCh = make(chan struct{})
+	e.notifyMu.Unlock()
+}
+
+func (e *Engine) failAll(err error) {
+	for _, pe := range e.pending {
+		if pe.p != nil {
+			pe.p.finish(err)
+		}
+	}
+	e.pending = nil
+	for _, p := range e.noopWaiters {
+		p.finish(err)
+	}
+	e.noopWaiters = nil
+	// Never-durable writes must not stay readable at the latest revision.
+	if e.store.Rev() > e.committedRev.Load() {
+		e.store.Rollback(e.committedRev.Load())
+	}
+	e.lastIdx, e.lastRev = e.committedIdx.Load(), e.committedRev.Load()
+}
+
+// appendEntry logs an entry evaluated by the loop. On error the caller has
+// already been answered by the failure path.
+func (e *Engine) appendEntry(ent *netsyv1.Entry, p *proposal) error {
+	if err := e.cfg.Storage.Append(ent); err != nil {
+		return err
+	}
+	e.lastIdx, e.lastRev = ent.Index, ent.Revision
+	e.pending = append(e.pending, &pendingEntry{index: ent.Index, rev: ent.Revision, entry: ent, p: p})
+	e.sinceSnap++
+	return nil
+}
+
+// waitForLast answers p once everything appended so far is durable.
+func (e *Engine) waitForLast(p *proposal) {
+	if e.lastIdx <= e.committedIdx.Load() {
+		p.finish(nil)
+		return
+	}
+	p.waitIdx = e.lastIdx
+	e.noopWaiters = append(e.noopWaiters, p)
+}
+
+// CurrentRevision is the committed revision.
+func (e *Engine) CurrentRevision() int64 { return e.committedRev.Load() }
+
+// CompactRevision is the compaction floor.
+func (e *Engine) CompactRevision() int64 { return e.compactRev.Load() }
+
+// CommittedIndex is the last durable log index.
+func (e *Engine) CommittedIndex() uint64 { return e.committedIdx.Load() }
+
+// CommitNotify returns a channel closed at the next commit or compaction.
+func (e *Engine) CommitNotify() <-chan struct{} {
+	e.notifyMu.Lock()
+	defer e.notifyMu.Unlock()
+	return e.notifyCh
+}
+
+// Identity returns header identity values.
+func (e *Engine) Identity() (clusterID, memberID, raftTerm uint64) {
+	return e.cfg.ClusterID, e.cfg.MemberID, 1
+}

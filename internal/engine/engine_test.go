@@ -1,0 +1,557 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.uber.org/goleak"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/netsy-io/netsy/internal/clock"
+	"github.com/netsy-io/netsy/internal/datafile"
+	"github.com/netsy-io/netsy/internal/mvcc"
+	"github.com/netsy-io/netsy/proto/netsyv1"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// memStorage is an in-memory Storage. With manual set, entries become
+// durable only when the test calls syncAll.
+type memStorage struct {
+	mu      sync.Mutex
+	entries []*netsyv1.Entry
+	snap    *datafile.Snapshot
+	synced  uint64
+	manual  bool
+	failErr error
+	onSync  func(uint64, error)
+}
+
+func (m *memStorage) LoadSnapshot() (*datafile.Snapshot, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.snap, nil
+}
+
+func (m *memStorage) Replay(from uint64, fn func(*netsyv1.Entry) error) error {
+	m.mu.Lock()
+	ents := append([]*netsyv1.Entry(nil), m.entries...)
+	m.mu.Unlock()
+	for _, e := range ents {
+		if e.Index >= from {
+			if err := fn(e); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (m *memStorage) Append(e *netsyv1.Entry) error {
+	m.mu.Lock()
+	if m.failErr != nil {
+		err := m.failErr
+		m.mu.Unlock()
+		return err
+	}
+	// Keep a deep copy, as a real log keeps bytes, so later mutation of
+	// the entry by anyone cannot change the history.
+	m.entries = append(m.entries, proto.Clone(e).(*netsyv1.Entry))
+	manual := m.manual
+	m.mu.Unlock()
+	if !manual {
+		m.syncAll()
+	}
+	return nil
+}
+
+func (m *memStorage) syncAll() {
+	m.mu.Lock()
+	var last uint64
+	if n := len(m.entries); n > 0 {
+		last = m.entries[n-1].Index
+	}
+	m.synced = last
+	cb := m.onSync
+	m.mu.Unlock()
+	if cb != nil && last > 0 {
+		cb(last, nil)
+	}
+}
+
+func (m *memStorage) SaveSnapshot(s *datafile.Snapshot) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.snap = s
+	kept := m.entries[:0]
+	for _, e := range m.entries {
+		if e.Index > s.Header.Index {
+			kept = append(kept, e)
+		}
+	}
+	m.entries = kept
+	return nil
+}
+
+type harness struct {
+	t     *testing.T
+	st    *memStorage
+	clk   *clock.Fake
+	e     *Engine
+	extra func(*Config)
+}
+
+func newHarness(t *testing.T, st *memStorage, extra func(*Config)) *harness {
+	t.Helper()
+	if st == nil {
+		st = &memStorage{}
+	}
+	h := &harness{t: t, st: st, clk: clock.NewFake(time.Unix(1_700_000_000, 0)), extra: extra}
+	h.open()
+	t.Cleanup(func() { h.e.Close() })
+	return h
+}
+
+func (h *harness) open() {
+	cfg := Config{Storage: h.st, Clock: h.clk, ClusterID: 1, MemberID: 2}
+	if h.extra != nil {
+		h.extra(&cfg)
+	}
+	e, err := Open(cfg)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.st.mu.Lock()
+	h.st.onSync = e.OnSync
+	h.st.mu.Unlock()
+	h.e = e
+}
+
+// reopen simulates a restart on the same storage.
+func (h *harness) reopen() {
+	h.e.Close()
+	h.open()
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+func (h *harness) put(k, v string, opts ...func(*pb.PutRequest)) *pb.PutResponse {
+	h.t.Helper()
+	r := &pb.PutRequest{Key: []byte(k), Value: []byte(v)}
+	for _, o := range opts {
+		o(r)
+	}
+	resp, err := h.e.Put(ctx(h.t), r)
+	if err != nil {
+		h.t.Fatalf("put %s: %v", k, err)
+	}
+	return resp
+}
+
+func (h *harness) get(k string, rev int64) *pb.RangeResponse {
+	h.t.Helper()
+	resp, err := h.e.Range(ctx(h.t), &pb.RangeRequest{Key: []byte(k), Revision: rev})
+	if err != nil {
+		h.t.Fatalf("get %s@%d: %v", k, rev, err)
+	}
+	return resp
+}
+
+func (h *harness) value(k string) string {
+	h.t.Helper()
+	r := h.get(k, 0)
+	if len(r.Kvs) == 0 {
+		return "<none>"
+	}
+	return string(r.Kvs[0].Value)
+}
+
+func TestPutGetRevisions(t *testing.T) {
+	h := newHarness(t, nil, nil)
+	for i := 1; i <= 3; i++ {
+		resp := h.put("a", fmt.Sprint(i))
+		if resp.Header.Revision != int64(i) {
+			t.Fatalf("put %d: header rev %d", i, resp.Header.Revision)
+		}
+	}
+	r := h.get("a", 0)
+	kv := r.Kvs[0]
+	if string(kv.Value) != "3" || kv.CreateRevision != 1 || kv.ModRevision != 3 || kv.Version != 3 || r.Header.Revision != 3 {
+		t.Fatalf("unexpected kv %+v header %d", kv, r.Header.Revision)
+	}
+	if got := string(h.get("a", 2).Kvs[0].Value); got != "2" {
+		t.Fatalf("historic read = %q", got)
+	}
+	if _, err := h.e.Range(ctx(t), &pb.RangeRequest{Key: []byte("a"), Revision: 4}); !errors.Is(err, mvcc.ErrFutureRev) {
+		t.Fatalf("future rev err = %v", err)
+	}
+}
+
+func TestWritesInvisibleUntilDurable(t *testing.T) {
+	st := &memStorage{manual: true}
+	h := newHarness(t, st, nil)
+	done := make(chan *pb.PutResponse, 1)
+	go func() {
+		resp, err := h.e.Put(context.Background(), &pb.PutRequest{Key: []byte("k"), Value: []byte("v")})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- resp
+	}()
+	// Wait until the entry reached storage, then check it is not visible.
+	for {
+		st.mu.Lock()
+		n := len(st.entries)
+		st.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if v := h.value("k"); v != "<none>" {
+		t.Fatalf("undurable write visible: %q", v)
+	}
+	if h.e.CurrentRevision() != 0 {
+		t.Fatalf("committed rev moved before sync")
+	}
+	select {
+	case <-done:
+		t.Fatal("acknowledged before durable")
+	default:
+	}
+	st.syncAll()
+	resp := <-done
+	if resp.Header.Revision != 1 || h.value("k") != "v" {
+		t.Fatalf("after sync: rev %d value %q", resp.Header.Revision, h.value("k"))
+	}
+}
+
+func TestDeleteAndNoopDelete(t *testing.T) {
+	h := newHarness(t, nil, nil)
+	h.put("a/1", "x")
+	h.put("a/2", "y")
+	h.put("b", "z")
+	resp, err := h.e.DeleteRange(ctx(t), &pb.DeleteRangeRequest{Key: []byte("a/"), RangeEnd: []byte("a0"), PrevKv: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Deleted != 2 || len(resp.PrevKvs) != 2 || resp.Header.Revision != 4 {
+		t.Fatalf("delete resp %+v", resp)
+	}
+	resp, err = h.e.DeleteRange(ctx(t), &pb.DeleteRangeRequest{Key: []byte("nope")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Deleted != 0 || resp.Header.Revision != 4 {
+		t.Fatalf("no-op delete bumped revision: %+v", resp)
+	}
+	evs, _, err := h.e.Events(4, 4, 0)
+	if err != nil || len(evs) != 2 || evs[0].Type != mvccpb.DELETE {
+		t.Fatalf("delete events %v %v", evs, err)
+	}
+}
+
+func TestPutIgnoreValueAndLeaseErrors(t *testing.T) {
+	h := newHarness(t, nil, nil)
+	if _, err := h.e.Put(ctx(t), &pb.PutRequest{Key: []byte("k"), IgnoreValue: true}); !errors.Is(err, ErrKeyNotFound) {
+		t.Fatalf("ignore_value on missing key: %v", err)
+	}
+	if _, err := h.e.Put(ctx(t), &pb.PutRequest{Key: []byte("k"), Lease: 99}); !errors.Is(err, ErrLeaseNotFound) {
+		t.Fatalf("unknown lease: %v", err)
+	}
+	h.put("k", "v1")
+	h.put("k", "", func(r *pb.PutRequest) { r.IgnoreValue = true; r.PrevKv = true })
+	if h.value("k") != "v1" {
+		t.Fatalf("ignore_value changed the value: %q", h.value("k"))
+	}
+	if h.e.CurrentRevision() != 2 {
+		t.Fatalf("rev = %d", h.e.CurrentRevision())
+	}
+}
+
+func txnPut(k, v string) *pb.RequestOp {
+	return &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte(k), Value: []byte(v)}}}
+}
+
+func txnGet(k string) *pb.RequestOp {
+	return &pb.RequestOp{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: []byte(k)}}}
+}
+
+func TestTxnCompareBranchesAndOwnWrites(t *testing.T) {
+	h := newHarness(t, nil, nil)
+	h.put("x", "1")
+	cmpVal := &pb.Compare{Key: []byte("x"), Target: pb.Compare_VALUE, Result: pb.Compare_EQUAL, TargetUnion: &pb.Compare_Value{Value: []byte("1")}}
+	resp, err := h.e.Txn(ctx(t), &pb.TxnRequest{
+		Compare: []*pb.Compare{cmpVal},
+		Success: []*pb.RequestOp{txnPut("x", "2"), txnPut("y", "2"), txnGet("x"),
+			{Request: &pb.RequestOp_RequestTxn{RequestTxn: &pb.TxnRequest{Success: []*pb.RequestOp{txnPut("z", "3")}}}}},
+		Failure: []*pb.RequestOp{txnGet("x")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !resp.Succeeded || resp.Header.Revision != 2 {
+		t.Fatalf("txn resp %+v", resp)
+	}
+	if got := resp.Responses[2].GetResponseRange().Kvs[0]; string(got.Value) != "2" || got.ModRevision != 2 {
+		t.Fatalf("txn read did not see its own write: %+v", got)
+	}
+	evs, _, _ := h.e.Events(2, 2, 0)
+	if len(evs) != 3 {
+		t.Fatalf("one revision should carry all three puts, got %d events", len(evs))
+	}
+	// The compare now fails: the failure branch is read-only and must not
+	// move the revision.
+	resp, err = h.e.Txn(ctx(t), &pb.TxnRequest{Compare: []*pb.Compare{cmpVal}, Success: []*pb.RequestOp{txnPut("x", "9")}, Failure: []*pb.RequestOp{txnGet("x")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Succeeded || resp.Header.Revision != 2 || h.e.CurrentRevision() != 2 {
+		t.Fatalf("failed compare: %+v rev %d", resp, h.e.CurrentRevision())
+	}
+	// Missing key: version compares as 0, value compare is false.
+	missingVer := &pb.Compare{Key: []byte("nope"), Target: pb.Compare_VERSION, Result: pb.Compare_EQUAL, TargetUnion: &pb.Compare_Version{Version: 0}}
+	missingVal := &pb.Compare{Key: []byte("nope"), Target: pb.Compare_VALUE, Result: pb.Compare_NOT_EQUAL, TargetUnion: &pb.Compare_Value{Value: []byte("a")}}
+	resp, _ = h.e.Txn(ctx(t), &pb.TxnRequest{Compare: []*pb.Compare{missingVer}})
+	if !resp.Succeeded {
+		t.Fatal("version == 0 on a missing key should hold")
+	}
+	resp, _ = h.e.Txn(ctx(t), &pb.TxnRequest{Compare: []*pb.Compare{missingVal}})
+	if resp.Succeeded {
+		t.Fatal("value compare on a missing key should be false")
+	}
+}
+
+func TestTxnErrorLeavesNoTrace(t *testing.T) {
+	h := newHarness(t, nil, nil)
+	h.put("a", "1")
+	_, err := h.e.Txn(ctx(t), &pb.TxnRequest{Success: []*pb.RequestOp{
+		txnPut("a", "2"),
+		{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte("b"), Lease: 12345}}},
+	}})
+	if !errors.Is(err, ErrLeaseNotFound) {
+		t.Fatalf("err = %v", err)
+	}
+	if h.value("a") != "1" || h.e.CurrentRevision() != 1 {
+		t.Fatalf("failed txn left a trace: a=%q rev=%d", h.value("a"), h.e.CurrentRevision())
+	}
+	h.put("c", "3")
+	if h.e.CurrentRevision() != 2 {
+		t.Fatalf("revision after a failed txn = %d, want 2 (dense)", h.e.CurrentRevision())
+	}
+}
+
+func TestCompact(t *testing.T) {
+	h := newHarness(t, nil, nil)
+	for i := 0; i < 5; i++ {
+		h.put("k", fmt.Sprint(i))
+	}
+	if _, err := h.e.Compact(ctx(t), &pb.CompactionRequest{Revision: 9}); !errors.Is(err, mvcc.ErrFutureRev) {
+		t.Fatalf("future compact: %v", err)
+	}
+	if _, err := h.e.Compact(ctx(t), &pb.CompactionRequest{Revision: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.e.Compact(ctx(t), &pb.CompactionRequest{Revision: 3}); !errors.Is(err, mvcc.ErrCompacted) {
+		t.Fatalf("repeat compact: %v", err)
+	}
+	if _, err := h.e.Range(ctx(t), &pb.RangeRequest{Key: []byte("k"), Revision: 2}); !errors.Is(err, mvcc.ErrCompacted) {
+		t.Fatalf("read below floor: %v", err)
+	}
+	if h.e.CompactRevision() != 3 || h.e.CurrentRevision() != 5 {
+		t.Fatalf("compact rev %d current %d", h.e.CompactRevision(), h.e.CurrentRevision())
+	}
+	h.reopen()
+	if h.e.CompactRevision() != 3 {
+		t.Fatalf("compaction lost on restart: %d", h.e.CompactRevision())
+	}
+	if _, err := h.e.Range(ctx(t), &pb.RangeRequest{Key: []byte("k"), Revision: 2}); !errors.Is(err, mvcc.ErrCompacted) {
+		t.Fatalf("read below floor after restart: %v", err)
+	}
+}
+
+func TestLeaseLifecycle(t *testing.T) {
+	h := newHarness(t, nil, nil)
+	g, err := h.e.LeaseGrant(ctx(t), &pb.LeaseGrantRequest{TTL: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.TTL != 2 || g.ID == 0 {
+		t.Fatalf("grant %+v: want TTL raised to the 2 s minimum", g)
+	}
+	if g.Header.Revision != 0 {
+		t.Fatalf("grant moved the revision to %d", g.Header.Revision)
+	}
+	if _, err := h.e.LeaseGrant(ctx(t), &pb.LeaseGrantRequest{ID: g.ID, TTL: 5}); !errors.Is(err, ErrLeaseExist) {
+		t.Fatalf("duplicate grant: %v", err)
+	}
+	h.put("l1", "v", func(r *pb.PutRequest) { r.Lease = g.ID })
+	h.put("l2", "v", func(r *pb.PutRequest) { r.Lease = g.ID })
+	ttl, err := h.e.LeaseTimeToLive(ctx(t), &pb.LeaseTimeToLiveRequest{ID: g.ID, Keys: true})
+	if err != nil || len(ttl.Keys) != 2 || ttl.GrantedTTL != 2 {
+		t.Fatalf("ttl %+v %v", ttl, err)
+	}
+	// Keep it alive past its TTL, then let it expire.
+	h.clk.Advance(1500 * time.Millisecond)
+	if _, err := h.e.LeaseRenew(ctx(t), g.ID); err != nil {
+		t.Fatal(err)
+	}
+	h.clk.Advance(1500 * time.Millisecond)
+	if h.value("l1") != "v" {
+		t.Fatal("renewed lease's key vanished")
+	}
+	h.clk.Advance(time.Second)
+	waitFor(t, func() bool { return h.value("l1") == "<none>" && h.value("l2") == "<none>" })
+	if _, err := h.e.LeaseRenew(ctx(t), g.ID); !errors.Is(err, ErrLeaseNotFound) {
+		t.Fatalf("renew after expiry: %v", err)
+	}
+	evs, _, _ := h.e.Events(h.e.CurrentRevision(), h.e.CurrentRevision(), 0)
+	if len(evs) != 2 || evs[0].Type != mvccpb.DELETE {
+		t.Fatalf("expiry should delete both keys in one revision: %v", evs)
+	}
+}
+
+func TestLeaseRevokeAndRestart(t *testing.T) {
+	h := newHarness(t, nil, nil)
+	g1, _ := h.e.LeaseGrant(ctx(t), &pb.LeaseGrantRequest{ID: 7, TTL: 60})
+	g2, _ := h.e.LeaseGrant(ctx(t), &pb.LeaseGrantRequest{ID: 8, TTL: 60})
+	h.put("a", "1", func(r *pb.PutRequest) { r.Lease = g1.ID })
+	h.put("b", "1", func(r *pb.PutRequest) { r.Lease = g2.ID })
+	// Moving a key to another lease detaches it from the first.
+	h.put("a", "2", func(r *pb.PutRequest) { r.Lease = g2.ID })
+	h.reopen()
+	ls, _ := h.e.LeaseLeases(ctx(t), &pb.LeaseLeasesRequest{})
+	if len(ls.Leases) != 2 {
+		t.Fatalf("leases after restart: %v", ls.Leases)
+	}
+	if _, err := h.e.LeaseRevoke(ctx(t), &pb.LeaseRevokeRequest{ID: g1.ID}); err != nil {
+		t.Fatal(err)
+	}
+	if h.value("a") != "2" {
+		t.Fatal("revoking the old lease deleted a key that moved away from it")
+	}
+	if _, err := h.e.LeaseRevoke(ctx(t), &pb.LeaseRevokeRequest{ID: g2.ID}); err != nil {
+		t.Fatal(err)
+	}
+	if h.value("a") != "<none>" || h.value("b") != "<none>" {
+		t.Fatal("revoke left keys behind")
+	}
+	if _, err := h.e.LeaseRevoke(ctx(t), &pb.LeaseRevokeRequest{ID: g2.ID}); !errors.Is(err, ErrLeaseNotFound) {
+		t.Fatalf("double revoke: %v", err)
+	}
+}
+
+func TestRestartFromSnapshotAndLog(t *testing.T) {
+	st := &memStorage{}
+	h := newHarness(t, st, func(c *Config) { c.SnapshotEntries = 10 })
+	for i := 0; i < 25; i++ {
+		h.put(fmt.Sprintf("k%02d", i%7), fmt.Sprint(i))
+	}
+	h.e.Compact(ctx(t), &pb.CompactionRequest{Revision: 5})
+	waitFor(t, func() bool { st.mu.Lock(); defer st.mu.Unlock(); return st.snap != nil })
+	before, _ := h.e.Range(ctx(t), &pb.RangeRequest{Key: []byte{0}, RangeEnd: []byte{0}})
+	hashBefore, _ := h.e.HashKV(ctx(t), 0)
+	h.reopen()
+	after, _ := h.e.Range(ctx(t), &pb.RangeRequest{Key: []byte{0}, RangeEnd: []byte{0}})
+	hashAfter, _ := h.e.HashKV(ctx(t), 0)
+	if !sameMessage(t, before, after) {
+		t.Fatalf("state differs after restart:\n%v\n%v", before, after)
+	}
+	if hashBefore.Hash != hashAfter.Hash {
+		t.Fatalf("history hash differs after restart")
+	}
+	if h.e.CurrentRevision() != 25 {
+		t.Fatalf("rev after restart %d", h.e.CurrentRevision())
+	}
+	h.put("new", "x")
+	if h.e.CurrentRevision() != 26 {
+		t.Fatalf("rev after restart+put %d", h.e.CurrentRevision())
+	}
+}
+
+func TestStorageFailureRefusesWrites(t *testing.T) {
+	st := &memStorage{}
+	h := newHarness(t, st, nil)
+	h.put("a", "1")
+	st.mu.Lock()
+	st.failErr = errors.New("disk full")
+	st.mu.Unlock()
+	if _, err := h.e.Put(ctx(t), &pb.PutRequest{Key: []byte("a"), Value: []byte("2")}); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("put on failed storage: %v", err)
+	}
+	if h.value("a") != "1" {
+		t.Fatal("failed write became visible")
+	}
+	if _, err := h.e.Put(ctx(t), &pb.PutRequest{Key: []byte("b")}); err == nil {
+		t.Fatal("writes accepted after a storage failure")
+	}
+	st.mu.Lock()
+	st.failErr = nil
+	st.mu.Unlock()
+}
+
+func TestConcurrentWritersDenseRevisions(t *testing.T) {
+	h := newHarness(t, nil, nil)
+	var wg sync.WaitGroup
+	const writers, each = 8, 50
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				if _, err := h.e.Put(context.Background(), &pb.PutRequest{Key: []byte(fmt.Sprintf("w%d", w)), Value: []byte(fmt.Sprint(i))}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if h.e.CurrentRevision() != writers*each {
+		t.Fatalf("rev %d, want %d", h.e.CurrentRevision(), writers*each)
+	}
+	evs, next, err := h.e.Events(1, h.e.CurrentRevision(), 0)
+	if err != nil || len(evs) != writers*each || next != writers*each+1 {
+		t.Fatalf("events %d next %d err %v", len(evs), next, err)
+	}
+	for i, ev := range evs {
+		if ev.Kv.ModRevision != int64(i+1) {
+			t.Fatalf("event %d at rev %d", i, ev.Kv.ModRevision)
+		}
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// sameMessage compares two etcd (gogo) messages by their encoding.
+func sameMessage(t *testing.T, a, b interface{ Marshal() ([]byte, error) }) bool {
+	t.Helper()
+	ab, err := a.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bb, err := b.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(ab) == string(bb)
+}

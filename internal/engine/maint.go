@@ -1,0 +1,155 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/netsy-io/netsy/internal/datafile"
+	"github.com/netsy-io/netsy/proto/netsyv1"
+)
+
+// Version is the etcd server version Netsy reports. kube-apiserver enables
+// consistent reads from its watch cache only for etcd >= 3.5.13, and Netsy
+// implements the 3.6 API it checks for.
+const Version = "3.6.10"
+
+// storageVersion is the etcd storage schema version reported by Status.
+const storageVersion = "3.6.0"
+
+// Status reports the node's state in etcd's terms: the log index stands in
+// for the raft index.
+func (e *Engine) Status(context.Context) (*pb.StatusResponse, error) {
+	st := e.store.Stats()
+	idx := e.committedIdx.Load()
+	resp := &pb.StatusResponse{
+		Header:           &pb.ResponseHeader{Revision: e.committedRev.Load()},
+		Version:          Version,
+		DbSize:           st.Bytes,
+		DbSizeInUse:      st.Bytes,
+		Leader:           e.cfg.MemberID,
+		RaftIndex:        idx,
+		RaftTerm:         1,
+		RaftAppliedIndex: idx,
+		StorageVersion:   storageVersion,
+	}
+	if f := e.failed.Load(); f != nil {
+		resp.Errors = append(resp.Errors, (*f).Error())
+	}
+	return resp, nil
+}
+
+// Hash hashes the whole committed history.
+func (e *Engine) Hash(context.Context) (*pb.HashResponse, error) {
+	rev := e.committedRev.Load()
+	h, _, err := e.hashAt(rev)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.HashResponse{Header: &pb.ResponseHeader{Revision: rev}, Hash: h}, nil
+}
+
+// HashKV hashes history up to rev (0 = committed revision).
+func (e *Engine) HashKV(_ context.Context, rev int64) (*pb.HashKVResponse, error) {
+	cur := e.committedRev.Load()
+	if rev == 0 {
+		rev = cur
+	}
+	h, compactRev, err := e.hashAt(rev)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.HashKVResponse{Header: &pb.ResponseHeader{Revision: cur}, Hash: h, CompactRevision: compactRev, HashRevision: rev}, nil
+}
+
+func (e *Engine) hashAt(rev int64) (uint32, int64, error) {
+	if rev <= 0 {
+		return 0, e.compactRev.Load(), nil
+	}
+	return e.store.HashKV(rev)
+}
+
+// Snapshot writes the committed state as a snapshot data file.
+func (e *Engine) Snapshot(ctx context.Context, w io.Writer) (int64, error) {
+	p, err := e.submit(ctx, propSnapshot, nil)
+	if err != nil {
+		return 0, err
+	}
+	cw := &countingWriter{w: w}
+	if err := datafile.EncodeSnapshot(cw, p.snap); err != nil {
+		return cw.n, fmt.Errorf("encode snapshot: %w", err)
+	}
+	return cw.n, nil
+}
+
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(b []byte) (int, error) {
+	n, err := c.w.Write(b)
+	c.n += int64(n)
+	return n, err
+}
+
+// MemberList lists the cluster's members.
+func (e *Engine) MemberList(context.Context) (*pb.MemberListResponse, error) {
+	resp := &pb.MemberListResponse{Header: &pb.ResponseHeader{Revision: e.committedRev.Load()}}
+	if e.cfg.Members != nil {
+		resp.Members = e.cfg.Members()
+	}
+	return resp, nil
+}
+
+// captureSnapshot copies the applied state (pending entries included) in
+// the loop; it may be saved only once its index is durable.
+func (e *Engine) captureSnapshot() *datafile.Snapshot {
+	s := &datafile.Snapshot{Header: &netsyv1.SnapshotHeader{
+		Index:           e.lastIdx,
+		Revision:        e.lastRev,
+		CompactRevision: e.store.CompactRev(),
+	}}
+	_ = e.store.Snapshot(func(kv *netsyv1.KeyVersion) error {
+		s.KVs = append(s.KVs, kv)
+		return nil
+	})
+	s.Leases = e.lease.snapshot()
+	s.Header.KeyVersions = int64(len(s.KVs))
+	s.Header.Leases = int64(len(s.Leases))
+	return s
+}
+
+// maybeSnapshot starts a local snapshot once enough entries follow the
+// last one; it is saved in the background after its index is durable.
+func (e *Engine) maybeSnapshot() {
+	if e.snapshotting || e.sinceSnap < e.cfg.SnapshotEntries {
+		return
+	}
+	snap := e.captureSnapshot()
+	e.snapshotting = true
+	e.sinceSnap = 0
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		defer func() { e.snapDone <- struct{}{} }()
+		for e.committedIdx.Load() < snap.Header.Index {
+			ch := e.CommitNotify()
+			if e.committedIdx.Load() >= snap.Header.Index {
+				break
+			}
+			select {
+			case <-ch:
+			case <-e.ctx.Done():
+				return
+			}
+		}
+		if err := e.cfg.Storage.SaveSnapshot(snap); err != nil {
+			e.log.Error("save snapshot", "index", snap.Header.Index, "error", err)
+			return
+		}
+		e.log.Debug("snapshot saved", "index", snap.Header.Index, "rev", snap.Header.Revision, "versions", len(snap.KVs))
+	}()
+}

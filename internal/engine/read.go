@@ -1,0 +1,97 @@
+package engine
+
+import (
+	"context"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+
+	"github.com/netsy-io/netsy/internal/mvcc"
+)
+
+// Range reads at the committed revision (or the requested historic one).
+// On a single node every committed write is durable and acknowledged
+// writes are committed first, so this is linearizable without a barrier.
+func (e *Engine) Range(_ context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
+	cur := e.committedRev.Load()
+	return e.rangeAt(r, cur, cur)
+}
+
+// rangeAt serves r with cur as the newest readable revision.
+func (e *Engine) rangeAt(r *pb.RangeRequest, cur, headerRev int64) (*pb.RangeResponse, error) {
+	rev := r.Revision
+	if rev == 0 {
+		rev = cur
+	} else if rev > cur {
+		return nil, mvcc.ErrFutureRev
+	}
+	resp := &pb.RangeResponse{Header: &pb.ResponseHeader{Revision: headerRev}}
+	if rev <= 0 {
+		return resp, nil
+	}
+	res, err := e.store.Range(r.Key, r.RangeEnd, mvcc.RangeOptions{
+		Rev:          rev,
+		Limit:        r.Limit,
+		KeysOnly:     r.KeysOnly,
+		CountOnly:    r.CountOnly,
+		SortOrder:    r.SortOrder,
+		SortTarget:   r.SortTarget,
+		MinModRev:    r.MinModRevision,
+		MaxModRev:    r.MaxModRevision,
+		MinCreateRev: r.MinCreateRevision,
+		MaxCreateRev: r.MaxCreateRevision,
+	})
+	if err != nil {
+		return nil, err
+	}
+	resp.Kvs, resp.More, resp.Count = res.KVs, res.More, res.Count
+	return resp, nil
+}
+
+// readTxn evaluates a transaction without writes at rev.
+func (e *Engine) readTxn(r *pb.TxnRequest, rev int64) (*pb.TxnResponse, error) {
+	ok := true
+	for _, c := range r.Compare {
+		if !compare(e.store, rev, c) {
+			ok = false
+			break
+		}
+	}
+	ops := r.Success
+	if !ok {
+		ops = r.Failure
+	}
+	resp := &pb.TxnResponse{Succeeded: ok, Responses: make([]*pb.ResponseOp, len(ops))}
+	for i, op := range ops {
+		switch v := op.Request.(type) {
+		case *pb.RequestOp_RequestRange:
+			rr, err := e.rangeAt(v.RequestRange, rev, rev)
+			if err != nil {
+				return nil, err
+			}
+			resp.Responses[i] = &pb.ResponseOp{Response: &pb.ResponseOp_ResponseRange{ResponseRange: rr}}
+		case *pb.RequestOp_RequestTxn:
+			tr, err := e.readTxn(v.RequestTxn, rev)
+			if err != nil {
+				return nil, err
+			}
+			tr.Header = &pb.ResponseHeader{Revision: rev}
+			resp.Responses[i] = &pb.ResponseOp{Response: &pb.ResponseOp_ResponseTxn{ResponseTxn: tr}}
+		}
+	}
+	return resp, nil
+}
+
+// Events reads the committed revision log for watches.
+func (e *Engine) Events(from, to int64, limit int) ([]*mvccpb.Event, int64, error) {
+	if cur := e.committedRev.Load(); to > cur {
+		to = cur
+	}
+	if from > to {
+		if from < e.compactRev.Load() {
+			return nil, from, mvcc.ErrCompacted
+		}
+		return nil, from, nil
+	}
+	return e.store.Events(from, to, limit)
+}

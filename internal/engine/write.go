@@ -1,0 +1,569 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+
+	"github.com/netsy-io/netsy/internal/datafile"
+	"github.com/netsy-io/netsy/internal/mvcc"
+	"github.com/netsy-io/netsy/proto/netsyv1"
+)
+
+// MaxLeaseTTL is etcd's upper bound on a lease TTL, in seconds.
+const MaxLeaseTTL = 9000000000
+
+type proposalKind uint8
+
+const (
+	propPut proposalKind = iota
+	propDelete
+	propTxn
+	propCompact
+	propLeaseGrant
+	propLeaseRevoke
+	propSnapshot
+	propBarrier
+)
+
+// proposal is one client request handed to the write loop. The loop fills
+// resp (or err) while evaluating and closes done once the result is
+// durable, or at once on an evaluation error.
+type proposal struct {
+	kind proposalKind
+	req  any
+
+	resp    any
+	snap    *datafile.Snapshot
+	err     error
+	waitIdx uint64
+	done    chan struct{}
+}
+
+func (p *proposal) finish(err error) {
+	if p.err == nil {
+		p.err = err
+	}
+	close(p.done)
+}
+
+func (e *Engine) submit(ctx context.Context, kind proposalKind, req any) (*proposal, error) {
+	if f := e.failed.Load(); f != nil {
+		return nil, *f
+	}
+	p := &proposal{kind: kind, req: req, done: make(chan struct{})}
+	select {
+	case e.proposals <- p:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-e.ctx.Done():
+		return nil, ErrStopped
+	}
+	select {
+	case <-p.done:
+		if p.err != nil {
+			return nil, p.err
+		}
+		return p, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-e.ctx.Done():
+		return nil, ErrStopped
+	}
+}
+
+// Put sets a key.
+func (e *Engine) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error) {
+	p, err := e.submit(ctx, propPut, r)
+	if err != nil {
+		return nil, err
+	}
+	return p.resp.(*pb.PutResponse), nil
+}
+
+// DeleteRange deletes keys.
+func (e *Engine) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
+	p, err := e.submit(ctx, propDelete, r)
+	if err != nil {
+		return nil, err
+	}
+	return p.resp.(*pb.DeleteRangeResponse), nil
+}
+
+// Txn runs a transaction. Read-only transactions are served from the
+// committed state without entering the write loop.
+func (e *Engine) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {
+	if !isWriteTxn(r) {
+		cur := e.committedRev.Load()
+		resp, err := e.readTxn(r, cur)
+		if err != nil {
+			return nil, err
+		}
+		resp.Header = &pb.ResponseHeader{Revision: cur}
+		return resp, nil
+	}
+	p, err := e.submit(ctx, propTxn, r)
+	if err != nil {
+		return nil, err
+	}
+	return p.resp.(*pb.TxnResponse), nil
+}
+
+// Compact compacts history at and below r.Revision.
+func (e *Engine) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error) {
+	p, err := e.submit(ctx, propCompact, r)
+	if err != nil {
+		return nil, err
+	}
+	return p.resp.(*pb.CompactionResponse), nil
+}
+
+// LeaseGrant creates a lease.
+func (e *Engine) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
+	p, err := e.submit(ctx, propLeaseGrant, r)
+	if err != nil {
+		return nil, err
+	}
+	return p.resp.(*pb.LeaseGrantResponse), nil
+}
+
+// LeaseRevoke revokes a lease and deletes its keys.
+func (e *Engine) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
+	p, err := e.submit(ctx, propLeaseRevoke, r)
+	if err != nil {
+		return nil, err
+	}
+	return p.resp.(*pb.LeaseRevokeResponse), nil
+}
+
+// Barrier returns once every write accepted before it is durable; its
+// result is the committed revision at that point.
+func (e *Engine) Barrier(ctx context.Context) (int64, error) {
+	if _, err := e.submit(ctx, propBarrier, nil); err != nil {
+		return 0, err
+	}
+	return e.committedRev.Load(), nil
+}
+
+// handle evaluates one proposal in the loop.
+func (e *Engine) handle(p *proposal) {
+	if f := e.failed.Load(); f != nil {
+		p.finish(*f)
+		return
+	}
+	switch p.kind {
+	case propPut, propDelete, propTxn:
+		e.handleWrite(p)
+	case propCompact:
+		e.handleCompact(p)
+	case propLeaseGrant:
+		e.handleLeaseGrant(p)
+	case propLeaseRevoke:
+		r := p.req.(*pb.LeaseRevokeRequest)
+		if !e.lease.exists(r.ID) {
+			p.finish(ErrLeaseNotFound)
+			return
+		}
+		e.revokeLease(r.ID, p)
+	case propSnapshot:
+		p.snap = e.captureSnapshot()
+		e.waitForLast(p)
+	case propBarrier:
+		e.waitForLast(p)
+	}
+}
+
+// writeTxn accumulates the ops of one write while applying them to the
+// store at a single new revision.
+type writeTxn struct {
+	e      *Engine
+	base   int64
+	rev    int64
+	ops    []*netsyv1.Op
+	events []*mvccpb.Event
+}
+
+func (e *Engine) newWriteTxn() *writeTxn {
+	base := e.store.Rev()
+	return &writeTxn{e: e, base: base, rev: base + 1}
+}
+
+func (w *writeTxn) put(key, value []byte, lease int64) *mvccpb.Event {
+	ev := w.e.store.Put(w.rev, key, value, lease)
+	w.ops = append(w.ops, &netsyv1.Op{Type: netsyv1.Op_PUT, Key: key, Value: value, Lease: lease})
+	w.events = append(w.events, ev)
+	return ev
+}
+
+func (w *writeTxn) del(key []byte) *mvccpb.Event {
+	ev := w.e.store.Delete(w.rev, key)
+	if ev == nil {
+		return nil
+	}
+	w.ops = append(w.ops, &netsyv1.Op{Type: netsyv1.Op_DELETE, Key: key})
+	w.events = append(w.events, ev)
+	return ev
+}
+
+// abort undoes whatever the txn applied to the store.
+func (w *writeTxn) abort() {
+	if len(w.ops) > 0 {
+		w.e.store.Rollback(w.base)
+	}
+}
+
+// finishRev is the revision a response header reports.
+func (w *writeTxn) finishRev() int64 { return w.e.store.Rev() }
+
+// commit logs the txn (if it changed anything) and queues p for the
+// durability acknowledgement.
+func (w *writeTxn) commit(p *proposal, revokes []int64) {
+	e := w.e
+	if len(w.ops) == 0 && len(revokes) == 0 {
+		e.waitForLast(p)
+		return
+	}
+	for _, ev := range w.events {
+		e.lease.track(ev)
+	}
+	for _, id := range revokes {
+		e.lease.revoke(id)
+	}
+	ent := &netsyv1.Entry{Index: e.lastIdx + 1, Revision: e.store.Rev(), Ops: w.ops, LeaseRevokes: revokes}
+	if err := e.appendEntry(ent, p); err != nil {
+		e.onAppendError(err)
+		if p != nil {
+			p.finish(ErrUnavailable)
+		}
+	}
+}
+
+func (e *Engine) onAppendError(err error) {
+	if e.failed.Load() == nil {
+		ferr := err
+		e.failed.Store(&ferr)
+		e.log.Error("log append failed; refusing writes", "error", err)
+	}
+	e.failAll(ErrUnavailable)
+}
+
+func (e *Engine) handleWrite(p *proposal) {
+	w := e.newWriteTxn()
+	var resp any
+	var err error
+	switch r := p.req.(type) {
+	case *pb.PutRequest:
+		resp, err = w.applyPut(r)
+	case *pb.DeleteRangeRequest:
+		resp, err = w.applyDelete(r)
+	case *pb.TxnRequest:
+		resp, err = w.applyTxn(r)
+	}
+	if err != nil {
+		w.abort()
+		p.finish(err)
+		return
+	}
+	hdr := &pb.ResponseHeader{Revision: w.finishRev()}
+	switch r := resp.(type) {
+	case *pb.PutResponse:
+		r.Header = hdr
+	case *pb.DeleteRangeResponse:
+		r.Header = hdr
+	case *pb.TxnResponse:
+		r.Header = hdr
+		setNestedHeaders(r, hdr.Revision)
+	}
+	p.resp = resp
+	w.commit(p, nil)
+}
+
+func (w *writeTxn) get(key []byte) *mvccpb.KeyValue {
+	rev := w.e.store.Rev()
+	if rev == 0 {
+		return nil
+	}
+	res, err := w.e.store.Range(key, nil, mvcc.RangeOptions{Rev: rev})
+	if err != nil || len(res.KVs) == 0 {
+		return nil
+	}
+	return res.KVs[0]
+}
+
+func (w *writeTxn) applyPut(r *pb.PutRequest) (*pb.PutResponse, error) {
+	value, lease := r.Value, r.Lease
+	if r.IgnoreValue || r.IgnoreLease {
+		cur := w.get(r.Key)
+		if cur == nil {
+			return nil, ErrKeyNotFound
+		}
+		if r.IgnoreValue {
+			value = cur.Value
+		}
+		if r.IgnoreLease {
+			lease = cur.Lease
+		}
+	}
+	if lease != 0 && !w.e.lease.exists(lease) {
+		return nil, ErrLeaseNotFound
+	}
+	ev := w.put(r.Key, value, lease)
+	resp := &pb.PutResponse{}
+	if r.PrevKv {
+		resp.PrevKv = ev.PrevKv
+	}
+	return resp, nil
+}
+
+func (w *writeTxn) applyDelete(r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
+	resp := &pb.DeleteRangeResponse{}
+	rev := w.e.store.Rev()
+	if rev == 0 {
+		return resp, nil
+	}
+	res, err := w.e.store.Range(r.Key, r.RangeEnd, mvcc.RangeOptions{Rev: rev})
+	if err != nil {
+		return nil, err
+	}
+	for _, kv := range res.KVs {
+		ev := w.del(kv.Key)
+		if ev == nil {
+			continue
+		}
+		resp.Deleted++
+		if r.PrevKv {
+			resp.PrevKvs = append(resp.PrevKvs, ev.PrevKv)
+		}
+	}
+	return resp, nil
+}
+
+func (w *writeTxn) applyTxn(r *pb.TxnRequest) (*pb.TxnResponse, error) {
+	ok := true
+	for _, c := range r.Compare {
+		if !compare(w.e.store, w.e.store.Rev(), c) {
+			ok = false
+			break
+		}
+	}
+	ops := r.Success
+	if !ok {
+		ops = r.Failure
+	}
+	resp := &pb.TxnResponse{Succeeded: ok, Responses: make([]*pb.ResponseOp, len(ops))}
+	for i, op := range ops {
+		var out pb.ResponseOp
+		switch v := op.Request.(type) {
+		case *pb.RequestOp_RequestRange:
+			rr, err := w.e.rangeAt(v.RequestRange, w.e.store.Rev(), w.e.store.Rev())
+			if err != nil {
+				return nil, err
+			}
+			out.Response = &pb.ResponseOp_ResponseRange{ResponseRange: rr}
+		case *pb.RequestOp_RequestPut:
+			pr, err := w.applyPut(v.RequestPut)
+			if err != nil {
+				return nil, err
+			}
+			out.Response = &pb.ResponseOp_ResponsePut{ResponsePut: pr}
+		case *pb.RequestOp_RequestDeleteRange:
+			dr, err := w.applyDelete(v.RequestDeleteRange)
+			if err != nil {
+				return nil, err
+			}
+			out.Response = &pb.ResponseOp_ResponseDeleteRange{ResponseDeleteRange: dr}
+		case *pb.RequestOp_RequestTxn:
+			tr, err := w.applyTxn(v.RequestTxn)
+			if err != nil {
+				return nil, err
+			}
+			out.Response = &pb.ResponseOp_ResponseTxn{ResponseTxn: tr}
+		}
+		resp.Responses[i] = &out
+	}
+	return resp, nil
+}
+
+// setNestedHeaders gives every nested response a header at rev, as etcd
+// does, so clients that read them see a consistent revision.
+func setNestedHeaders(t *pb.TxnResponse, rev int64) {
+	for _, r := range t.Responses {
+		switch v := r.Response.(type) {
+		case *pb.ResponseOp_ResponseRange:
+			if v.ResponseRange.Header == nil {
+				v.ResponseRange.Header = &pb.ResponseHeader{Revision: rev}
+			}
+		case *pb.ResponseOp_ResponsePut:
+			v.ResponsePut.Header = &pb.ResponseHeader{Revision: rev}
+		case *pb.ResponseOp_ResponseDeleteRange:
+			v.ResponseDeleteRange.Header = &pb.ResponseHeader{Revision: rev}
+		case *pb.ResponseOp_ResponseTxn:
+			v.ResponseTxn.Header = &pb.ResponseHeader{Revision: rev}
+			setNestedHeaders(v.ResponseTxn, rev)
+		}
+	}
+}
+
+func isWriteTxn(r *pb.TxnRequest) bool {
+	return hasWrite(r.Success) || hasWrite(r.Failure)
+}
+
+func hasWrite(ops []*pb.RequestOp) bool {
+	for _, op := range ops {
+		switch v := op.Request.(type) {
+		case *pb.RequestOp_RequestPut, *pb.RequestOp_RequestDeleteRange:
+			return true
+		case *pb.RequestOp_RequestTxn:
+			if isWriteTxn(v.RequestTxn) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// compare evaluates one txn compare at rev, as etcd: every key of a range
+// must match; a missing key compares as an empty KeyValue, except that a
+// value compare on a missing key is false.
+func compare(s *mvcc.Store, rev int64, c *pb.Compare) bool {
+	var kvs []*mvccpb.KeyValue
+	if rev > 0 {
+		res, err := s.Range(c.Key, c.RangeEnd, mvcc.RangeOptions{Rev: rev})
+		if err != nil {
+			return false
+		}
+		kvs = res.KVs
+	}
+	if len(kvs) == 0 {
+		if c.Target == pb.Compare_VALUE {
+			return false
+		}
+		return compareKV(c, &mvccpb.KeyValue{})
+	}
+	for _, kv := range kvs {
+		if !compareKV(c, kv) {
+			return false
+		}
+	}
+	return true
+}
+
+func compareKV(c *pb.Compare, kv *mvccpb.KeyValue) bool {
+	var r int
+	switch c.Target {
+	case pb.Compare_VALUE:
+		r = bytes.Compare(kv.Value, c.GetValue())
+	case pb.Compare_CREATE:
+		r = cmpInt(kv.CreateRevision, c.GetCreateRevision())
+	case pb.Compare_MOD:
+		r = cmpInt(kv.ModRevision, c.GetModRevision())
+	case pb.Compare_VERSION:
+		r = cmpInt(kv.Version, c.GetVersion())
+	case pb.Compare_LEASE:
+		r = cmpInt(kv.Lease, c.GetLease())
+	}
+	switch c.Result {
+	case pb.Compare_EQUAL:
+		return r == 0
+	case pb.Compare_NOT_EQUAL:
+		return r != 0
+	case pb.Compare_GREATER:
+		return r > 0
+	case pb.Compare_LESS:
+		return r < 0
+	}
+	return false
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func (e *Engine) handleCompact(p *proposal) {
+	r := p.req.(*pb.CompactionRequest)
+	cur := e.store.Rev()
+	if r.Revision > cur {
+		p.finish(mvcc.ErrFutureRev)
+		return
+	}
+	if r.Revision <= e.compactFloor() {
+		p.finish(mvcc.ErrCompacted)
+		return
+	}
+	p.resp = &pb.CompactionResponse{Header: &pb.ResponseHeader{Revision: cur}}
+	ent := &netsyv1.Entry{Index: e.lastIdx + 1, Revision: cur, CompactRevision: r.Revision}
+	if err := e.appendEntry(ent, p); err != nil {
+		e.onAppendError(err)
+		p.finish(ErrUnavailable)
+	}
+}
+
+// compactFloor is the highest compaction applied or pending.
+func (e *Engine) compactFloor() int64 {
+	floor := e.compactRev.Load()
+	for _, pe := range e.pending {
+		if pe.entry.CompactRevision > floor {
+			floor = pe.entry.CompactRevision
+		}
+	}
+	return floor
+}
+
+func (e *Engine) handleLeaseGrant(p *proposal) {
+	r := p.req.(*pb.LeaseGrantRequest)
+	if r.TTL > MaxLeaseTTL {
+		p.finish(ErrLeaseTTLTooLarge)
+		return
+	}
+	id := r.ID
+	if id == 0 {
+		id = e.lease.newID()
+	}
+	if e.lease.exists(id) {
+		p.finish(ErrLeaseExist)
+		return
+	}
+	ttl := r.TTL
+	if ttl < e.cfg.MinLeaseTTL {
+		ttl = e.cfg.MinLeaseTTL
+	}
+	e.lease.grant(id, ttl)
+	rev := e.store.Rev()
+	p.resp = &pb.LeaseGrantResponse{Header: &pb.ResponseHeader{Revision: rev}, ID: id, TTL: ttl}
+	ent := &netsyv1.Entry{Index: e.lastIdx + 1, Revision: rev, LeaseGrants: []*netsyv1.LeaseGrant{{Id: id, Ttl: ttl}}}
+	if err := e.appendEntry(ent, p); err != nil {
+		e.onAppendError(err)
+		p.finish(ErrUnavailable)
+	}
+}
+
+// revokeLease deletes a lease's keys at a new revision and logs the revoke.
+// p is nil for expiry.
+func (e *Engine) revokeLease(id int64, p *proposal) {
+	w := e.newWriteTxn()
+	for _, k := range e.lease.keys(id) {
+		w.del(k)
+	}
+	if p != nil {
+		p.resp = &pb.LeaseRevokeResponse{Header: &pb.ResponseHeader{Revision: w.finishRev()}}
+	}
+	w.commit(p, []int64{id})
+}
+
+func (e *Engine) expireLeases() {
+	if e.failed.Load() != nil {
+		return
+	}
+	for _, id := range e.lease.expired(1000) {
+		e.log.Debug("lease expired", "lease", id)
+		e.revokeLease(id, nil)
+	}
+}

@@ -1,0 +1,255 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/grpc"
+
+	"github.com/netsy-io/netsy/internal/clock"
+	"github.com/netsy-io/netsy/internal/config"
+	"github.com/netsy-io/netsy/internal/engine"
+	"github.com/netsy-io/netsy/internal/etcdapi"
+	"github.com/netsy-io/netsy/internal/wal"
+)
+
+// Node is one running netsy process.
+type Node struct {
+	cfg   config.Config
+	log   hclog.Logger
+	clock clock.Clock
+
+	lock   *os.File
+	wal    *wal.WAL
+	eng    *engine.Engine
+	api    *etcdapi.Server
+	grpc   *grpc.Server
+	http   *http.Server
+	client net.Listener
+	httpL  net.Listener
+	ready  atomic.Bool
+
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// syncRelay hands WAL sync reports to the engine, remembering any that
+// arrive before the engine exists.
+type syncRelay struct {
+	mu    sync.Mutex
+	eng   *engine.Engine
+	index uint64
+	err   error
+}
+
+func (r *syncRelay) onSync(index uint64, err error) {
+	r.mu.Lock()
+	e := r.eng
+	if e == nil {
+		if index > r.index {
+			r.index = index
+		}
+		if err != nil {
+			r.err = err
+		}
+	}
+	r.mu.Unlock()
+	if e != nil {
+		e.OnSync(index, err)
+	}
+}
+
+func (r *syncRelay) set(e *engine.Engine) {
+	r.mu.Lock()
+	r.eng = e
+	index, err := r.index, r.err
+	r.mu.Unlock()
+	if index > 0 || err != nil {
+		e.OnSync(index, err)
+	}
+}
+
+// Start opens the data directory, recovers state and starts serving.
+func Start(cfg config.Config, logger hclog.Logger, clk clock.Clock) (n *Node, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if clk == nil {
+		clk = clock.Real()
+	}
+	n = &Node{cfg: cfg, log: logger, clock: clk}
+	defer func() {
+		if err != nil {
+			n.Close()
+		}
+	}()
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("create data dir: %w", err)
+	}
+	if n.lock, err = lockDir(cfg.DataDir); err != nil {
+		return nil, err
+	}
+	id, err := loadIdentity(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	relay := &syncRelay{}
+	n.wal, err = wal.Open(wal.Options{
+		Dir:    filepath.Join(cfg.DataDir, "wal"),
+		OnSync: relay.onSync,
+		Logger: logger.Named("wal"),
+		Clock:  clk,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open wal: %w", err)
+	}
+	clientURL := "http://" + cfg.ClientAddr
+	n.eng, err = engine.Open(engine.Config{
+		Storage:   n.wal,
+		Clock:     clk,
+		Logger:    logger,
+		ClusterID: id.ClusterID,
+		MemberID:  id.MemberID,
+		Members: func() []*pb.Member {
+			return []*pb.Member{{ID: id.MemberID, Name: cfg.Name, PeerURLs: []string{clientURL}, ClientURLs: []string{clientURL}}}
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open engine: %w", err)
+	}
+	relay.set(n.eng)
+
+	n.client, err = net.Listen("tcp", cfg.ClientAddr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on --client-addr %s: %w", cfg.ClientAddr, err)
+	}
+	n.httpL, err = net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on --http-addr %s: %w", cfg.HTTPAddr, err)
+	}
+	n.api = etcdapi.New(etcdapi.Config{
+		Backend:                n.eng,
+		Clock:                  clk,
+		Logger:                 logger.Named("etcdapi"),
+		ProgressNotifyInterval: cfg.ProgressNotifyInterval,
+	})
+	n.grpc = n.api.NewGRPCServer()
+	n.http = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
+
+	n.wg.Add(2)
+	go func() {
+		defer n.wg.Done()
+		if err := n.grpc.Serve(n.client); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			n.log.Error("client API stopped", "error", err)
+		}
+	}()
+	go func() {
+		defer n.wg.Done()
+		if err := n.http.Serve(n.httpL); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			n.log.Error("http server stopped", "error", err)
+		}
+	}()
+	n.ready.Store(true)
+	n.log.Info("serving", "client_addr", n.client.Addr().String(), "http_addr", n.httpL.Addr().String(),
+		"data_dir", cfg.DataDir, "rev", n.eng.CurrentRevision(), "member_id", fmt.Sprintf("%x", id.MemberID))
+	return n, nil
+}
+
+// ClientAddr is the address the client API listens on.
+func (n *Node) ClientAddr() string { return n.client.Addr().String() }
+
+// HTTPAddr is the address of the health and metrics endpoint.
+func (n *Node) HTTPAddr() string { return n.httpL.Addr().String() }
+
+func (n *Node) httpHandler() http.Handler {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "netsy_committed_revision", Help: "Committed store revision."},
+		func() float64 { return float64(n.eng.CurrentRevision()) }))
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "netsy_compact_revision", Help: "Compaction floor revision."},
+		func() float64 { return float64(n.eng.CompactRevision()) }))
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "netsy_committed_index", Help: "Last durable log index."},
+		func() float64 { return float64(n.eng.CommittedIndex()) }))
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		st, err := n.eng.Status(r.Context())
+		if err != nil || len(st.Errors) > 0 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, "unhealthy: %v %v\n", err, st.GetErrors())
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if !n.ready.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, "not ready")
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	return mux
+}
+
+// Close stops serving and shuts down in dependency order: in-flight client
+// requests get a bounded time to finish, then the engine answers or fails
+// every pending write, then the log flushes what it was given.
+func (n *Node) Close() error {
+	n.closeOnce.Do(func() {
+		n.ready.Store(false)
+		if n.api != nil {
+			// Long-lived watch and keep-alive streams end here, so the
+			// graceful stop below only waits for unary requests.
+			n.api.Close()
+		}
+		if n.grpc != nil {
+			done := make(chan struct{})
+			go func() { n.grpc.GracefulStop(); close(done) }()
+			select {
+			case <-done:
+			case <-n.clock.After(5 * time.Second):
+				n.grpc.Stop()
+				<-done
+			}
+		}
+		if n.http != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_ = n.http.Shutdown(ctx)
+			cancel()
+		}
+		n.wg.Wait()
+		if n.eng != nil {
+			n.eng.Close()
+		}
+		if n.wal != nil {
+			if err := n.wal.Close(); err != nil {
+				n.closeErr = fmt.Errorf("close wal: %w", err)
+			}
+		}
+		if n.lock != nil {
+			n.lock.Close()
+		}
+	})
+	return n.closeErr
+}
