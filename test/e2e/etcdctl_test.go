@@ -303,7 +303,8 @@ func TestEtcdctlLease(t *testing.T) {
 
 	var kv jsonRange
 	c.okJSON(&kv, "get", "l/k")
-	if len(kv.KVs) != 1 || strconv.FormatInt(kv.KVs[0].Lease, 16) != id {
+	// etcdctl prints lease ids as zero-padded hex.
+	if len(kv.KVs) != 1 || fmt.Sprintf("%016x", kv.KVs[0].Lease) != id {
 		t.Errorf("get l/k -w json: %+v, want lease %s", kv.KVs, id)
 	}
 
