@@ -85,14 +85,14 @@ func (r *syncRelay) set(e *engine.Engine) {
 }
 
 // Start opens the data directory, recovers state and starts serving.
-func Start(cfg config.Config, logger hclog.Logger, clk clock.Clock) (n *Node, err error) {
+func Start(cfg config.Config, logger hclog.Logger, clk clock.Clock) (_ *Node, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if clk == nil {
 		clk = clock.Real()
 	}
-	n = &Node{cfg: cfg, log: logger, clock: clk}
+	n := &Node{cfg: cfg, log: logger, clock: clk}
 	defer func() {
 		if err != nil {
 			n.Close()
