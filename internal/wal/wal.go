@@ -51,7 +51,8 @@ type Options struct {
 	// OnSync is called on the writer goroutine after every group commit with
 	// the highest index now durable, and once with the error that failed the
 	// WAL (index is then the highest index that did become durable). It must
-	// not block for long: the next fsync waits for it.
+	// not block for long, since the next fsync waits for it, and must not
+	// call Close or SaveSnapshot, which wait for the writer goroutine.
 	OnSync func(index uint64, err error)
 	Logger hclog.Logger
 	Clock  clock.Clock
@@ -420,7 +421,8 @@ func (w *WAL) Append(e *netsyv1.Entry) error {
 	return nil
 }
 
-// WaitSynced blocks until index is durable, the WAL fails, or ctx ends.
+// WaitSynced blocks until index is durable, the WAL fails, or ctx ends. A
+// nil return also means OnSync has been called for index (or a later one).
 func (w *WAL) WaitSynced(ctx context.Context, index uint64) error {
 	for {
 		w.mu.Lock()
@@ -698,7 +700,8 @@ func syncDir(dir string) error {
 // Entries still queued are not included: call WaitSynced first to cover
 // recent appends. from == 0 means from the oldest entry held; asking for
 // entries older than that is ErrCompacted. An error from fn stops the replay
-// and is returned as is.
+// and is returned as is. fn must not call SaveSnapshot: segment deletion
+// waits for Replay to finish.
 func (w *WAL) Replay(from uint64, fn func(*netsyv1.Entry) error) error {
 	w.delMu.RLock()
 	defer w.delMu.RUnlock()
