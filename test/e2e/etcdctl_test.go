@@ -25,7 +25,18 @@ func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 func TestEtcdctlPutGet(t *testing.T) {
 	c := newCtl(t, startServer(t))
 
-	c.expect("OK\n", "put", "a/1", "v1")
+	// Like etcd, an empty store is at revision 1 and the first write makes
+	// revision 2. Clients depend on it: concurrency.Election waits for keys
+	// created before its own with max_create_revision = rev-1, and 0 there
+	// means "no limit".
+	var empty jsonRange
+	c.okJSON(&empty, "get", "a/1")
+	if empty.Header.Revision != 1 {
+		t.Errorf("empty store at revision %d, want 1", empty.Header.Revision)
+	}
+	if r := c.putRev("a/1", "v1"); r != 2 {
+		t.Errorf("first write at revision %d, want 2", r)
+	}
 	r1 := c.putRev("a/2", "v2")
 	r2 := c.putRev("b/1", "x")
 	r3 := c.putRev("a/1", "v1b")
