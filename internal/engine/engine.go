@@ -46,6 +46,16 @@ type Config struct {
 	// MinLeaseTTL is the smallest TTL granted, in seconds (default 2, as
 	// etcd with its default election timeout).
 	MinLeaseTTL int64
+	// WriteTimeout bounds how long a write waits to become durable before
+	// the client gets ErrTimeout (default 7 s, etcd's request timeout).
+	// The write may still commit later, as with etcd.
+	WriteTimeout time.Duration
+}
+
+// backpressurer is implemented by storages that can refuse new writes for
+// a while (object storage down, backlog too large) without failing.
+type backpressurer interface {
+	Backpressure() error
 }
 
 func (c *Config) setDefaults() {
@@ -63,6 +73,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MinLeaseTTL == 0 {
 		c.MinLeaseTTL = 2
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = 7 * time.Second
 	}
 }
 

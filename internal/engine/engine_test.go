@@ -555,3 +555,61 @@ func sameMessage(t *testing.T, a, b interface{ Marshal() ([]byte, error) }) bool
 	}
 	return string(ab) == string(bb)
 }
+
+// pressuredStorage refuses writes while busy is set.
+type pressuredStorage struct {
+	memStorage
+	mu   sync.Mutex
+	busy error
+}
+
+func (p *pressuredStorage) Backpressure() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.busy
+}
+
+func TestBackpressureRefusesWithoutApplying(t *testing.T) {
+	st := &pressuredStorage{}
+	clk := clock.NewFake(time.Unix(0, 0))
+	e, err := Open(Config{Storage: st, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	st.onSync = e.OnSync
+	st.mu.Lock()
+	st.busy = errors.New("object storage unreachable")
+	st.mu.Unlock()
+	if _, err := e.Put(ctx(t), &pb.PutRequest{Key: []byte("k"), Value: []byte("v")}); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("put under backpressure: %v", err)
+	}
+	st.mu.Lock()
+	st.busy = nil
+	st.mu.Unlock()
+	resp, err := e.Put(ctx(t), &pb.PutRequest{Key: []byte("k"), Value: []byte("v")})
+	if err != nil || resp.Header.Revision != 1 {
+		t.Fatalf("put after backpressure cleared: %v %v", resp, err)
+	}
+}
+
+func TestWriteTimeoutWhenNeverDurable(t *testing.T) {
+	st := &memStorage{manual: true}
+	h := newHarness(t, st, func(c *Config) { c.WriteTimeout = time.Second })
+	errc := make(chan error, 1)
+	go func() {
+		_, err := h.e.Put(context.Background(), &pb.PutRequest{Key: []byte("k"), Value: []byte("v")})
+		errc <- err
+	}()
+	// The loop's lease ticker plus the writer's timeout.
+	if err := h.clk.BlockUntil(ctx(t), 2); err != nil {
+		t.Fatal(err)
+	}
+	h.clk.Advance(time.Second)
+	if err := <-errc; !errors.Is(err, ErrTimeout) {
+		t.Fatalf("err = %v, want ErrTimeout", err)
+	}
+	// Durability arriving later still commits the write, as with etcd.
+	st.syncAll()
+	waitFor(t, func() bool { return h.value("k") == "v" })
+}

@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"context"
+	"fmt"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -61,6 +62,8 @@ func (e *Engine) submit(ctx context.Context, kind proposalKind, req any) (*propo
 	case <-e.ctx.Done():
 		return nil, ErrStopped
 	}
+	timer := e.cfg.Clock.NewTimer(e.cfg.WriteTimeout)
+	defer timer.Stop()
 	select {
 	case <-p.done:
 		if p.err != nil {
@@ -69,6 +72,8 @@ func (e *Engine) submit(ctx context.Context, kind proposalKind, req any) (*propo
 		return p, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	case <-timer.C():
+		return nil, ErrTimeout
 	case <-e.ctx.Done():
 		return nil, ErrStopped
 	}
@@ -152,6 +157,14 @@ func (e *Engine) handle(p *proposal) {
 	if f := e.failed.Load(); f != nil {
 		p.finish(*f)
 		return
+	}
+	if p.kind != propSnapshot && p.kind != propBarrier {
+		if bp, ok := e.cfg.Storage.(backpressurer); ok {
+			if err := bp.Backpressure(); err != nil {
+				p.finish(fmt.Errorf("%w: %v", ErrUnavailable, err))
+				return
+			}
+		}
 	}
 	switch p.kind {
 	case propPut, propDelete, propTxn:
