@@ -160,9 +160,9 @@ func Open(opts Options) (*WAL, error) {
 		w.onSync = func(uint64, error) {}
 	}
 	if w.log == nil {
+		// The caller names the logger (the node passes logger.Named("wal")).
 		w.log = hclog.NewNullLogger()
 	}
-	w.log = w.log.Named("wal")
 	if w.clk == nil {
 		w.clk = clock.Real()
 	}
