@@ -145,7 +145,7 @@ func Start(cfg config.Config, logger hclog.Logger, clk clock.Clock) (_ *Node, er
 	n.api = etcdapi.New(etcdapi.Config{
 		Backend:                n.eng,
 		Clock:                  clk,
-		Logger:                 logger.Named("etcdapi"),
+		Logger:                 logger,
 		ProgressNotifyInterval: cfg.ProgressNotifyInterval,
 	})
 	n.grpc = n.api.NewGRPCServer()
