@@ -1,0 +1,26 @@
+// Package etcdapi serves the etcd v3 gRPC API (KV, Watch, Lease,
+// Maintenance, Cluster, Auth) on the client port over a Backend.
+//
+// It owns request validation with etcd's exact error codes and strings, the
+// one table that maps Backend errors to etcd's gRPC errors, the identity
+// fields of every response header, and the per-stream bookkeeping of watch
+// and lease keep-alive streams.
+//
+// It must never touch storage, evaluate a request against the keyspace, or
+// keep state beyond one stream's lifetime: everything durable or shared lives
+// behind Backend.
+//
+// Watch invariants, enforced by one loop per stream that alone calls Send:
+//   - Each watcher has a cursor, the first revision it has not been sent. The
+//     loop reads Backend.Events from the cursor up to the committed revision
+//     it read at the top of the iteration, so history replay and live events
+//     are the same code path: no gaps, no duplicates, and a slow client is
+//     caught up from history rather than dropped.
+//   - Watchers at the same cursor share one Events read.
+//   - Every response built in one iteration carries that iteration's
+//     committed revision in its header, so header revisions on a stream never
+//     go backwards and are always >= the revisions of the events they carry.
+//   - A progress response for revision R (RequestProgress or progress_notify)
+//     is only sent once the watchers it speaks for have been sent every event
+//     <= R, so it never overtakes an event.
+package etcdapi

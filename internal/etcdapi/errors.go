@@ -1,0 +1,77 @@
+package etcdapi
+
+import (
+	"context"
+	"errors"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/netsy-io/netsy/internal/engine"
+	"github.com/netsy-io/netsy/internal/mvcc"
+)
+
+// errorTable is the one place Backend errors become what etcd clients
+// match on. Order matters only if a Backend wraps two sentinels in one error.
+var errorTable = []struct {
+	sentinel error
+	grpc     error
+}{
+	{mvcc.ErrCompacted, rpctypes.ErrGRPCCompacted},
+	{mvcc.ErrFutureRev, rpctypes.ErrGRPCFutureRev},
+	{engine.ErrKeyNotFound, rpctypes.ErrGRPCKeyNotFound},
+	{engine.ErrLeaseNotFound, rpctypes.ErrGRPCLeaseNotFound},
+	{engine.ErrLeaseExist, rpctypes.ErrGRPCLeaseExist},
+	{engine.ErrLeaseTTLTooLarge, rpctypes.ErrGRPCLeaseTTLTooLarge},
+	{engine.ErrStopped, rpctypes.ErrGRPCStopped},
+	{engine.ErrTimeout, rpctypes.ErrGRPCTimeout},
+	{engine.ErrNoLeader, rpctypes.ErrGRPCNoLeader},
+	// etcd has no equivalent; Unavailable makes clients retry idempotent
+	// calls, which is right while object storage is down.
+	{engine.ErrUnavailable, status.Error(codes.Unavailable, engine.ErrUnavailable.Error())},
+}
+
+// errStopped ends streams when the Server closes.
+var errStopped = rpctypes.ErrGRPCStopped
+
+// toGRPCError maps a Backend error to the gRPC error an etcd client expects.
+func toGRPCError(err error) error {
+	if err == nil {
+		return nil
+	}
+	// Context errors get their own codes and plain messages, as gRPC
+	// reports a context that ended on its own.
+	if errors.Is(err, context.Canceled) {
+		return status.Error(codes.Canceled, context.Canceled.Error())
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return status.Error(codes.DeadlineExceeded, context.DeadlineExceeded.Error())
+	}
+	for _, e := range errorTable {
+		if errors.Is(err, e.sentinel) {
+			return e.grpc
+		}
+	}
+	// A Backend that forwards to the Primary returns the Primary's gRPC
+	// errors; they already are what the client expects.
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	return status.Error(codes.Unknown, err.Error())
+}
+
+// Unimplemented answers for the parts of the etcd API that Netsy replaces
+// with its own mechanisms.
+var (
+	errMembership = status.Error(codes.Unimplemented,
+		"netsy: membership is managed by registration; use netsyctl")
+	errMoveLeader = status.Error(codes.Unimplemented,
+		"netsy: the Primary is chosen by the elector; use netsyctl handoff")
+	errDowngrade = status.Error(codes.Unimplemented,
+		"netsy: cluster downgrade is not supported")
+	errAlarmActivate = status.Error(codes.Unimplemented,
+		"netsy: alarms cannot be raised by clients")
+	errAuth = status.Error(codes.Unimplemented,
+		"netsy: etcd auth is not supported; access control is the mTLS client identity")
+)

@@ -1,0 +1,176 @@
+package etcdapi
+
+import (
+	"math"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/netsy-io/netsy/internal/clock"
+)
+
+// Defaults match etcd's so clients tuned for etcd behave the same.
+const (
+	DefaultProgressNotifyInterval = 5 * time.Second
+	DefaultMaxRequestBytes        = 1536 * 1024 // etcd --max-request-bytes
+	DefaultMaxTxnOps              = 128         // etcd --max-txn-ops
+	DefaultWatchBatchEvents       = 1000
+
+	// grpcOverheadBytes is the room etcd leaves above MaxRequestBytes for the
+	// gRPC frame, so a request right at the limit is rejected with etcd's
+	// "request is too large" rather than a transport error.
+	grpcOverheadBytes = 512 * 1024
+)
+
+// Config configures the client-port servers.
+type Config struct {
+	Backend Backend
+	Clock   clock.Clock
+	Logger  hclog.Logger
+	// ProgressNotifyInterval is how often watchers created with
+	// progress_notify get an empty response when nothing else was sent.
+	ProgressNotifyInterval time.Duration
+	// MaxRequestBytes bounds the encoded size of a write request and the
+	// size at which watch responses of fragment-enabled watchers are split.
+	MaxRequestBytes int
+	// MaxTxnOps bounds the operations of one txn level, counted as etcd does.
+	MaxTxnOps int
+	// WatchBatchEvents bounds how many events one Backend.Events read returns
+	// (whole revisions, so a batch may exceed it), capping the memory a
+	// catching-up watcher holds.
+	WatchBatchEvents int
+}
+
+func (c *Config) setDefaults() {
+	if c.Clock == nil {
+		c.Clock = clock.Real()
+	}
+	if c.Logger == nil {
+		c.Logger = hclog.NewNullLogger()
+	}
+	if c.ProgressNotifyInterval <= 0 {
+		c.ProgressNotifyInterval = DefaultProgressNotifyInterval
+	}
+	if c.MaxRequestBytes <= 0 {
+		c.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if c.MaxTxnOps <= 0 {
+		c.MaxTxnOps = DefaultMaxTxnOps
+	}
+	if c.WatchBatchEvents <= 0 {
+		c.WatchBatchEvents = DefaultWatchBatchEvents
+	}
+}
+
+// Server holds the etcd API services. It is safe for concurrent use.
+type Server struct {
+	cfg Config
+	b   Backend
+	log hclog.Logger
+
+	// stopc is closed by Close so long-lived streams end and a graceful
+	// gRPC stop can complete.
+	stopc    chan struct{}
+	stopOnce sync.Once
+
+	// hooks lets tests observe points of the watch loop that have no
+	// externally visible effect. Nil in production.
+	hooks *testHooks
+}
+
+type testHooks struct {
+	// afterTick runs in the watch loop after a progress tick was handled.
+	afterTick func()
+	// watchRecv runs on the receive goroutine for each watch request,
+	// before the stream loop sees it.
+	watchRecv func(*pb.WatchRequest)
+}
+
+// New returns a Server over cfg.Backend, which must be set.
+func New(cfg Config) *Server {
+	if cfg.Backend == nil {
+		panic("etcdapi: Config.Backend is nil")
+	}
+	cfg.setDefaults()
+	return &Server{
+		cfg:   cfg,
+		b:     cfg.Backend,
+		log:   cfg.Logger.Named("etcdapi"),
+		stopc: make(chan struct{}),
+	}
+}
+
+// ServerOptions are the gRPC options the client port needs: etcd's message
+// size limits and a keepalive policy permissive enough for etcd clients
+// (kube-apiserver pings every 30 s, also without active streams).
+func (s *Server) ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(s.cfg.MaxRequestBytes + grpcOverheadBytes),
+		grpc.MaxSendMsgSize(math.MaxInt32),
+		grpc.MaxConcurrentStreams(math.MaxUint32),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
+			MinTime:             5 * time.Second,
+			PermitWithoutStream: true,
+		}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			Time:    2 * time.Hour,
+			Timeout: 20 * time.Second,
+		}),
+	}
+}
+
+// Register adds every etcd service and a health service reporting SERVING
+// to g.
+func (s *Server) Register(g *grpc.Server) {
+	pb.RegisterKVServer(g, &kvServer{s})
+	pb.RegisterWatchServer(g, &watchServer{s})
+	pb.RegisterLeaseServer(g, &leaseServer{s})
+	pb.RegisterMaintenanceServer(g, &maintenanceServer{s})
+	pb.RegisterClusterServer(g, &clusterServer{s})
+	pb.RegisterAuthServer(g, &authServer{s})
+	hs := health.NewServer()
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(g, hs)
+}
+
+// NewGRPCServer returns a gRPC server with ServerOptions, extra (TLS
+// credentials, interceptors) and every service registered.
+func (s *Server) NewGRPCServer(extra ...grpc.ServerOption) *grpc.Server {
+	g := grpc.NewServer(append(s.ServerOptions(), extra...)...)
+	s.Register(g)
+	return g
+}
+
+// Close ends every open watch, keep-alive and snapshot stream with etcd's
+// "server stopped" (Unavailable, so clients reconnect elsewhere). Call it
+// before grpc.Server.GracefulStop, which otherwise waits for watch streams
+// that never end on their own.
+func (s *Server) Close() {
+	s.stopOnce.Do(func() { close(s.stopc) })
+}
+
+// header fills the identity fields of h (allocating it if needed) and, if
+// the Backend left it zero, the revision.
+func (s *Server) header(h *pb.ResponseHeader) *pb.ResponseHeader {
+	if h == nil {
+		h = &pb.ResponseHeader{}
+	}
+	h.ClusterId, h.MemberId, h.RaftTerm = s.b.Identity()
+	if h.Revision == 0 {
+		h.Revision = s.b.CurrentRevision()
+	}
+	return h
+}
+
+// headerAt returns a filled header for revision rev.
+func (s *Server) headerAt(rev int64) *pb.ResponseHeader {
+	h := &pb.ResponseHeader{Revision: rev}
+	h.ClusterId, h.MemberId, h.RaftTerm = s.b.Identity()
+	return h
+}

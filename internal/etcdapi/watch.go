@@ -1,0 +1,433 @@
+package etcdapi
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"slices"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/netsy-io/netsy/internal/mvcc"
+)
+
+// Watch IDs with a meaning on the wire: 0 in a create request asks the
+// server to choose; -1 in a response is "no watcher" (a stream-wide progress
+// notification, or a create that failed).
+const (
+	autoWatchID    = 0
+	invalidWatchID = -1
+)
+
+// etcd's reasons for refusing a create; clients may show or match them.
+const (
+	reasonEmptyRange  = "mvcc: watcher range is empty"
+	reasonDuplicateID = "mvcc: duplicate watch ID provided on the WatchStream"
+)
+
+type watchServer struct{ s *Server }
+
+var _ pb.WatchServer = (*watchServer)(nil)
+
+// Watch runs one stream: a receive goroutine hands requests to the stream
+// loop, which alone owns the watchers and alone sends.
+func (w *watchServer) Watch(stream pb.Watch_WatchServer) error {
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	recv := stream.Recv
+	if h := w.s.hooks; h != nil && h.watchRecv != nil {
+		recv = func() (*pb.WatchRequest, error) {
+			r, err := stream.Recv()
+			if err == nil {
+				h.watchRecv(r)
+			}
+			return r, err
+		}
+	}
+	reqc, errc := recvLoop(ctx, recv)
+	ws := &watchStream{
+		s:        w.s,
+		stream:   stream,
+		watchers: make(map[int64]*watcher),
+	}
+	return ws.run(ctx, reqc, errc)
+}
+
+type watcher struct {
+	id  int64
+	key []byte
+	// end nil: key alone; empty and non-nil: every key >= key.
+	end []byte
+
+	prevKV, fragment, progress bool
+	noPut, noDelete            bool
+
+	// next is the first revision this watcher has not been sent.
+	next int64
+	// sent records an event response since the last progress tick: etcd
+	// skips the periodic notification for a watcher that just got events.
+	sent bool
+}
+
+func (w *watcher) matches(k []byte) bool {
+	if w.end == nil {
+		return bytes.Equal(k, w.key)
+	}
+	if bytes.Compare(k, w.key) < 0 {
+		return false
+	}
+	return len(w.end) == 0 || bytes.Compare(k, w.end) < 0
+}
+
+type watchStream struct {
+	s        *Server
+	stream   pb.Watch_WatchServer
+	watchers map[int64]*watcher
+	// order is creation order, so responses of one batch go out
+	// deterministically.
+	order  []*watcher
+	nextID int64
+
+	pending []*pb.WatchRequest
+	// progressAll is a RequestProgress waiting for every watcher to catch up.
+	progressAll bool
+	tick        bool
+
+	// cur and hdr are the committed revision and response header of the
+	// current iteration.
+	cur int64
+	hdr *pb.ResponseHeader
+
+	cursors []int64 // scratch for sync
+}
+
+// closedChan makes the loop's select non-blocking while watchers lag.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+func (ws *watchStream) run(ctx context.Context, reqc <-chan *pb.WatchRequest, errc <-chan error) error {
+	ticker := ws.s.cfg.Clock.NewTicker(ws.s.cfg.ProgressNotifyInterval)
+	defer ticker.Stop()
+	for {
+		// CommitNotify before CurrentRevision: a commit between the two
+		// closes the channel we hold, so it is never missed.
+		notify := ws.s.b.CommitNotify()
+		ws.cur = ws.s.b.CurrentRevision()
+		ws.hdr = ws.s.headerAt(ws.cur)
+
+		for i, req := range ws.pending {
+			if err := ws.handle(req); err != nil {
+				return err
+			}
+			ws.pending[i] = nil
+		}
+		ws.pending = ws.pending[:0]
+
+		synced, err := ws.sync()
+		if err != nil {
+			return err
+		}
+		if synced && ws.progressAll {
+			ws.progressAll = false
+			// Like etcd, a stream without watchers has nobody to tell.
+			if len(ws.order) > 0 {
+				if err := ws.stream.Send(&pb.WatchResponse{Header: ws.hdr, WatchId: invalidWatchID}); err != nil {
+					return err
+				}
+			}
+		}
+		if ws.tick {
+			ws.tick = false
+			if err := ws.progressTick(); err != nil {
+				return err
+			}
+			if h := ws.s.hooks; h != nil && h.afterTick != nil {
+				h.afterTick()
+			}
+		}
+
+		wake := notify
+		if !synced {
+			wake = closedChan
+		}
+		select {
+		case <-wake:
+		case req, ok := <-reqc:
+			if !ok {
+				// The client closed its side; keep delivering events
+				// until it goes away, as etcd does.
+				reqc = nil
+				continue
+			}
+			ws.pending = append(ws.pending, req)
+		case err := <-errc:
+			return toGRPCError(err)
+		case <-ticker.C():
+			ws.tick = true
+		case <-ctx.Done():
+			return toGRPCError(ctx.Err())
+		case <-ws.s.stopc:
+			return errStopped
+		}
+	}
+}
+
+func (ws *watchStream) handle(req *pb.WatchRequest) error {
+	switch {
+	case req.GetCreateRequest() != nil:
+		return ws.create(req.GetCreateRequest())
+	case req.GetCancelRequest() != nil:
+		return ws.cancel(req.GetCancelRequest().WatchId)
+	case req.GetProgressRequest() != nil:
+		ws.progressAll = true
+	}
+	// etcd ignores requests it does not understand rather than failing
+	// the stream.
+	return nil
+}
+
+func (ws *watchStream) create(cr *pb.WatchCreateRequest) error {
+	key, end := cr.Key, cr.RangeEnd
+	if len(key) == 0 {
+		key = []byte{0} // the smallest key
+	}
+	switch {
+	case len(end) == 0:
+		end = nil
+	case len(end) == 1 && end[0] == 0:
+		end = []byte{} // "\x00": every key from key on
+	}
+	if len(end) > 0 && bytes.Compare(key, end) >= 0 {
+		return ws.refuse(reasonEmptyRange)
+	}
+
+	id := cr.WatchId
+	if id == autoWatchID {
+		for ws.watchers[ws.nextID] != nil {
+			ws.nextID++
+		}
+		id = ws.nextID
+		ws.nextID++
+	} else if ws.watchers[id] != nil {
+		return ws.refuse(reasonDuplicateID)
+	}
+
+	next := cr.StartRevision
+	switch {
+	case next == 0:
+		next = ws.cur + 1
+	case next < 0:
+		// Not meaningful; replay what history holds (or report
+		// compaction) rather than invent a revision.
+		next = 1
+	}
+	w := &watcher{
+		id:       id,
+		key:      key,
+		end:      end,
+		prevKV:   cr.PrevKv,
+		fragment: cr.Fragment,
+		progress: cr.ProgressNotify,
+		next:     next,
+	}
+	for _, f := range cr.Filters {
+		switch f {
+		case pb.WatchCreateRequest_NOPUT:
+			w.noPut = true
+		case pb.WatchCreateRequest_NODELETE:
+			w.noDelete = true
+		}
+	}
+	ws.watchers[id] = w
+	ws.order = append(ws.order, w)
+	return ws.stream.Send(&pb.WatchResponse{Header: ws.hdr, WatchId: id, Created: true})
+}
+
+// refuse answers a create that could not be honoured the way etcd does: a
+// created-and-canceled response for watch ID -1 with the reason.
+func (ws *watchStream) refuse(reason string) error {
+	return ws.stream.Send(&pb.WatchResponse{
+		Header:       ws.hdr,
+		WatchId:      invalidWatchID,
+		Created:      true,
+		Canceled:     true,
+		CancelReason: reason,
+	})
+}
+
+// cancel removes a watcher; an unknown ID gets no answer, as in etcd.
+func (ws *watchStream) cancel(id int64) error {
+	w := ws.watchers[id]
+	if w == nil {
+		return nil
+	}
+	ws.remove(w)
+	return ws.stream.Send(&pb.WatchResponse{Header: ws.hdr, WatchId: id, Canceled: true})
+}
+
+func (ws *watchStream) remove(w *watcher) {
+	delete(ws.watchers, w.id)
+	if i := slices.Index(ws.order, w); i >= 0 {
+		ws.order = slices.Delete(ws.order, i, i+1)
+	}
+}
+
+// sync sends every watcher its events up to ws.cur, at most one Events read
+// per distinct cursor, and reports whether all watchers are caught up.
+func (ws *watchStream) sync() (bool, error) {
+	cursors := ws.cursors[:0]
+	for _, w := range ws.order {
+		if w.next <= ws.cur && !slices.Contains(cursors, w.next) {
+			cursors = append(cursors, w.next)
+		}
+	}
+	slices.Sort(cursors)
+	ws.cursors = cursors
+
+	for _, c := range cursors {
+		evs, next, err := ws.s.b.Events(c, ws.cur, ws.s.cfg.WatchBatchEvents)
+		if errors.Is(err, mvcc.ErrCompacted) {
+			if err := ws.compacted(c); err != nil {
+				return false, err
+			}
+			continue
+		}
+		if err != nil {
+			ws.s.log.Warn("watch events read failed", "rev", c, "error", err)
+			return false, toGRPCError(err)
+		}
+		if next <= c {
+			// A Backend contract violation; looping would spin.
+			return false, status.Errorf(codes.Internal,
+				"netsy: events from revision %d returned next revision %d", c, next)
+		}
+		// A watcher moved forward here may meet a later cursor of this
+		// same pass and move on again; it never sees an event twice
+		// because each read starts at its cursor.
+		for _, w := range ws.order {
+			if w.next != c {
+				continue
+			}
+			if err := ws.deliver(w, evs); err != nil {
+				return false, err
+			}
+			w.next = next
+		}
+	}
+
+	for _, w := range ws.order {
+		if w.next <= ws.cur {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// compacted cancels the watchers at cursor c because history below the
+// compaction floor is gone, with etcd's compacted response.
+func (ws *watchStream) compacted(c int64) error {
+	compactRev := ws.s.b.CompactRevision()
+	for _, w := range slices.Clone(ws.order) {
+		if w.next != c {
+			continue
+		}
+		ws.remove(w)
+		err := ws.stream.Send(&pb.WatchResponse{
+			Header:          ws.hdr,
+			WatchId:         w.id,
+			CompactRevision: compactRev,
+			Canceled:        true,
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// deliver sends w the events of evs it watches, all in one response so
+// events of one revision are never split (fragmenting aside).
+func (ws *watchStream) deliver(w *watcher, evs []*mvccpb.Event) error {
+	var out []*mvccpb.Event
+	for _, ev := range evs {
+		if ev.Kv == nil || !w.matches(ev.Kv.Key) {
+			continue
+		}
+		if (ev.Type == mvccpb.PUT && w.noPut) || (ev.Type == mvccpb.DELETE && w.noDelete) {
+			continue
+		}
+		if ev.PrevKv != nil && !w.prevKV {
+			// Events are shared with the Backend: copy, never modify.
+			ev = &mvccpb.Event{Type: ev.Type, Kv: ev.Kv}
+		}
+		out = append(out, ev)
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	w.sent = true
+	resp := &pb.WatchResponse{Header: ws.hdr, WatchId: w.id, Events: out}
+	if w.fragment {
+		return sendFragments(resp, ws.s.cfg.MaxRequestBytes, ws.stream.Send)
+	}
+	return ws.stream.Send(resp)
+}
+
+// progressTick sends the periodic notification to watchers that asked for
+// it, are caught up and were sent nothing since the previous tick.
+func (ws *watchStream) progressTick() error {
+	for _, w := range ws.order {
+		if w.progress && !w.sent && w.next > ws.cur {
+			if err := ws.stream.Send(&pb.WatchResponse{Header: ws.hdr, WatchId: w.id}); err != nil {
+				return err
+			}
+		}
+		w.sent = false
+	}
+	return nil
+}
+
+// sendFragments splits a response bigger than maxBytes into responses of
+// whole events, each under maxBytes unless it holds a single event, with
+// Fragment set on all but the last; client/v3 joins them back.
+func sendFragments(r *pb.WatchResponse, maxBytes int, send func(*pb.WatchResponse) error) error {
+	if len(r.Events) < 2 || r.Size() < maxBytes {
+		return send(r)
+	}
+	base := (&pb.WatchResponse{Header: r.Header, WatchId: r.WatchId, Fragment: true}).Size()
+	evs := r.Events
+	for len(evs) > 0 {
+		n, size := 0, base
+		for n < len(evs) {
+			es := evs[n].Size()
+			add := 1 + varintLen(uint64(es)) + es // field tag, length, body
+			if n > 0 && size+add >= maxBytes {
+				break
+			}
+			size += add
+			n++
+		}
+		err := send(&pb.WatchResponse{
+			Header:   r.Header,
+			WatchId:  r.WatchId,
+			Events:   evs[:n],
+			Fragment: n < len(evs),
+		})
+		if err != nil {
+			return err
+		}
+		evs = evs[n:]
+	}
+	return nil
+}
+
+func varintLen(v uint64) int {
+	n := 1
+	for v >= 0x80 {
+		v >>= 7
+		n++
+	}
+	return n
+}
