@@ -408,3 +408,65 @@ func TestCrashVerifierDetectsDamage(t *testing.T) {
 		}
 	}
 }
+
+// TestLeaseSurvivesCrash: leases and their keys outlive a SIGKILL; after
+// the restart a long lease still holds its keys and a short one still
+// expires and deletes its keys (etcd renews remaining TTLs on restart, so
+// expiry comes at most one TTL after the restart).
+func TestLeaseSurvivesCrash(t *testing.T) {
+	s := startServer(t)
+	cli := newClient(t, s)
+	ctx := opCtx(t)
+	long, err := cli.Grant(ctx, 120)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, err := cli.Grant(ctx, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustPut(t, cli, "ls/long", "x", clientv3.WithLease(long.ID))
+	mustPut(t, cli, "ls/short", "y", clientv3.WithLease(short.ID))
+
+	if err := s.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	restarted := time.Now()
+
+	ttl, err := cli.TimeToLive(ctx, long.ID, clientv3.WithAttachedKeys())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ttl.TTL <= 0 || ttl.GrantedTTL != 120 || len(ttl.Keys) != 1 || string(ttl.Keys[0]) != "ls/long" {
+		t.Fatalf("long lease after crash: ttl %d granted %d keys %q", ttl.TTL, ttl.GrantedTTL, ttl.Keys)
+	}
+	if _, err := cli.KeepAliveOnce(ctx, long.ID); err != nil {
+		t.Fatalf("keep-alive after crash: %v", err)
+	}
+	for {
+		resp, err := cli.Get(ctx, "ls/short")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Kvs) == 0 {
+			break
+		}
+		if time.Since(restarted) > 3*time.Second+8*time.Second {
+			t.Fatalf("key of a 3s lease still present %v after restart", time.Since(restarted))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	resp, err := cli.Get(ctx, "ls/", clientv3.WithPrefix())
+	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Key) != "ls/long" {
+		t.Fatalf("after short lease expired: %v %v", resp, err)
+	}
+	if _, err := cli.Revoke(ctx, long.ID); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := cli.Get(ctx, "ls/", clientv3.WithPrefix()); err != nil || len(resp.Kvs) != 0 {
+		t.Fatalf("after revoke: %v %v", resp, err)
+	}
+}

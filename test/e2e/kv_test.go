@@ -13,6 +13,8 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/netsy-io/netsy/internal/testutil/procutil"
 )
 
 // wantEvent is one event a watcher must deliver.
@@ -318,5 +320,57 @@ func TestTxnManyCompares(t *testing.T) {
 	_, err = cli.Txn(ctx).Then(clientv3.OpPut("tx/dup", "1"), clientv3.OpPut("tx/dup", "2")).Commit()
 	if !errors.Is(err, rpctypes.ErrDuplicateKey) {
 		t.Errorf("duplicate key in txn: err %v, want %v", err, rpctypes.ErrDuplicateKey)
+	}
+}
+
+// TestProgressNotify: an idle watch with progress_notify receives progress
+// responses at the configured interval carrying the current revision.
+func TestProgressNotify(t *testing.T) {
+	flag := "--progress-notify-interval=1s"
+	if target == procutil.KindEtcd {
+		flag = "--watch-progress-notify-interval=1s"
+	}
+	s := procutil.Start(t, target, procutil.Options{Args: []string{flag}})
+	cli := newClient(t, s)
+	rev := mustPut(t, cli, "pn/other", "x")
+
+	wctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	wch := cli.Watch(wctx, "pn/watched", clientv3.WithProgressNotify())
+	next := func() clientv3.WatchResponse {
+		t.Helper()
+		select {
+		case resp := <-wch:
+			if err := resp.Err(); err != nil {
+				t.Fatal(err)
+			}
+			return resp
+		case <-time.After(10 * time.Second):
+			t.Fatal("no watch response within 10s with a 1s progress interval")
+		}
+		return clientv3.WatchResponse{}
+	}
+	resp := next()
+	if !resp.IsProgressNotify() || resp.Header.Revision != rev {
+		t.Fatalf("idle watch: progress %v at revision %d, want progress at %d", resp.IsProgressNotify(), resp.Header.Revision, rev)
+	}
+	// Writes elsewhere move the revision the notifications report.
+	rev = mustPut(t, cli, "pn/other", "y")
+	for {
+		resp = next()
+		if !resp.IsProgressNotify() {
+			t.Fatalf("unexpected events %v", resp.Events)
+		}
+		if resp.Header.Revision == rev {
+			break
+		}
+		if resp.Header.Revision > rev {
+			t.Fatalf("progress at revision %d, beyond the store's %d", resp.Header.Revision, rev)
+		}
+	}
+	wrev := mustPut(t, cli, "pn/watched", "z")
+	resp = next()
+	if len(resp.Events) != 1 || resp.Events[0].Kv.ModRevision != wrev {
+		t.Fatalf("after a write to the watched key: %+v", resp)
 	}
 }
