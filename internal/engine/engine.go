@@ -160,7 +160,15 @@ func (e *Engine) recover() error {
 		return fmt.Errorf("load snapshot: %w", err)
 	}
 	from := uint64(1)
-	if snap != nil {
+	if snap == nil {
+		// etcd's revisions start at 1 on an empty store: the first write
+		// gets revision 2, and clients (the Kubernetes storage tests among
+		// them) depend on it.
+		if err := e.store.Restore(1, 0, nil); err != nil {
+			return fmt.Errorf("initialise store: %w", err)
+		}
+		e.lastRev = 1
+	} else {
 		h := snap.Header
 		if err := e.store.Restore(h.Revision, h.CompactRevision, snap.KVs); err != nil {
 			return fmt.Errorf("restore snapshot at index %d: %w", h.Index, err)

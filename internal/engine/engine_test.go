@@ -180,19 +180,20 @@ func TestPutGetRevisions(t *testing.T) {
 	h := newHarness(t, nil, nil)
 	for i := 1; i <= 3; i++ {
 		resp := h.put("a", fmt.Sprint(i))
-		if resp.Header.Revision != int64(i) {
+		if resp.Header.Revision != int64(i)+1 {
 			t.Fatalf("put %d: header rev %d", i, resp.Header.Revision)
 		}
 	}
 	r := h.get("a", 0)
 	kv := r.Kvs[0]
-	if string(kv.Value) != "3" || kv.CreateRevision != 1 || kv.ModRevision != 3 || kv.Version != 3 || r.Header.Revision != 3 {
+	// A fresh store is at revision 1, as etcd's: the first write gets 2.
+	if string(kv.Value) != "3" || kv.CreateRevision != 2 || kv.ModRevision != 4 || kv.Version != 3 || r.Header.Revision != 4 {
 		t.Fatalf("unexpected kv %+v header %d", kv, r.Header.Revision)
 	}
-	if got := string(h.get("a", 2).Kvs[0].Value); got != "2" {
+	if got := string(h.get("a", 3).Kvs[0].Value); got != "2" {
 		t.Fatalf("historic read = %q", got)
 	}
-	if _, err := h.e.Range(ctx(t), &pb.RangeRequest{Key: []byte("a"), Revision: 4}); !errors.Is(err, mvcc.ErrFutureRev) {
+	if _, err := h.e.Range(ctx(t), &pb.RangeRequest{Key: []byte("a"), Revision: 5}); !errors.Is(err, mvcc.ErrFutureRev) {
 		t.Fatalf("future rev err = %v", err)
 	}
 }
@@ -221,7 +222,7 @@ func TestWritesInvisibleUntilDurable(t *testing.T) {
 	if v := h.value("k"); v != "<none>" {
 		t.Fatalf("undurable write visible: %q", v)
 	}
-	if h.e.CurrentRevision() != 0 {
+	if h.e.CurrentRevision() != 1 {
 		t.Fatalf("committed rev moved before sync")
 	}
 	select {
@@ -231,7 +232,7 @@ func TestWritesInvisibleUntilDurable(t *testing.T) {
 	}
 	st.syncAll()
 	resp := <-done
-	if resp.Header.Revision != 1 || h.value("k") != "v" {
+	if resp.Header.Revision != 2 || h.value("k") != "v" {
 		t.Fatalf("after sync: rev %d value %q", resp.Header.Revision, h.value("k"))
 	}
 }
@@ -245,17 +246,17 @@ func TestDeleteAndNoopDelete(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if resp.Deleted != 2 || len(resp.PrevKvs) != 2 || resp.Header.Revision != 4 {
+	if resp.Deleted != 2 || len(resp.PrevKvs) != 2 || resp.Header.Revision != 5 {
 		t.Fatalf("delete resp %+v", resp)
 	}
 	resp, err = h.e.DeleteRange(ctx(t), &pb.DeleteRangeRequest{Key: []byte("nope")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if resp.Deleted != 0 || resp.Header.Revision != 4 {
+	if resp.Deleted != 0 || resp.Header.Revision != 5 {
 		t.Fatalf("no-op delete bumped revision: %+v", resp)
 	}
-	evs, _, err := h.e.Events(4, 4, 0)
+	evs, _, err := h.e.Events(5, 5, 0)
 	if err != nil || len(evs) != 2 || evs[0].Type != mvccpb.DELETE {
 		t.Fatalf("delete events %v %v", evs, err)
 	}
@@ -274,7 +275,7 @@ func TestPutIgnoreValueAndLeaseErrors(t *testing.T) {
 	if h.value("k") != "v1" {
 		t.Fatalf("ignore_value changed the value: %q", h.value("k"))
 	}
-	if h.e.CurrentRevision() != 2 {
+	if h.e.CurrentRevision() != 3 {
 		t.Fatalf("rev = %d", h.e.CurrentRevision())
 	}
 }
@@ -300,13 +301,13 @@ func TestTxnCompareBranchesAndOwnWrites(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !resp.Succeeded || resp.Header.Revision != 2 {
+	if !resp.Succeeded || resp.Header.Revision != 3 {
 		t.Fatalf("txn resp %+v", resp)
 	}
-	if got := resp.Responses[2].GetResponseRange().Kvs[0]; string(got.Value) != "2" || got.ModRevision != 2 {
+	if got := resp.Responses[2].GetResponseRange().Kvs[0]; string(got.Value) != "2" || got.ModRevision != 3 {
 		t.Fatalf("txn read did not see its own write: %+v", got)
 	}
-	evs, _, _ := h.e.Events(2, 2, 0)
+	evs, _, _ := h.e.Events(3, 3, 0)
 	if len(evs) != 3 {
 		t.Fatalf("one revision should carry all three puts, got %d events", len(evs))
 	}
@@ -316,7 +317,7 @@ func TestTxnCompareBranchesAndOwnWrites(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if resp.Succeeded || resp.Header.Revision != 2 || h.e.CurrentRevision() != 2 {
+	if resp.Succeeded || resp.Header.Revision != 3 || h.e.CurrentRevision() != 3 {
 		t.Fatalf("failed compare: %+v rev %d", resp, h.e.CurrentRevision())
 	}
 	// Missing key: version compares as 0, value compare is false.
@@ -342,12 +343,12 @@ func TestTxnErrorLeavesNoTrace(t *testing.T) {
 	if !errors.Is(err, ErrLeaseNotFound) {
 		t.Fatalf("err = %v", err)
 	}
-	if h.value("a") != "1" || h.e.CurrentRevision() != 1 {
+	if h.value("a") != "1" || h.e.CurrentRevision() != 2 {
 		t.Fatalf("failed txn left a trace: a=%q rev=%d", h.value("a"), h.e.CurrentRevision())
 	}
 	h.put("c", "3")
-	if h.e.CurrentRevision() != 2 {
-		t.Fatalf("revision after a failed txn = %d, want 2 (dense)", h.e.CurrentRevision())
+	if h.e.CurrentRevision() != 3 {
+		t.Fatalf("revision after a failed txn = %d, want 3 (dense)", h.e.CurrentRevision())
 	}
 }
 
@@ -356,7 +357,7 @@ func TestCompact(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		h.put("k", fmt.Sprint(i))
 	}
-	if _, err := h.e.Compact(ctx(t), &pb.CompactionRequest{Revision: 9}); !errors.Is(err, mvcc.ErrFutureRev) {
+	if _, err := h.e.Compact(ctx(t), &pb.CompactionRequest{Revision: 10}); !errors.Is(err, mvcc.ErrFutureRev) {
 		t.Fatalf("future compact: %v", err)
 	}
 	if _, err := h.e.Compact(ctx(t), &pb.CompactionRequest{Revision: 3}); err != nil {
@@ -368,7 +369,7 @@ func TestCompact(t *testing.T) {
 	if _, err := h.e.Range(ctx(t), &pb.RangeRequest{Key: []byte("k"), Revision: 2}); !errors.Is(err, mvcc.ErrCompacted) {
 		t.Fatalf("read below floor: %v", err)
 	}
-	if h.e.CompactRevision() != 3 || h.e.CurrentRevision() != 5 {
+	if h.e.CompactRevision() != 3 || h.e.CurrentRevision() != 6 {
 		t.Fatalf("compact rev %d current %d", h.e.CompactRevision(), h.e.CurrentRevision())
 	}
 	h.reopen()
@@ -389,7 +390,7 @@ func TestLeaseLifecycle(t *testing.T) {
 	if g.TTL != 2 || g.ID == 0 {
 		t.Fatalf("grant %+v: want TTL raised to the 2 s minimum", g)
 	}
-	if g.Header.Revision != 0 {
+	if g.Header.Revision != 1 {
 		t.Fatalf("grant moved the revision to %d", g.Header.Revision)
 	}
 	if _, err := h.e.LeaseGrant(ctx(t), &pb.LeaseGrantRequest{ID: g.ID, TTL: 5}); !errors.Is(err, ErrLeaseExist) {
@@ -470,11 +471,11 @@ func TestRestartFromSnapshotAndLog(t *testing.T) {
 	if hashBefore.Hash != hashAfter.Hash {
 		t.Fatalf("history hash differs after restart")
 	}
-	if h.e.CurrentRevision() != 25 {
+	if h.e.CurrentRevision() != 26 {
 		t.Fatalf("rev after restart %d", h.e.CurrentRevision())
 	}
 	h.put("new", "x")
-	if h.e.CurrentRevision() != 26 {
+	if h.e.CurrentRevision() != 27 {
 		t.Fatalf("rev after restart+put %d", h.e.CurrentRevision())
 	}
 }
@@ -517,15 +518,15 @@ func TestConcurrentWritersDenseRevisions(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if h.e.CurrentRevision() != writers*each {
-		t.Fatalf("rev %d, want %d", h.e.CurrentRevision(), writers*each)
+	if h.e.CurrentRevision() != writers*each+1 {
+		t.Fatalf("rev %d, want %d", h.e.CurrentRevision(), writers*each+1)
 	}
 	evs, next, err := h.e.Events(1, h.e.CurrentRevision(), 0)
-	if err != nil || len(evs) != writers*each || next != writers*each+1 {
+	if err != nil || len(evs) != writers*each || next != writers*each+2 {
 		t.Fatalf("events %d next %d err %v", len(evs), next, err)
 	}
 	for i, ev := range evs {
-		if ev.Kv.ModRevision != int64(i+1) {
+		if ev.Kv.ModRevision != int64(i+2) {
 			t.Fatalf("event %d at rev %d", i, ev.Kv.ModRevision)
 		}
 	}
@@ -588,7 +589,7 @@ func TestBackpressureRefusesWithoutApplying(t *testing.T) {
 	st.busy = nil
 	st.mu.Unlock()
 	resp, err := e.Put(ctx(t), &pb.PutRequest{Key: []byte("k"), Value: []byte("v")})
-	if err != nil || resp.Header.Revision != 1 {
+	if err != nil || resp.Header.Revision != 2 {
 		t.Fatalf("put after backpressure cleared: %v %v", resp, err)
 	}
 }
@@ -610,6 +611,7 @@ func TestWriteTimeoutWhenNeverDurable(t *testing.T) {
 		t.Fatalf("err = %v, want ErrTimeout", err)
 	}
 	// Durability arriving later still commits the write, as with etcd.
+	waitFor(t, func() bool { st.mu.Lock(); defer st.mu.Unlock(); return len(st.entries) == 1 })
 	st.syncAll()
 	waitFor(t, func() bool { return h.value("k") == "v" })
 }
