@@ -61,6 +61,8 @@ func (l *leaseServer) LeaseLeases(ctx context.Context, r *pb.LeaseLeasesRequest)
 func (l *leaseServer) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error {
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
+	l.s.keepAliveStreams.Add(1)
+	defer l.s.keepAliveStreams.Add(-1)
 	reqc, errc := recvLoop(ctx, stream.Recv)
 	for {
 		var req *pb.LeaseKeepAliveRequest

@@ -3,9 +3,11 @@ package etcdapi
 import (
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -78,6 +80,12 @@ type Server struct {
 	// gRPC stop can complete.
 	stopc    chan struct{}
 	stopOnce sync.Once
+
+	// Gauges and counters, exported by Collectors.
+	watchStreams     atomic.Int64
+	watchers         atomic.Int64
+	watchEventsSent  atomic.Int64
+	keepAliveStreams atomic.Int64
 
 	// hooks lets tests observe points of the watch loop that have no
 	// externally visible effect. Nil in production.
@@ -153,6 +161,24 @@ func (s *Server) NewGRPCServer(extra ...grpc.ServerOption) *grpc.Server {
 // that never end on their own.
 func (s *Server) Close() {
 	s.stopOnce.Do(func() { close(s.stopc) })
+}
+
+// Collectors returns the metrics of the client API for the caller to
+// register: open watch and keep-alive streams, watchers, events sent.
+func (s *Server) Collectors() []prometheus.Collector {
+	gauge := func(name, help string, v *atomic.Int64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help},
+			func() float64 { return float64(v.Load()) })
+	}
+	return []prometheus.Collector{
+		gauge("netsy_watch_streams", "Open Watch streams.", &s.watchStreams),
+		gauge("netsy_watchers", "Watchers across all Watch streams.", &s.watchers),
+		gauge("netsy_lease_keepalive_streams", "Open LeaseKeepAlive streams.", &s.keepAliveStreams),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "netsy_watch_events_sent_total",
+			Help: "Events sent to watchers.",
+		}, func() float64 { return float64(s.watchEventsSent.Load()) }),
+	}
 }
 
 // header fills the identity fields of h (allocating it if needed) and, if

@@ -53,6 +53,11 @@ func (w *watchServer) Watch(stream pb.Watch_WatchServer) error {
 		stream:   stream,
 		watchers: make(map[int64]*watcher),
 	}
+	w.s.watchStreams.Add(1)
+	defer func() {
+		w.s.watchStreams.Add(-1)
+		w.s.watchers.Add(-int64(len(ws.order)))
+	}()
 	return ws.run(ctx, reqc, errc)
 }
 
@@ -242,6 +247,7 @@ func (ws *watchStream) create(cr *pb.WatchCreateRequest) error {
 	}
 	ws.watchers[id] = w
 	ws.order = append(ws.order, w)
+	ws.s.watchers.Add(1)
 	return ws.stream.Send(&pb.WatchResponse{Header: ws.hdr, WatchId: id, Created: true})
 }
 
@@ -271,6 +277,7 @@ func (ws *watchStream) remove(w *watcher) {
 	delete(ws.watchers, w.id)
 	if i := slices.Index(ws.order, w); i >= 0 {
 		ws.order = slices.Delete(ws.order, i, i+1)
+		ws.s.watchers.Add(-1)
 	}
 }
 
@@ -368,6 +375,7 @@ func (ws *watchStream) deliver(w *watcher, evs []*mvccpb.Event) error {
 		return nil
 	}
 	w.sent = true
+	ws.s.watchEventsSent.Add(int64(len(out)))
 	resp := &pb.WatchResponse{Header: ws.hdr, WatchId: w.id, Events: out}
 	if w.fragment {
 		return sendFragments(resp, ws.s.cfg.MaxRequestBytes, ws.stream.Send)

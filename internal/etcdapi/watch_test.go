@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -595,5 +596,34 @@ func TestWatchClientHalfClose(t *testing.T) {
 	e.put("a", "1")
 	if r := mustRecv(t, ws); len(r.Events) != 1 {
 		t.Fatalf("after half-close: %+v", r)
+	}
+}
+
+func TestWatchMetrics(t *testing.T) {
+	e := newEnv(t, nil)
+	ws := e.rawWatch(testCtx(t))
+	for range 3 {
+		mustSend(t, ws, createReq(&pb.WatchCreateRequest{Key: []byte("a")}))
+		mustRecv(t, ws)
+	}
+	mustSend(t, ws, cancelReq(1))
+	mustRecv(t, ws)
+	e.put("a", "1")
+	mustRecv(t, ws)
+	mustRecv(t, ws)
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(e.srv.Collectors()...)
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range families {
+		m := f.GetMetric()[0]
+		got[f.GetName()] = m.GetGauge().GetValue() + m.GetCounter().GetValue()
+	}
+	want := map[string]float64{"netsy_watch_streams": 1, "netsy_watchers": 2, "netsy_lease_keepalive_streams": 0, "netsy_watch_events_sent_total": 2}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("metrics %v, want %v", got, want)
 	}
 }

@@ -1,0 +1,189 @@
+package etcdapi
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/snapshot"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/netsy-io/netsy/internal/clock"
+	"github.com/netsy-io/netsy/internal/datafile"
+	"github.com/netsy-io/netsy/internal/engine"
+	"github.com/netsy-io/netsy/proto/netsyv1"
+)
+
+// memLog is an in-memory engine.Storage that is durable the moment an
+// entry is appended.
+type memLog struct {
+	mu      sync.Mutex
+	entries []*netsyv1.Entry
+	snap    *datafile.Snapshot
+	eng     *engine.Engine
+}
+
+func (m *memLog) LoadSnapshot() (*datafile.Snapshot, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.snap, nil
+}
+
+func (m *memLog) Replay(from uint64, fn func(*netsyv1.Entry) error) error {
+	m.mu.Lock()
+	ents := append([]*netsyv1.Entry(nil), m.entries...)
+	m.mu.Unlock()
+	for _, e := range ents {
+		if e.Index >= from {
+			if err := fn(e); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (m *memLog) Append(e *netsyv1.Entry) error {
+	m.mu.Lock()
+	m.entries = append(m.entries, proto.Clone(e).(*netsyv1.Entry))
+	eng := m.eng
+	m.mu.Unlock()
+	if eng != nil {
+		eng.OnSync(e.Index, nil)
+	}
+	return nil
+}
+
+func (m *memLog) SaveSnapshot(s *datafile.Snapshot) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.snap = s
+	return nil
+}
+
+// newEngineEnv serves the real engine, to check the Backend contract as
+// the engine implements it, not only as the fake reads it.
+func newEngineEnv(t *testing.T, mod func(*Config)) (*testEnv, *engine.Engine) {
+	t.Helper()
+	log := &memLog{}
+	eng, err := engine.Open(engine.Config{Storage: log, Clock: clock.Real(), ClusterID: testClusterID, MemberID: testMemberID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log.mu.Lock()
+	log.eng = eng
+	log.mu.Unlock()
+	cfg := Config{Backend: eng}
+	if mod != nil {
+		mod(&cfg)
+	}
+	srv := New(cfg)
+	g := srv.NewGRPCServer()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = g.Serve(lis)
+	}()
+	t.Cleanup(func() {
+		srv.Close()
+		g.Stop()
+		<-served
+		_ = eng.Close()
+	})
+	return &testEnv{t: t, srv: srv, addr: lis.Addr().String()}, eng
+}
+
+func TestEngineKVLeaseAndWatch(t *testing.T) {
+	e, _ := newEngineEnv(t, func(c *Config) { c.WatchBatchEvents = 3 })
+	cli := e.client()
+	ctx := testCtx(t)
+
+	first, err := cli.Put(ctx, "k0", "v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := first.Header.Revision
+	const n = 60
+	for i := 1; i < n/2; i++ {
+		if _, err := cli.Put(ctx, fmt.Sprintf("k%d", i), "v"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := n / 2; i < n; i++ {
+			if _, err := cli.Put(ctx, fmt.Sprintf("k%d", i), "v"); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	defer wg.Wait()
+
+	wch := cli.Watch(ctx, "k", clientv3.WithPrefix(), clientv3.WithRev(start), clientv3.WithPrevKV())
+	next := start
+	for next < start+n {
+		r := recvWatch(t, wch)
+		for _, ev := range r.Events {
+			if ev.Kv.ModRevision != next || ev.Kv.ModRevision > r.Header.Revision {
+				t.Fatalf("event at %d (header %d), want %d", ev.Kv.ModRevision, r.Header.Revision, next)
+			}
+			next++
+		}
+	}
+	wg.Wait()
+
+	g, err := cli.Grant(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ka, err := cli.KeepAliveOnce(ctx, g.ID); err != nil || ka.TTL != 60 {
+		t.Fatalf("keepalive %+v %v", ka, err)
+	}
+	if _, err := cli.Revoke(ctx, g.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.KeepAliveOnce(ctx, g.ID); !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		t.Fatalf("keepalive after revoke: %v", err)
+	}
+	if ttl, err := cli.TimeToLive(ctx, g.ID); err != nil || ttl.TTL != -1 {
+		t.Fatalf("timetolive after revoke: %+v %v", ttl, err)
+	}
+
+	cur, err := cli.Get(ctx, "k0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Compact(ctx, cur.Header.Revision); err != nil {
+		t.Fatal(err)
+	}
+	r := recvWatch(t, cli.Watch(ctx, "k", clientv3.WithPrefix(), clientv3.WithRev(start)))
+	if !errors.Is(r.Err(), rpctypes.ErrCompacted) || r.CompactRevision != cur.Header.Revision {
+		t.Fatalf("compacted watch: %+v %v", r, r.Err())
+	}
+	if _, err := cli.Get(ctx, "k0", clientv3.WithRev(start)); !errors.Is(err, rpctypes.ErrCompacted) {
+		t.Fatalf("compacted get: %v", err)
+	}
+
+	st, err := cli.Status(ctx, e.addr)
+	if err != nil || st.Header.MemberId != testMemberID {
+		t.Fatalf("status %+v %v", st, err)
+	}
+	cfg := clientv3.Config{Endpoints: []string{e.addr}, Logger: zap.NewNop(), DialTimeout: 5 * time.Second}
+	if _, err := snapshot.SaveWithVersion(ctx, zap.NewNop(), cfg, filepath.Join(t.TempDir(), "snap")); err != nil {
+		t.Fatalf("snapshot save: %v", err)
+	}
+}
