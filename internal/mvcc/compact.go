@@ -34,7 +34,7 @@ func (s *Store) compact(rev int64) {
 	// anything to drop, and the log names exactly those.
 	p := s.logSearch(rev)
 	for _, e := range s.log[:p] {
-		if ki := s.idx.get(e.kv.Key); ki != nil {
+		if ki := s.lookup(e.kv.Key); ki != nil {
 			s.trim(ki, rev)
 		}
 	}
@@ -73,8 +73,7 @@ func (s *Store) trim(ki *keyIndex, rev int64) {
 	n := len(h) - drop
 	if n == 0 {
 		// Only a dead key loses every version: the live count stays.
-		s.idx.delete(ki.key)
-		s.bytes -= int64(len(ki.key))
+		s.removeKey(ki)
 		ki.hist = nil
 		return
 	}

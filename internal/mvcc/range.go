@@ -55,7 +55,7 @@ func (s *Store) Range(key, end []byte, opt RangeOptions) (RangeResult, error) {
 	filtered := opt.MinModRev != 0 || opt.MaxModRev != 0 || opt.MinCreateRev != 0 || opt.MaxCreateRev != 0
 	switch {
 	case len(end) == 0:
-		if ki := s.idx.get(key); ki != nil {
+		if ki := s.lookup(key); ki != nil {
 			if kv := ki.at(rev); kv != nil {
 				res.Count = 1
 				if !opt.CountOnly {
@@ -74,19 +74,24 @@ func (s *Store) Range(key, end []byte, opt RangeOptions) (RangeResult, error) {
 			res.Count = int64(s.count(key, end, rev))
 			return res, nil
 		}
-		if order == pb.RangeRequest_NONE && !filtered && opt.Limit > 0 {
-			// Key order is the natural order: read just the first page.
+		// etcd reads the whole range only to filter or to sort in an
+		// explicit order; otherwise it reads the first limit+1 keys in key
+		// order and sorts just those (so a sort target without an order
+		// sorts the page, not the range). Ascending by key equals key
+		// order, so it takes the short read too.
+		if !filtered && opt.Limit > 0 && (opt.SortOrder == pb.RangeRequest_NONE || order == pb.RangeRequest_NONE) {
 			res.Count = int64(s.count(key, end, rev))
-			res.KVs = make([]*mvccpb.KeyValue, 0, min(opt.Limit, res.Count))
+			fetch := min(opt.Limit+1, res.Count)
+			res.KVs = make([]*mvccpb.KeyValue, 0, fetch)
 			s.idx.ascend(key, end, func(ki *keyIndex) bool {
 				if kv := ki.at(rev); kv != nil {
 					res.KVs = append(res.KVs, kv)
 				}
-				return int64(len(res.KVs)) < opt.Limit
+				return int64(len(res.KVs)) < fetch
 			})
-			res.More = res.Count > int64(len(res.KVs))
-			return finish(res, opt), nil
+			break
 		}
+		res.KVs = make([]*mvccpb.KeyValue, 0, s.idx.countLive(key, end))
 		s.idx.ascend(key, end, func(ki *keyIndex) bool {
 			if kv := ki.at(rev); kv != nil {
 				res.KVs = append(res.KVs, kv)
@@ -142,9 +147,10 @@ func sortOrder(opt RangeOptions) pb.RangeRequest_SortOrder {
 	return opt.SortOrder
 }
 
-// sortKVs sorts kvs (ascending by key on entry). The sort is stable, so
-// ties stay in ascending key order whatever the direction: etcd leaves ties
-// unspecified and produces this order for small results.
+// sortKVs sorts kvs (ascending by key on entry). Ties stay in ascending key
+// order whatever the direction: etcd leaves ties unspecified and produces
+// this order for small results. Keys are unique, so breaking ties by key
+// gives the stable order with an unstable (faster) sort.
 func sortKVs(kvs []*mvccpb.KeyValue, order pb.RangeRequest_SortOrder, target pb.RangeRequest_SortTarget) {
 	if order == pb.RangeRequest_NONE || len(kvs) < 2 {
 		return
@@ -168,11 +174,16 @@ func sortKVs(kvs []*mvccpb.KeyValue, order pb.RangeRequest_SortOrder, target pb.
 		// Request validation rejects unknown targets; keep key order.
 		return
 	}
+	dir := 1
 	if order == pb.RangeRequest_DESCEND {
-		asc := c
-		c = func(a, b *mvccpb.KeyValue) int { return asc(b, a) }
+		dir = -1
 	}
-	slices.SortStableFunc(kvs, c)
+	slices.SortFunc(kvs, func(a, b *mvccpb.KeyValue) int {
+		if r := c(a, b) * dir; r != 0 {
+			return r
+		}
+		return bytes.Compare(a.Key, b.Key)
+	})
 }
 
 // count returns the number of keys live in [key, end) at rev; end == nil

@@ -228,3 +228,26 @@ func TestRangeRevisionBounds(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// etcd sorts by a target without an order only the first limit+1 keys: the
+// page, not the range. Kubernetes never asks for this; etcdctl users can.
+func TestRangeSortTargetWithoutOrderSortsPage(t *testing.T) {
+	s := New()
+	apply(t, s,
+		[]op{put("a", "1")}, []op{put("a", "2")}, []op{put("a", "3")},
+		[]op{put("b", "1")}, []op{put("b", "2")},
+		[]op{put("c", "1")},
+	)
+	res, err := s.Range([]byte("a"), []byte{0}, RangeOptions{Rev: 6, Limit: 1, SortTarget: pb.RangeRequest_VERSION})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := kvStrs(res.KVs); !slices.Equal(got, []string{"b=2/4/5/2"}) || res.Count != 3 || !res.More {
+		t.Fatalf("got %q count %d more %v", got, res.Count, res.More)
+	}
+	// With an explicit order etcd sorts the whole range.
+	res, _ = s.Range([]byte("a"), []byte{0}, RangeOptions{Rev: 6, Limit: 1, SortTarget: pb.RangeRequest_VERSION, SortOrder: pb.RangeRequest_ASCEND})
+	if got := kvStrs(res.KVs); !slices.Equal(got, []string{"c=1/6/6/1"}) {
+		t.Fatalf("explicit order: %q", got)
+	}
+}

@@ -91,7 +91,7 @@ func (s *Store) Restore(rev, compactRev int64, versions []*netsyv1.KeyVersion) e
 	}
 	if err := s.load(rev, versions); err != nil {
 		// Leave the store empty rather than half loaded.
-		s.idx, s.log, s.versions, s.bytes = newTree(), nil, 0, 0
+		s.idx, s.keys, s.log, s.versions, s.bytes = newTree(), map[string]*keyIndex{}, nil, 0, 0
 		return err
 	}
 	s.rev.Store(rev)
@@ -116,7 +116,7 @@ func (s *Store) load(rev int64, versions []*netsyv1.KeyVersion) error {
 			return bad("empty key")
 		}
 		last, lastSub = v.ModRevision, v.Sub
-		ki := s.idx.get(v.Key)
+		ki := s.lookup(v.Key)
 		var prev *mvccpb.KeyValue
 		if ki != nil {
 			prev = ki.latest()
@@ -129,8 +129,7 @@ func (s *Store) load(rev int64, versions []*netsyv1.KeyVersion) error {
 		}
 		if ki == nil {
 			ki = &keyIndex{key: v.Key}
-			s.idx.insert(ki, true)
-			s.bytes += int64(len(v.Key))
+			s.addKey(ki, true)
 		} else if (prev == nil) != v.Tombstone {
 			s.idx.setLive(ki.key, !v.Tombstone)
 		}

@@ -5,6 +5,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 )
@@ -15,6 +16,9 @@ type Store struct {
 	mu sync.RWMutex
 
 	idx tree
+	// keys finds a key's index without the tree's pointer chasing: point
+	// reads and writes, the hot paths, cost one hash lookup.
+	keys map[string]*keyIndex
 	// log holds every event with mod_revision >= compactRev in (revision,
 	// sub) order; a version's sub is its position within its revision. Its
 	// kv pointers are the same values the key histories hold.
@@ -89,7 +93,24 @@ func (ki *keyIndex) at(rev int64) *mvccpb.KeyValue {
 
 // New returns an empty store at revision 0.
 func New() *Store {
-	return &Store{idx: newTree()}
+	return &Store{idx: newTree(), keys: map[string]*keyIndex{}}
+}
+
+func (s *Store) lookup(key []byte) *keyIndex { return s.keys[string(key)] }
+
+func (s *Store) addKey(ki *keyIndex, live bool) {
+	s.idx.insert(ki, live)
+	// The map key aliases ki.key instead of copying it: stored keys are
+	// never modified (see Put), so the string stays immutable as Go
+	// requires.
+	s.keys[unsafe.String(unsafe.SliceData(ki.key), len(ki.key))] = ki
+	s.bytes += int64(len(ki.key))
+}
+
+func (s *Store) removeKey(ki *keyIndex) {
+	s.idx.delete(ki.key)
+	delete(s.keys, string(ki.key))
+	s.bytes -= int64(len(ki.key))
 }
 
 // Rev returns the latest applied revision, uncommitted writes included.
@@ -134,11 +155,10 @@ func (s *Store) Put(rev int64, key, value []byte, lease int64) *mvccpb.Event {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.checkWriteRev(rev)
-	ki := s.idx.get(key)
+	ki := s.lookup(key)
 	if ki == nil {
 		ki = &keyIndex{key: key}
-		s.idx.insert(ki, true)
-		s.bytes += int64(len(key))
+		s.addKey(ki, true)
 	}
 	prev := ki.latest()
 	kv := &mvccpb.KeyValue{Key: ki.key, CreateRevision: rev, ModRevision: rev, Version: 1, Value: value, Lease: lease}
@@ -160,7 +180,7 @@ func (s *Store) Delete(rev int64, key []byte) *mvccpb.Event {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.checkWriteRev(rev)
-	ki := s.idx.get(key)
+	ki := s.lookup(key)
 	if ki == nil {
 		return nil
 	}
@@ -184,8 +204,29 @@ func (s *Store) append(ki *keyIndex, kv, prev *mvccpb.KeyValue) {
 
 // logSearch returns the position of the first log entry with mod_revision
 // >= rev.
+//
+// Revisions in the log are dense and each has at least one event, which
+// pins the answer between rev-first and n-(last-rev+1): a point when every
+// revision has one event, as nearly all do. The check afterwards guards
+// against a log restored with gaps.
 func (s *Store) logSearch(rev int64) int {
-	return sort.Search(len(s.log), func(i int) bool { return s.log[i].kv.ModRevision >= rev })
+	log := s.log
+	n := len(log)
+	if n == 0 || rev <= log[0].kv.ModRevision {
+		return 0
+	}
+	first, last := log[0].kv.ModRevision, log[n-1].kv.ModRevision
+	if rev > last {
+		return n
+	}
+	lo, hi := int(rev-first), n-int(last-rev+1)
+	if lo <= hi {
+		p := lo + sort.Search(hi-lo, func(i int) bool { return log[lo+i].kv.ModRevision >= rev })
+		if log[p].kv.ModRevision >= rev && (p == 0 || log[p-1].kv.ModRevision < rev) {
+			return p
+		}
+	}
+	return sort.Search(n, func(i int) bool { return log[i].kv.ModRevision >= rev })
 }
 
 // Rollback discards every write above rev: they never became durable.
@@ -202,15 +243,14 @@ func (s *Store) Rollback(rev int64) {
 	p := s.logSearch(rev + 1)
 	for i := len(s.log) - 1; i >= p; i-- {
 		kv := s.log[i].kv
-		ki := s.idx.get(kv.Key)
+		ki := s.lookup(kv.Key)
 		wasLive := ki.live()
 		ki.hist[len(ki.hist)-1] = nil
 		ki.hist = ki.hist[:len(ki.hist)-1]
 		s.versions--
 		s.bytes -= int64(len(kv.Value))
 		if len(ki.hist) == 0 {
-			s.idx.delete(ki.key)
-			s.bytes -= int64(len(ki.key))
+			s.removeKey(ki)
 		} else if live := ki.live(); live != wasLive {
 			s.idx.setLive(ki.key, live)
 		}

@@ -1,0 +1,188 @@
+package mvcc
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"testing"
+)
+
+const benchKeys = 100_000
+
+var (
+	benchOnce  sync.Once
+	benchStore *Store
+	benchNames [][]byte
+)
+
+// benchSetup builds, once, a store of 100k keys shaped like Kubernetes
+// objects with 1 KiB values, then 10k updates so historic reads have
+// history to skip.
+func benchSetup() (*Store, [][]byte) {
+	benchOnce.Do(func() {
+		s := New()
+		val := make([]byte, 1024)
+		for i := range benchKeys {
+			k := fmt.Appendf(nil, "/registry/pods/ns%02d/pod-%06d", i%50, i)
+			benchNames = append(benchNames, k)
+		}
+		for i, k := range benchNames {
+			s.Put(int64(i+1), k, val, 0)
+		}
+		rng := rand.New(rand.NewPCG(1, 1))
+		for range 10_000 {
+			s.Put(s.Rev()+1, benchNames[rng.IntN(benchKeys)], val, 0)
+		}
+		benchStore = s
+	})
+	return benchStore, benchNames
+}
+
+func BenchmarkPutUpdate(b *testing.B) {
+	s := New()
+	val := make([]byte, 1024)
+	keys := make([][]byte, benchKeys)
+	for i := range keys {
+		keys[i] = fmt.Appendf(nil, "/registry/pods/ns/pod-%06d", i)
+		s.Put(s.Rev()+1, keys[i], val, 0)
+	}
+	rng := rand.New(rand.NewPCG(2, 2))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		s.Put(s.Rev()+1, keys[rng.IntN(benchKeys)], val, 0)
+		// Compact as Kubernetes does, so the cost is the steady state's.
+		if i%100_000 == 99_999 {
+			if err := s.Compact(s.Rev() - 1000); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
+
+func BenchmarkPutNewKeys(b *testing.B) {
+	s := New()
+	val := make([]byte, 1024)
+	keys := make([][]byte, b.N)
+	for i := range keys {
+		keys[i] = fmt.Appendf(nil, "/registry/pods/ns/pod-%08x", rand.Uint32())
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		s.Put(s.Rev()+1, keys[i], val, 0)
+	}
+}
+
+func BenchmarkRangeSingleKey(b *testing.B) {
+	s, keys := benchSetup()
+	rng := rand.New(rand.NewPCG(3, 3))
+	rev := s.Rev()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		res, err := s.Range(keys[rng.IntN(benchKeys)], nil, RangeOptions{Rev: rev})
+		if err != nil || len(res.KVs) != 1 {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkRangeSingleKeyParallel(b *testing.B) {
+	s, keys := benchSetup()
+	rev := s.Rev()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		rng := rand.New(rand.NewPCG(rand.Uint64(), 4))
+		for pb.Next() {
+			if _, err := s.Range(keys[rng.IntN(benchKeys)], nil, RangeOptions{Rev: rev}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// A Kubernetes list page: 500 pods out of 100k with the total count.
+func BenchmarkRangePrefixLimit500(b *testing.B) {
+	s, _ := benchSetup()
+	for _, tc := range []struct {
+		name string
+		back int64
+	}{{"latest", 0}, {"historic-100-writes-back", 100}, {"historic-10k-writes-back", 10_000}} {
+		b.Run(tc.name, func(b *testing.B) {
+			rev := s.Rev() - tc.back
+			b.ReportAllocs()
+			for range b.N {
+				res, err := s.Range([]byte("/registry/pods/"), []byte("/registry/pods0"), RangeOptions{Rev: rev, Limit: 500})
+				if err != nil || len(res.KVs) != 500 || res.Count != benchKeys || !res.More {
+					b.Fatal(err, len(res.KVs), res.Count)
+				}
+			}
+		})
+	}
+}
+
+// The same list sorted by mod revision: every key in the range is read.
+func BenchmarkRangePrefixSortedLimit500(b *testing.B) {
+	s, _ := benchSetup()
+	rev := s.Rev()
+	b.ReportAllocs()
+	for range b.N {
+		res, err := s.Range([]byte("/registry/pods/"), []byte("/registry/pods0"), RangeOptions{Rev: rev, Limit: 500, SortTarget: 3})
+		if err != nil || len(res.KVs) != 500 {
+			b.Fatal(err)
+		}
+	}
+}
+
+// Watch catch-up: 100 revisions of history per call.
+func BenchmarkEvents100(b *testing.B) {
+	s, _ := benchSetup()
+	rng := rand.New(rand.NewPCG(5, 5))
+	b.ReportAllocs()
+	for range b.N {
+		from := 1 + rng.Int64N(s.Rev()-100)
+		evs, _, err := s.Events(from, from+99, 0)
+		if err != nil || len(evs) != 100 {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkMemory reports the heap the store adds on top of the keys and
+// values themselves: per key after 100k creations of 1 KiB values, and per
+// version after a further 100k updates.
+func BenchmarkMemory(b *testing.B) {
+	for range b.N {
+		keys := make([][]byte, benchKeys)
+		vals := make([][]byte, 2*benchKeys)
+		for i := range keys {
+			keys[i] = fmt.Appendf(nil, "/registry/pods/ns%02d/pod-%06d", i%50, i)
+		}
+		for i := range vals {
+			vals[i] = make([]byte, 1024)
+		}
+		base := heapInUse()
+		s := New()
+		for i, k := range keys {
+			s.Put(s.Rev()+1, k, vals[i], 0)
+		}
+		created := heapInUse()
+		for i, k := range keys {
+			s.Put(s.Rev()+1, k, vals[benchKeys+i], 0)
+		}
+		updated := heapInUse()
+		b.ReportMetric(float64(created-base)/benchKeys, "B/key")
+		b.ReportMetric(float64(updated-created)/benchKeys, "B/version")
+		runtime.KeepAlive(s)
+		runtime.KeepAlive(vals)
+	}
+}
+
+func heapInUse() int64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapInuse)
+}
