@@ -23,4 +23,9 @@
 //   - A progress response for revision R (RequestProgress or progress_notify)
 //     is only sent once the watchers it speaks for have been sent every event
 //     <= R, so it never overtakes an event.
+//
+// Snapshot stream framing: the data file Backend.Snapshot writes, then zero
+// bytes up to a multiple of 512, then the SHA-256 of all of that. This is
+// what `etcdctl snapshot save` insists on (it rejects a download whose size
+// is not 512*n+32); SnapshotDataSize checks and strips it again.
 package etcdapi

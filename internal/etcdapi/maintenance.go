@@ -1,9 +1,11 @@
 package etcdapi
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"hash"
 	"io"
 
@@ -180,6 +182,39 @@ func (m *maintenanceServer) sendTrailer(send func([]byte, int64) error, h hash.H
 		}
 	}
 	return send(h.Sum(nil), 0)
+}
+
+// SnapshotDataSize checks the trailer of a snapshot saved from the Snapshot
+// stream (by `etcdctl snapshot save` or netsyctl) held in r, size bytes
+// long, and returns the length of the data file at its start. The zero
+// padding is told apart from the data because a Netsy data file ends with
+// its non-zero footer magic; a body ending in zero bytes would be
+// misjudged.
+func SnapshotDataSize(r io.ReaderAt, size int64) (int64, error) {
+	if size < sha256.Size || (size-sha256.Size)%snapshotAlign != 0 {
+		return 0, fmt.Errorf("snapshot of %d bytes has no digest trailer", size)
+	}
+	body := size - sha256.Size
+	h := sha256.New()
+	if _, err := io.Copy(h, io.NewSectionReader(r, 0, body)); err != nil {
+		return 0, fmt.Errorf("read snapshot: %w", err)
+	}
+	var sum [sha256.Size]byte
+	if _, err := r.ReadAt(sum[:], body); err != nil && err != io.EOF {
+		return 0, fmt.Errorf("read snapshot digest: %w", err)
+	}
+	if !bytes.Equal(h.Sum(nil), sum[:]) {
+		return 0, errors.New("snapshot digest mismatch: the download is damaged")
+	}
+	tail := make([]byte, min(body, snapshotAlign-1))
+	if _, err := r.ReadAt(tail, body-int64(len(tail))); err != nil && err != io.EOF {
+		return 0, fmt.Errorf("read snapshot: %w", err)
+	}
+	n := body
+	for i := len(tail) - 1; i >= 0 && tail[i] == 0; i-- {
+		n--
+	}
+	return n, nil
 }
 
 func padLen(n int64) int64 { return (snapshotAlign - n%snapshotAlign) % snapshotAlign }

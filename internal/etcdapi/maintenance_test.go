@@ -144,6 +144,13 @@ func TestSnapshotSave(t *testing.T) {
 		if !bytes.Equal(body[:size], data) || len(body)%512 != 0 || bytes.Count(body[size:], []byte{0}) != len(body)-size {
 			t.Fatalf("size %d: body of %d bytes is not data plus zero padding", size, len(body))
 		}
+		if n, err := SnapshotDataSize(bytes.NewReader(got), int64(len(got))); err != nil || n != int64(size) {
+			t.Fatalf("size %d: SnapshotDataSize = %d, %v", size, n, err)
+		}
+		got[0] ^= 1
+		if _, err := SnapshotDataSize(bytes.NewReader(got), int64(len(got))); err == nil && size > 0 {
+			t.Fatalf("size %d: damaged snapshot accepted", size)
+		}
 	}
 }
 
