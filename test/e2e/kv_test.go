@@ -274,7 +274,9 @@ func TestTxnManyCompares(t *testing.T) {
 	}
 	nested := resp.Responses[3].GetResponseTxn()
 	if !nested.GetSucceeded() || len(nested.GetResponses()) != 2 {
-		t.Fatalf("nested txn: %+v", nested)
+		t.Fatalf("nested txn: succeeded %v, %d responses (%v); want its then branch with 2: etcd evaluates the compares "+
+			"of nested txns against the state before the txn, where tx/b (deleted by an earlier op) is still \"2\"",
+			nested.GetSucceeded(), len(nested.GetResponses()), nested)
 	}
 	inner := nested.GetResponses()[1].GetResponseTxn()
 	if !inner.GetSucceeded() || len(inner.GetResponses()) != 1 ||
