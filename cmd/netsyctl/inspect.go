@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/netsy-io/netsy/internal/datafile"
+	"github.com/netsy-io/netsy/internal/etcdapi"
 	"github.com/netsy-io/netsy/proto/netsyv1"
 )
 
@@ -32,7 +33,17 @@ func runInspect(_ context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer f.Close()
-	info, ierr := datafile.Inspect(path, f)
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	// A snapshot saved by etcdctl keeps the stream's padding and digest
+	// trailer; inspect the data file inside it.
+	var r io.Reader = f
+	if size, err := etcdapi.SnapshotDataSize(f, st.Size()); err == nil {
+		r = io.NewSectionReader(f, 0, size)
+	}
+	info, ierr := datafile.Inspect(path, r)
 	if info == nil {
 		return ierr
 	}

@@ -7,6 +7,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+
+	"github.com/netsy-io/netsy/internal/datafile"
+	"github.com/netsy-io/netsy/internal/etcdapi"
 )
 
 func runSnapshot(ctx context.Context, args []string, stdout io.Writer) error {
@@ -45,6 +48,26 @@ func runSnapshot(ctx context.Context, args []string, stdout io.Writer) error {
 		tmp.Close()
 		return fmt.Errorf("receive snapshot: %w", err)
 	}
+	// The stream carries etcd's padding and SHA-256 trailer (etcdctl
+	// insists on them); the file we keep is the bare, verified data file.
+	size, err := etcdapi.SnapshotDataSize(tmp, n)
+	if err != nil {
+		tmp.Close()
+		return fmt.Errorf("check snapshot: %w", err)
+	}
+	if err := tmp.Truncate(size); err != nil {
+		tmp.Close()
+		return err
+	}
+	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
+		tmp.Close()
+		return err
+	}
+	if _, err := datafile.DecodeSnapshot(path, tmp); err != nil {
+		tmp.Close()
+		return fmt.Errorf("verify snapshot: %w", err)
+	}
+	n = size
 	if err := tmp.Sync(); err != nil {
 		tmp.Close()
 		return err

@@ -615,3 +615,23 @@ func TestWriteTimeoutWhenNeverDurable(t *testing.T) {
 	st.syncAll()
 	waitFor(t, func() bool { return h.value("k") == "v" })
 }
+
+func TestNestedTxnComparesSeeStateBeforeTxn(t *testing.T) {
+	h := newHarness(t, nil, nil)
+	h.put("b", "2")
+	nested := &pb.TxnRequest{
+		Compare: []*pb.Compare{{Key: []byte("b"), Target: pb.Compare_VALUE, Result: pb.Compare_EQUAL, TargetUnion: &pb.Compare_Value{Value: []byte("2")}}},
+		Success: []*pb.RequestOp{txnPut("then", "1")},
+		Failure: []*pb.RequestOp{txnPut("else", "1")},
+	}
+	_, err := h.e.Txn(ctx(t), &pb.TxnRequest{Success: []*pb.RequestOp{
+		{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{Key: []byte("b")}}},
+		{Request: &pb.RequestOp_RequestTxn{RequestTxn: nested}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.value("then") != "1" || h.value("else") != "<none>" {
+		t.Fatalf("nested compare judged after the outer delete: then=%q else=%q", h.value("then"), h.value("else"))
+	}
+}

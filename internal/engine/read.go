@@ -50,13 +50,7 @@ func (e *Engine) rangeAt(r *pb.RangeRequest, cur, headerRev int64) (*pb.RangeRes
 
 // readTxn evaluates a transaction without writes at rev.
 func (e *Engine) readTxn(r *pb.TxnRequest, rev int64) (*pb.TxnResponse, error) {
-	ok := true
-	for _, c := range r.Compare {
-		if !compare(e.store, rev, c) {
-			ok = false
-			break
-		}
-	}
+	ok := txnSucceeds(e.store, rev, r)
 	ops := r.Success
 	if !ok {
 		ops = r.Failure

@@ -353,14 +353,16 @@ func (w *writeTxn) applyDelete(r *pb.DeleteRangeRequest) (*pb.DeleteRangeRespons
 	return resp, nil
 }
 
+// applyTxn runs a write txn. As etcd, every compare of the txn tree is
+// judged against the state before the txn; the ops then run in order.
 func (w *writeTxn) applyTxn(r *pb.TxnRequest) (*pb.TxnResponse, error) {
-	ok := true
-	for _, c := range r.Compare {
-		if !compare(w.e.store, w.e.store.Rev(), c) {
-			ok = false
-			break
-		}
-	}
+	path := txnPath(w.e.store, w.e.store.Rev(), r, nil)
+	return w.applyTxnPath(r, &path)
+}
+
+func (w *writeTxn) applyTxnPath(r *pb.TxnRequest, path *[]bool) (*pb.TxnResponse, error) {
+	ok := (*path)[0]
+	*path = (*path)[1:]
 	ops := r.Success
 	if !ok {
 		ops = r.Failure
@@ -388,7 +390,7 @@ func (w *writeTxn) applyTxn(r *pb.TxnRequest) (*pb.TxnResponse, error) {
 			}
 			out.Response = &pb.ResponseOp_ResponseDeleteRange{ResponseDeleteRange: dr}
 		case *pb.RequestOp_RequestTxn:
-			tr, err := w.applyTxn(v.RequestTxn)
+			tr, err := w.applyTxnPath(v.RequestTxn, path)
 			if err != nil {
 				return nil, err
 			}
@@ -419,6 +421,23 @@ func setNestedHeaders(t *pb.TxnResponse, rev int64) {
 	}
 }
 
+// txnPath appends, depth first in execution order, whether each txn of the
+// tree that will run takes its success branch, judged at rev.
+func txnPath(s *mvcc.Store, rev int64, r *pb.TxnRequest, path []bool) []bool {
+	ok := txnSucceeds(s, rev, r)
+	path = append(path, ok)
+	ops := r.Success
+	if !ok {
+		ops = r.Failure
+	}
+	for _, op := range ops {
+		if t := op.GetRequestTxn(); t != nil {
+			path = txnPath(s, rev, t, path)
+		}
+	}
+	return path
+}
+
 func isWriteTxn(r *pb.TxnRequest) bool {
 	return hasWrite(r.Success) || hasWrite(r.Failure)
 }
@@ -435,6 +454,16 @@ func hasWrite(ops []*pb.RequestOp) bool {
 		}
 	}
 	return false
+}
+
+// txnSucceeds reports whether every compare of r holds at rev.
+func txnSucceeds(s *mvcc.Store, rev int64, r *pb.TxnRequest) bool {
+	for _, c := range r.Compare {
+		if !compare(s, rev, c) {
+			return false
+		}
+	}
+	return true
 }
 
 // compare evaluates one txn compare at rev, as etcd: every key of a range

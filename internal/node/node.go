@@ -185,6 +185,7 @@ func (n *Node) httpHandler() http.Handler {
 		func() float64 { return float64(n.eng.CompactRevision()) }))
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "netsy_committed_index", Help: "Last durable log index."},
 		func() float64 { return float64(n.eng.CommittedIndex()) }))
+	reg.MustRegister(n.api.Collectors()...)
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
