@@ -15,6 +15,12 @@ import (
 // version each of its events replaced lets Events(rev, ...) still return
 // rev's events complete with PrevKv, which etcd itself loses at the floor
 // and Kubernetes' watch cache rejects on DELETE events.
+//
+// Compaction works through every write since the previous floor, which can
+// take long, so it releases the lock between batches to let readers in.
+// Raising the floor first makes everything it drops unreachable; reads and
+// snapshots never see a half-compacted store. Only the writer mutates the
+// store, so nothing else can change the log in between.
 func (s *Store) Compact(rev int64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -24,18 +30,29 @@ func (s *Store) Compact(rev int64) error {
 	if rev > s.rev.Load() {
 		return ErrFutureRev
 	}
-	s.compact(rev)
+	s.compact(rev, func() {
+		s.mu.Unlock()
+		s.mu.Lock()
+	})
 	return nil
 }
 
-func (s *Store) compact(rev int64) {
+// compact raises the floor to rev and drops what that makes unreachable,
+// calling pause (if not nil) between batches.
+func (s *Store) compact(rev int64, pause func()) {
+	s.compactRev.Store(rev)
 	// After the previous compaction every key held at most one version
 	// below the old floor, so only keys written since then can hold
 	// anything to drop, and the log names exactly those.
 	p := s.logSearch(rev)
-	for _, e := range s.log[:p] {
-		if ki := s.lookup(e.kv.Key); ki != nil {
-			s.trim(ki, rev)
+	for i := 0; i < p; i += s.compactBatch {
+		if i > 0 && pause != nil {
+			pause()
+		}
+		for _, e := range s.log[i:min(i+s.compactBatch, p)] {
+			if ki := s.lookup(e.kv.Key); ki != nil {
+				s.trim(ki, rev)
+			}
 		}
 	}
 	if p >= len(s.log)-p {
@@ -46,23 +63,33 @@ func (s *Store) compact(rev int64) {
 		clear(s.log[:p])
 		s.log = s.log[p:]
 	}
-	s.compactRev.Store(rev)
 	if s.idx.sparse() {
 		s.idx.rebuild()
 	}
 }
 
+// kept returns the versions of ki that compaction at floor keeps.
+func (ki *keyIndex) kept(floor int64) []*mvccpb.KeyValue {
+	h := ki.hist
+	if len(h) > 0 && h[0].ModRevision >= floor {
+		return h
+	}
+	return h[ki.keepFrom(floor):]
+}
+
+func (ki *keyIndex) keepFrom(floor int64) int {
+	h := ki.hist
+	j := sort.Search(len(h), func(i int) bool { return h[i].ModRevision >= floor })
+	if j > 0 && !tombstone(h[j-1]) {
+		return j - 1
+	}
+	return j
+}
+
 // trim drops the versions of ki that compaction at rev makes unreachable.
 func (s *Store) trim(ki *keyIndex, rev int64) {
 	h := ki.hist
-	j := sort.Search(len(h), func(i int) bool { return h[i].ModRevision >= rev })
-	if j == 0 {
-		return
-	}
-	drop := j - 1
-	if tombstone(h[j-1]) {
-		drop = j
-	}
+	drop := ki.keepFrom(rev)
 	if drop == 0 {
 		return
 	}

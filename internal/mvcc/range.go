@@ -81,7 +81,10 @@ func (s *Store) Range(key, end []byte, opt RangeOptions) (RangeResult, error) {
 		// order, so it takes the short read too.
 		if !filtered && opt.Limit > 0 && (opt.SortOrder == pb.RangeRequest_NONE || order == pb.RangeRequest_NONE) {
 			res.Count = int64(s.count(key, end, rev))
-			fetch := min(opt.Limit+1, res.Count)
+			fetch := res.Count
+			if opt.Limit < fetch {
+				fetch = opt.Limit + 1
+			}
 			res.KVs = make([]*mvccpb.KeyValue, 0, fetch)
 			s.idx.ascend(key, end, func(ki *keyIndex) bool {
 				if kv := ki.at(rev); kv != nil {

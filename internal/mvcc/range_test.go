@@ -3,6 +3,7 @@ package mvcc
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"testing"
 
@@ -132,6 +133,7 @@ func TestRange(t *testing.T) {
 		{name: "limit", key: "", end: all, opt: RangeOptions{Rev: 10, Limit: 2}, want: []string{kvA, kvB}, count: 7, more: true},
 		{name: "limit exact", key: "", end: all, opt: RangeOptions{Rev: 10, Limit: 7}, want: all10, count: 7},
 		{name: "limit above count", key: "", end: all, opt: RangeOptions{Rev: 10, Limit: 8}, want: all10, count: 7},
+		{name: "limit max int", key: "", end: all, opt: RangeOptions{Rev: 10, Limit: math.MaxInt64, SortTarget: pb.RangeRequest_MOD}, want: []string{kvB, kvD, kvE, kvA, kvFoo, kvFooB, kvFop}, count: 7},
 		{name: "limit from middle", key: "c", end: all, opt: RangeOptions{Rev: 10, Limit: 2}, want: []string{kvD, kvE}, count: 5, more: true},
 		{name: "historic all", key: "", end: all, opt: RangeOptions{Rev: 3}, want: []string{"a=22/1/3/2", "b=1/1/1/1", "c=3/2/2/1"}, count: 3},
 		{name: "historic after delete", key: "", end: all, opt: RangeOptions{Rev: 4}, want: []string{"a=22/1/3/2", "c=3/2/2/1"}, count: 2},

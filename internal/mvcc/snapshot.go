@@ -31,17 +31,17 @@ func (s *Store) Snapshot(fn func(*netsyv1.KeyVersion) error) error {
 	var old []*mvccpb.KeyValue
 	if floor > 0 {
 		s.idx.ascend(nil, nil, func(ki *keyIndex) bool {
-			for _, kv := range ki.hist {
-				if kv.ModRevision >= floor {
-					break
-				}
-				old = append(old, kv)
+			if k := ki.kept(floor); len(k) > 0 && k[0].ModRevision < floor {
+				old = append(old, k[0])
 			}
 			return true
 		})
 	}
-	log := make([]*mvccpb.KeyValue, len(s.log))
-	for i, e := range s.log {
+	// A compaction in progress may not have dropped its part of the log
+	// yet.
+	tail := s.log[s.logSearch(floor):]
+	log := make([]*mvccpb.KeyValue, len(tail))
+	for i, e := range tail {
 		log[i] = e.kv
 	}
 	s.mu.RUnlock()
@@ -96,7 +96,7 @@ func (s *Store) Restore(rev, compactRev int64, versions []*netsyv1.KeyVersion) e
 	}
 	s.rev.Store(rev)
 	if compactRev > 0 {
-		s.compact(compactRev)
+		s.compact(compactRev, nil)
 	}
 	return nil
 }
@@ -163,7 +163,9 @@ func (s *Store) HashKV(rev int64) (uint32, int64, error) {
 	h := crc32.New(crc32.MakeTable(crc32.Castagnoli))
 	var buf []byte
 	s.idx.ascend(nil, nil, func(ki *keyIndex) bool {
-		for _, kv := range ki.hist {
+		// Only what compaction keeps, so a compaction in progress does
+		// not show.
+		for _, kv := range ki.kept(floor) {
 			if kv.ModRevision > rev {
 				break
 			}

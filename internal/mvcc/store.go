@@ -31,6 +31,10 @@ type Store struct {
 
 	versions int64
 	bytes    int64
+
+	// compactBatch is how many log entries Compact works through per
+	// hold of the lock.
+	compactBatch int
 }
 
 // logEntry is one event: kv is the new version (a tombstone for a delete)
@@ -93,7 +97,7 @@ func (ki *keyIndex) at(rev int64) *mvccpb.KeyValue {
 
 // New returns an empty store at revision 0.
 func New() *Store {
-	return &Store{idx: newTree(), keys: map[string]*keyIndex{}}
+	return &Store{idx: newTree(), keys: map[string]*keyIndex{}, compactBatch: 1024}
 }
 
 func (s *Store) lookup(key []byte) *keyIndex { return s.keys[string(key)] }
@@ -149,8 +153,8 @@ func (s *Store) checkWriteRev(rev int64) {
 
 // Put sets key to value at revision rev and returns the PUT event. rev must
 // be Rev()+1 (the first op of a new revision) or Rev() (a further op of the
-// same revision). The store keeps key and value: callers must not modify them
-// afterwards.
+// same revision); any other rev panics. The store keeps key and value: callers
+// must not modify them afterwards.
 func (s *Store) Put(rev int64, key, value []byte, lease int64) *mvccpb.Event {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -3,6 +3,7 @@ package mvcc
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"testing"
@@ -363,13 +364,14 @@ func restore(t testing.TB, s *Store) *Store {
 	return r
 }
 
-// sameStore checks that two stores answer every read alike.
-func sameStore(t testing.TB, a, b *Store) {
+// sameStore checks that two stores answer every read alike (and hold the
+// same amount when stats is set).
+func sameStore(t testing.TB, stats bool, a, b *Store) {
 	t.Helper()
 	if a.Rev() != b.Rev() || a.CompactRev() != b.CompactRev() {
 		t.Fatalf("rev %d/%d floor %d/%d", a.Rev(), b.Rev(), a.CompactRev(), b.CompactRev())
 	}
-	if sa, sb := a.Stats(), b.Stats(); sa != sb {
+	if sa, sb := a.Stats(), b.Stats(); stats && sa != sb {
 		t.Fatalf("stats %+v vs %+v", sa, sb)
 	}
 	for rev := a.CompactRev(); rev <= a.Rev(); rev++ {
@@ -403,7 +405,7 @@ func sameStore(t testing.TB, a, b *Store) {
 func TestSnapshotRestore(t *testing.T) {
 	s := eventHistory(t)
 	r := restore(t, s)
-	sameStore(t, s, r)
+	sameStore(t, true, s, r)
 	snap := snapshotOf(t, s)
 	if len(snap) != 11 || snap[2].Sub != 2 || snap[5].Sub != 1 || !snap[4].Tombstone {
 		t.Fatalf("snapshot %v", snap)
@@ -413,12 +415,12 @@ func TestSnapshotRestore(t *testing.T) {
 			t.Fatal(err)
 		}
 		r := restore(t, s)
-		sameStore(t, s, r)
+		sameStore(t, true, s, r)
 		// The restored store keeps working like the original.
 		apply(t, r, []op{put("a", "x"), del("e")})
 		s2 := restore(t, s)
 		apply(t, s2, []op{put("a", "x"), del("e")})
-		sameStore(t, r, s2)
+		sameStore(t, true, r, s2)
 	}
 	// Restore only into an empty store.
 	if err := s.Restore(6, 0, nil); err == nil {
@@ -522,6 +524,7 @@ func TestHashKV(t *testing.T) {
 // readable, reads the same every time.
 func TestConcurrentReaders(t *testing.T) {
 	s := New()
+	s.compactBatch = 4
 	apply(t, s, []op{put("k0", "v")})
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
@@ -605,4 +608,36 @@ func TestLogSearch(t *testing.T) {
 			}
 		}
 	}
+}
+
+// Between the batches of a compaction, readers see the compacted store.
+func TestCompactInBatches(t *testing.T) {
+	build := func() *Store {
+		s := New()
+		rng := rand.New(rand.NewPCG(7, 7))
+		for range 300 {
+			rev := s.Rev() + 1
+			k := fmt.Appendf(nil, "k%02d", rng.IntN(40))
+			if rng.IntN(4) == 0 && s.Delete(rev, k) != nil {
+				continue
+			}
+			s.Put(rev, k, []byte("v"), 0)
+		}
+		return s
+	}
+	want := build()
+	if err := want.Compact(200); err != nil {
+		t.Fatal(err)
+	}
+	s := build()
+	s.compactBatch = 16
+	pauses := 0
+	s.compact(200, func() {
+		pauses++
+		sameStore(t, false, s, want)
+	})
+	if pauses < 5 {
+		t.Fatalf("%d pauses", pauses)
+	}
+	sameStore(t, true, s, want)
 }
