@@ -41,25 +41,32 @@ func benchSetup() (*Store, [][]byte) {
 	return benchStore, benchNames
 }
 
+// Updates of random existing keys: with 1k keys the store stays in cache,
+// with 100k (of 1 KiB values) most accesses miss it.
 func BenchmarkPutUpdate(b *testing.B) {
-	s := New()
-	val := make([]byte, 1024)
-	keys := make([][]byte, benchKeys)
-	for i := range keys {
-		keys[i] = fmt.Appendf(nil, "/registry/pods/ns/pod-%06d", i)
-		s.Put(s.Rev()+1, keys[i], val, 0)
-	}
-	rng := rand.New(rand.NewPCG(2, 2))
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := range b.N {
-		s.Put(s.Rev()+1, keys[rng.IntN(benchKeys)], val, 0)
-		// Compact as Kubernetes does, so the cost is the steady state's.
-		if i%100_000 == 99_999 {
-			if err := s.Compact(s.Rev() - 1000); err != nil {
-				b.Fatal(err)
+	for _, n := range []int{1000, benchKeys} {
+		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
+			s := New()
+			val := make([]byte, 1024)
+			keys := make([][]byte, n)
+			for i := range keys {
+				keys[i] = fmt.Appendf(nil, "/registry/pods/ns/pod-%06d", i)
+				s.Put(s.Rev()+1, keys[i], val, 0)
 			}
-		}
+			rng := rand.New(rand.NewPCG(2, 2))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				s.Put(s.Rev()+1, keys[rng.IntN(n)], val, 0)
+				// Compact as Kubernetes does, so the cost is the steady
+				// state's.
+				if i%100_000 == 99_999 {
+					if err := s.Compact(s.Rev() - 1000); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
 	}
 }
 
@@ -195,4 +202,19 @@ func heapInUse() int64 {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	return int64(ms.HeapInuse)
+}
+
+// Startup: restore 100k keys plus 10k updates of history from a snapshot.
+func BenchmarkRestore(b *testing.B) {
+	s, _ := benchSetup()
+	snap := snapshotOf(b, s)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		r := New()
+		if err := r.Restore(s.Rev(), s.CompactRev(), snap); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(snap)), "ns/version")
 }

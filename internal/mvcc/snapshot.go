@@ -1,6 +1,7 @@
 package mvcc
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/binary"
 	"errors"
@@ -13,10 +14,11 @@ import (
 	"github.com/netsy-io/netsy/proto/netsyv1"
 )
 
-// Snapshot calls fn for every version the store holds, tombstones included,
+// Snapshot calls fn for every version the store keeps, tombstones included,
 // in (mod_revision, sub) order: what Restore needs to rebuild this store,
-// history above the compaction floor included. It stops at the first error
-// fn returns.
+// history above the compaction floor included. Versions a compaction in
+// progress has yet to drop are left out. It stops at the first error fn
+// returns.
 //
 // The lock is held only to copy pointers, so fn may do I/O without stalling
 // the writer; the output is the state at the moment of the call, writes not
@@ -46,8 +48,13 @@ func (s *Store) Snapshot(fn func(*netsyv1.KeyVersion) error) error {
 	}
 	s.mu.RUnlock()
 
-	// Stable: key order within a revision, as the walk produced it.
-	slices.SortStableFunc(old, func(a, b *mvccpb.KeyValue) int { return cmp.Compare(a.ModRevision, b.ModRevision) })
+	// Key order within a revision; old has one version per key.
+	slices.SortFunc(old, func(a, b *mvccpb.KeyValue) int {
+		if c := cmp.Compare(a.ModRevision, b.ModRevision); c != 0 {
+			return c
+		}
+		return bytes.Compare(a.Key, b.Key)
+	})
 	for _, part := range [][]*mvccpb.KeyValue{old, log} {
 		var rev, sub int64
 		for _, kv := range part {
