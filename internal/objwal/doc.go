@@ -1,0 +1,66 @@
+// Package objwal makes object storage Netsy's permanent store. It sits
+// between the engine and the local write-ahead log (internal/wal, which it
+// opens and owns): every entry is fsync'd locally and uploaded as part of a
+// WAL chunk object, snapshots are uploaded next to the chunks, and old
+// objects are garbage-collected. A node with an empty disk rebuilds itself
+// from the bucket alone.
+//
+// # Layout
+//
+//	wal/{seq:020d}            a datafile chunk: a dense run of entries, or
+//	                          none (a claim, see below)
+//	snapshots/{rev:020d}      a datafile snapshot; its header's wal_seq is
+//	                          the last chunk whose entries it wholly covers
+//
+// Neither key is a '/'-prefix of another, so the layout is valid on every
+// backend.
+//
+// # Fencing
+//
+// Chunk sequence numbers are dense and every chunk is created with
+// PutIfAbsent, so a seq can be written once, by one writer. That is the
+// whole fence between two nodes that both think they are the writer:
+//
+//   - Before Open returns, it brings the local log up to the bucket's and
+//     then claims the next seq with a chunk carrying every local entry the
+//     bucket lacks (an empty chunk if there are none). Losing that race means
+//     another writer is active: Open catches up again and retries.
+//   - At run time a chunk whose PutIfAbsent is refused is read back. The same
+//     bytes mean an earlier attempt of ours landed and only its answer was
+//     lost; anything else means another writer has taken the seq. The log is
+//     then fenced: ErrFenced is reported through OnSync, which the engine
+//     treats as permanent, so none of the entries in that chunk (or after it)
+//     is ever acknowledged by this node.
+//   - Transient errors retry the same seq with the same bytes, forever, so a
+//     retry can never turn into a second, different chunk at another seq.
+//   - The bucket is the truth. When a chunk contradicts a local entry that
+//     the bucket never acknowledged, the local tail is truncated from there.
+//     Entries this node knows it uploaded (recorded in the local metadata
+//     file) are never truncated: a bucket that contradicts them is a
+//     configuration error that stops Open.
+//   - Garbage collection never deletes a chunk younger than MinWALAge, so a
+//     deposed writer's delayed PUT still collides with the object that fenced
+//     it, and never deletes the newest chunk this node wrote, so a restarting
+//     node always finds the highest seq by listing and cannot reuse one.
+//
+// # Durability
+//
+// In ModeSync an entry is reported durable once it is both fsync'd locally
+// and inside an uploaded chunk; the upload and the fsync run in parallel.
+// One PUT is in flight at a time and everything appended meanwhile rides in
+// the next one (group commit). In ModeAsync an entry is durable once
+// fsync'd, and chunks are cut by size or age in the background; the bucket
+// may lag the acknowledged state by up to a chunk's age.
+//
+// Snapshots are saved locally and uploaded only once every chunk up to
+// their index is in the bucket, and only after the metadata file records
+// that the local log agrees with the bucket at least that far, so a local
+// snapshot never covers entries a restart could not check against the
+// bucket. A restore always starts from a snapshot plus the chunks after its
+// wal_seq, and any hole, damaged object or out-of-order entry stops Open
+// with an error naming the object: a state with a hole is never served.
+//
+// objwal never evaluates or changes entries, never acknowledges an entry
+// that a deposed writer could have lost, never deletes an object on the
+// write path, and never retries a seq with different bytes.
+package objwal

@@ -1,0 +1,287 @@
+package objwal
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/netsy-io/netsy/internal/datafile"
+	"github.com/netsy-io/netsy/internal/objstore"
+	netsyv1 "github.com/netsy-io/netsy/proto/netsyv1"
+)
+
+const (
+	// checkpointEvery rate-limits metadata writes: a stale checkpoint only
+	// makes the next Open re-read (and match) a few more chunks.
+	checkpointEvery = time.Second
+	// gcAttempts bounds retries of garbage-collection calls; what is left
+	// over is collected after the next snapshot.
+	gcAttempts = 3
+)
+
+// runMaintenance is the background goroutine: checkpoints, snapshots and
+// garbage collection, none of which may delay an upload.
+func (l *Log) runMaintenance() {
+	defer l.wg.Done()
+	for {
+		select {
+		case <-l.maintKick:
+		case <-l.ctx.Done():
+			return
+		}
+		if err := l.checkpoint(false); err != nil {
+			l.log.Warn("write metadata checkpoint", "error", err)
+		}
+		if s, walSeq := l.readySnapshot(); s != nil {
+			l.publishSnapshot(s, walSeq)
+		}
+	}
+}
+
+// checkpoint records the newest uploaded chunk that is also fsync'd
+// locally in the metadata file, at most once per checkpointEvery unless
+// forced.
+func (l *Log) checkpoint(force bool) error {
+	l.mu.Lock()
+	var best chunkRef
+	for i := len(l.chunks) - 1; i >= 0; i-- {
+		if l.chunks[i].last <= l.localSynced {
+			best = l.chunks[i]
+			break
+		}
+	}
+	l.mu.Unlock()
+	if best.seq <= l.meta.Seq || best.last < l.meta.Index {
+		return nil
+	}
+	now := l.clk.Now()
+	if !force && now.Sub(l.metaWritten) < checkpointEvery {
+		return nil
+	}
+	m := l.meta.clone()
+	m.Seq, m.Index = best.seq, best.last
+	if err := writeMeta(l.metaPath, m); err != nil {
+		return err
+	}
+	l.meta, l.metaWritten = m, now
+	return nil
+}
+
+// readySnapshot returns the waiting snapshot once every chunk up to its
+// index is uploaded and fsync'd, with the last chunk it wholly covers.
+func (l *Log) readySnapshot() (*datafile.Snapshot, uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.nextSnap
+	if s == nil || l.err != nil {
+		return nil, 0
+	}
+	idx := s.Header.Index
+	if l.uploaded < idx || l.localSynced < idx {
+		return nil, 0
+	}
+	l.nextSnap = nil
+	for i := len(l.chunks) - 1; i >= 0; i-- {
+		if l.chunks[i].last <= idx {
+			// Older refs are no use to later snapshots, whose indices only grow.
+			l.chunks = l.chunks[i:]
+			return s, l.chunks[0].seq
+		}
+	}
+	l.log.Error("no uploaded chunk ends at or before the snapshot; not uploading it", "index", idx)
+	return nil, 0
+}
+
+// publishSnapshot saves s locally and uploads it, then collects garbage.
+// The checkpoint is moved to the snapshot's index first: a local snapshot
+// must never cover entries a restart could not check against the bucket.
+func (l *Log) publishSnapshot(s *datafile.Snapshot, walSeq uint64) {
+	h := proto.Clone(s.Header).(*netsyv1.SnapshotHeader)
+	h.WalSeq = walSeq
+	snap := &datafile.Snapshot{Header: h, KVs: s.KVs, Leases: s.Leases}
+	key := snapKey(h.Revision)
+
+	if l.meta.Index < h.Index {
+		m := l.meta.clone()
+		m.Seq, m.Index = walSeq, h.Index
+		if err := writeMeta(l.metaPath, m); err != nil {
+			l.log.Error("write metadata before saving a snapshot; snapshot skipped", "index", h.Index, "error", err)
+			return
+		}
+		l.meta, l.metaWritten = m, l.clk.Now()
+	}
+	if err := l.wal.SaveSnapshot(snap); err != nil {
+		l.log.Error("save snapshot locally", "index", h.Index, "error", err)
+		return
+	}
+
+	var buf bytes.Buffer
+	if err := datafile.EncodeSnapshot(&buf, snap); err != nil {
+		l.log.Error("encode snapshot", "key", key, "error", err)
+		return
+	}
+	body := buf.Bytes()
+	err := l.retry(l.ctx, 0, "put "+key, isPrecondition, func(ctx context.Context) error {
+		_, err := l.store.PutIfAbsent(ctx, key, body)
+		return err
+	})
+	switch {
+	case err == nil:
+		l.log.Info("uploaded snapshot", "key", key, "index", h.Index, "wal_seq", walSeq, "bytes", len(body))
+	case isPrecondition(err):
+		// Another snapshot at this revision (lease entries do not move the
+		// revision) or our own earlier attempt: keep the first either way.
+		other, err := l.readSnapshotHeader(key)
+		if err != nil {
+			l.log.Warn("a snapshot at this revision exists and cannot be read", "key", key, "error", err)
+			return
+		}
+		l.log.Debug("a snapshot at this revision exists; keeping it", "key", key, "index", other.Index)
+		h = other
+	default:
+		if l.ctx.Err() == nil {
+			l.log.Warn("upload snapshot", "key", key, "error", err)
+		}
+		return
+	}
+	m := l.meta.clone()
+	m.addSnapshot(h.Revision, h.WalSeq)
+	if err := writeMeta(l.metaPath, m); err != nil {
+		l.log.Warn("write metadata after a snapshot", "error", err)
+	} else {
+		l.meta = m
+	}
+	l.gc()
+	if l.hooks.snapDone != nil {
+		l.hooks.snapDone(key)
+	}
+}
+
+// readSnapshotHeader downloads and verifies the snapshot at key.
+func (l *Log) readSnapshotHeader(key string) (*netsyv1.SnapshotHeader, error) {
+	var body []byte
+	err := l.retry(l.ctx, gcAttempts, "get "+key, isNotFound, func(ctx context.Context) error {
+		var err error
+		body, _, err = l.store.Get(ctx, key)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	s, err := datafile.DecodeSnapshot(key, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	return s.Header, nil
+}
+
+// gc deletes snapshots beyond the newest SnapshotKeep, then the chunks the
+// oldest kept snapshot makes obsolete — except chunks younger than
+// MinWALAge (a deposed writer's delayed PUT must still collide) and the
+// newest chunk this node wrote (a restarting node finds the highest seq by
+// listing, so it must never be able to reuse one).
+func (l *Log) gc() {
+	if l.gcOnce() != nil && l.ctx.Err() == nil {
+		l.log.Warn("garbage collection stopped early; it resumes after the next snapshot")
+	}
+}
+
+func (l *Log) gcOnce() error {
+	l.mu.Lock()
+	failed := l.err != nil
+	newest := l.nextSeq - 1
+	l.mu.Unlock()
+	if failed {
+		return nil // a deposed writer leaves the bucket to the new one
+	}
+	var snaps []string
+	err := l.listAll(l.ctx, snapPrefix, "", gcAttempts, func(o objstore.ObjectInfo) (bool, error) {
+		if parseNum(o.Key, snapPrefix) != 0 {
+			snaps = append(snaps, o.Key)
+		}
+		return true, nil
+	})
+	if err != nil || len(snaps) == 0 {
+		return err
+	}
+	keep := min(l.o.SnapshotKeep, len(snaps))
+	victims, oldestKept := snaps[:len(snaps)-keep], snaps[len(snaps)-keep]
+	if err := l.deleteAll(victims); err != nil {
+		return err
+	}
+	if len(victims) > 0 {
+		l.log.Info("deleted old snapshots", "count", len(victims), "oldest_kept", oldestKept)
+	}
+
+	cut, ok := l.meta.knownWalSeq(int64(parseNum(oldestKept, snapPrefix)))
+	if !ok {
+		l.log.Debug("wal_seq of the oldest kept snapshot is unknown; keeping chunks", "key", oldestKept)
+		return nil
+	}
+	if newest == 0 {
+		return nil
+	}
+	cut = min(cut, newest-1)
+	if cut <= l.gcFloor {
+		return nil
+	}
+	now := l.clk.Now()
+	var chunks []string
+	var young bool
+	err = l.listAll(l.ctx, walPrefix, walKey(l.gcFloor), gcAttempts, func(o objstore.ObjectInfo) (bool, error) {
+		seq := parseSeq(o.Key)
+		if seq == 0 || seq > cut {
+			return false, nil
+		}
+		if now.Sub(o.LastModified) < l.o.MinWALAge {
+			young = true
+			return false, nil
+		}
+		chunks = append(chunks, o.Key)
+		return true, nil
+	})
+	if err != nil {
+		return err
+	}
+	if err := l.deleteAll(chunks); err != nil {
+		return err
+	}
+	if len(chunks) > 0 {
+		l.gcFloor = parseSeq(chunks[len(chunks)-1])
+		l.log.Info("deleted obsolete wal chunks", "count", len(chunks), "through", chunks[len(chunks)-1], "young_kept", young)
+	}
+	return nil
+}
+
+// deleteAll deletes keys, deleteWindow at a time.
+func (l *Log) deleteAll(keys []string) error {
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	sem := make(chan struct{}, deleteWindow)
+	for _, key := range keys {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			err := l.retry(l.ctx, gcAttempts, "delete "+key, nil, func(ctx context.Context) error {
+				return l.store.Delete(ctx, key)
+			})
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("delete %s: %w", key, err))
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}

@@ -1,0 +1,288 @@
+package objwal
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/netsy-io/netsy/internal/datafile"
+	"github.com/netsy-io/netsy/internal/objstore"
+	netsyv1 "github.com/netsy-io/netsy/proto/netsyv1"
+)
+
+const (
+	walPrefix  = "wal/"
+	snapPrefix = "snapshots/"
+	// listPage is how many keys one List call asks for.
+	listPage = 1000
+	// fetchWindow is how many chunk GETs a catch-up keeps in flight: restore
+	// time is dominated by round trips, not bytes.
+	fetchWindow = 16
+	// deleteWindow is how many DELETEs garbage collection runs at once.
+	deleteWindow = 8
+)
+
+func walKey(seq uint64) string   { return fmt.Sprintf("%s%020d", walPrefix, seq) }
+func snapKey(rev int64) string   { return fmt.Sprintf("%s%020d", snapPrefix, rev) }
+func parseSeq(key string) uint64 { return parseNum(key, walPrefix) }
+
+// parseNum returns the number in a key of our layout, or 0 if the key is
+// not one (0 is never a valid seq or snapshot revision key here).
+func parseNum(key, prefix string) uint64 {
+	s, ok := strings.CutPrefix(key, prefix)
+	if !ok || len(s) != 20 {
+		return 0
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// encodeChunk builds a chunk object from framed entries. An empty chunk
+// (no entries, a footer with zero ranges) is a valid datafile chunk; it is
+// what a claim carries when there is nothing to upload.
+func encodeChunk(frames []byte, ents []pendEntry) ([]byte, error) {
+	var buf bytes.Buffer
+	buf.Grow(datafile.HeaderSize + len(frames) + datafile.FooterSize)
+	w, err := datafile.NewWriter(&buf, datafile.KindChunk)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range ents {
+		if err := w.AppendFramed(frames[p.off:p.end], p.index, p.revision); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := w.Finish(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// encodeEntries builds a chunk object from decoded entries (Open's claim).
+func encodeEntries(entries []*netsyv1.Entry) ([]byte, error) {
+	var frames []byte
+	ents := make([]pendEntry, 0, len(entries))
+	for _, e := range entries {
+		off := len(frames)
+		var err error
+		if frames, err = datafile.FrameEntry(frames, e); err != nil {
+			return nil, err
+		}
+		ents = append(ents, pendEntry{index: e.Index, revision: e.Revision, off: off, end: len(frames)})
+	}
+	return encodeChunk(frames, ents)
+}
+
+// attemptCtx bounds one object-storage call by attemptTimeout on the
+// injected clock. The watcher goroutine ends with the returned cancel.
+func (l *Log) attemptCtx(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(parent)
+	t := l.clk.NewTimer(attemptTimeout)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		select {
+		case <-t.C():
+			cancel()
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		t.Stop()
+		close(done)
+		wg.Wait()
+		cancel()
+	}
+}
+
+// retry runs call until it succeeds, returns an error stop says to keep,
+// or attempts transient failures have happened (attempts <= 0: until ctx
+// ends). Waits between attempts back off on the injected clock.
+func (l *Log) retry(ctx context.Context, attempts int, what string, stop func(error) bool, call func(ctx context.Context) error) error {
+	backoff := minBackoff
+	for n := 1; ; n++ {
+		actx, cancel := l.attemptCtx(ctx)
+		err := call(actx)
+		cancel()
+		if err == nil || (stop != nil && stop(err)) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("%s: %w", what, ctx.Err())
+		}
+		if attempts > 0 && n >= attempts {
+			return fmt.Errorf("%s: giving up after %d attempts: %w", what, n, err)
+		}
+		l.log.Warn("object storage call failed; retrying", "op", what, "attempt", n, "backoff", backoff, "error", err)
+		if err := l.clk.Sleep(ctx, backoff); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		backoff = min(2*backoff, maxBackoff)
+	}
+}
+
+func isPrecondition(err error) bool { return errors.Is(err, objstore.ErrPreconditionFailed) }
+func isNotFound(err error) bool     { return errors.Is(err, objstore.ErrNotFound) }
+
+// openGet reads key during Open, retrying transient failures.
+func (l *Log) openGet(ctx context.Context, key string) ([]byte, error) {
+	var body []byte
+	err := l.retry(ctx, openAttempts, "get "+key, isNotFound, func(ctx context.Context) error {
+		var err error
+		body, _, err = l.store.Get(ctx, key)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", key, err)
+	}
+	return body, nil
+}
+
+// listAll lists every key under prefix after startAfter, page by page,
+// retrying transient failures of each page a bounded number of times.
+func (l *Log) listAll(ctx context.Context, prefix, startAfter string, attempts int, fn func(objstore.ObjectInfo) (bool, error)) error {
+	for {
+		var page []objstore.ObjectInfo
+		err := l.retry(ctx, attempts, "list "+prefix, nil, func(ctx context.Context) error {
+			var err error
+			page, err = l.store.List(ctx, prefix, startAfter, listPage)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		for _, o := range page {
+			more, err := fn(o)
+			if err != nil || !more {
+				return err
+			}
+		}
+		if len(page) < listPage {
+			return nil
+		}
+		startAfter = page[len(page)-1].Key
+	}
+}
+
+// listChunks returns the seqs of the chunks after afterSeq, in order.
+func (l *Log) listChunks(ctx context.Context, afterSeq uint64) ([]uint64, error) {
+	var seqs []uint64
+	err := l.listAll(ctx, walPrefix, walKey(afterSeq), openAttempts, func(o objstore.ObjectInfo) (bool, error) {
+		seq := parseSeq(o.Key)
+		if seq == 0 {
+			return false, fmt.Errorf("list %s: %q is not a wal chunk key", walPrefix, o.Key)
+		}
+		seqs = append(seqs, seq)
+		return true, nil
+	})
+	return seqs, err
+}
+
+// fetched is one downloaded chunk.
+type fetched struct {
+	seq     uint64
+	entries []*netsyv1.Entry
+	err     error
+}
+
+// fetchChunks downloads and decodes the chunks seqs, up to fetchWindow at
+// a time, and hands them to fn strictly in order. It returns fn's first
+// error or the first download or decode error, naming the object.
+func (l *Log) fetchChunks(ctx context.Context, seqs []uint64, fn func(seq uint64, entries []*netsyv1.Entry) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	// Downloads still running when fn fails are canceled and waited for.
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	results := make([]chan fetched, len(seqs))
+	for i := range results {
+		results[i] = make(chan fetched, 1)
+	}
+	sem := make(chan struct{}, fetchWindow)
+	next := 0 // index of the next download to start
+	launch := func() {
+		for next < len(seqs) {
+			select {
+			case sem <- struct{}{}:
+			default:
+				return
+			}
+			i, seq := next, seqs[next]
+			next++
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				key := walKey(seq)
+				body, err := l.openGet(ctx, key)
+				var f fetched
+				f.seq = seq
+				switch {
+				case isNotFound(err):
+					f.err = fmt.Errorf("chunk %s disappeared while it was read (was it garbage-collected by another writer?): %w", key, err)
+				case err != nil:
+					f.err = err
+				default:
+					f.entries, _, f.err = datafile.DecodeChunk(key, body)
+					if f.err != nil {
+						f.err = fmt.Errorf("chunk %s: %w", key, f.err)
+					}
+				}
+				results[i] <- f
+			}()
+		}
+	}
+	for i := range seqs {
+		launch()
+		f := <-results[i]
+		<-sem
+		if f.err != nil {
+			return f.err
+		}
+		if err := fn(f.seq, f.entries); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// newestSnapshot downloads and verifies the newest snapshot in the bucket;
+// nil if there is none.
+func (l *Log) newestSnapshot(ctx context.Context) (*datafile.Snapshot, error) {
+	var newest string
+	err := l.listAll(ctx, snapPrefix, "", openAttempts, func(o objstore.ObjectInfo) (bool, error) {
+		if parseNum(o.Key, snapPrefix) == 0 {
+			return false, fmt.Errorf("list %s: %q is not a snapshot key", snapPrefix, o.Key)
+		}
+		newest = o.Key
+		return true, nil
+	})
+	if err != nil || newest == "" {
+		return nil, err
+	}
+	start := l.clk.Now()
+	body, err := l.openGet(ctx, newest)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot %s: %w", newest, err)
+	}
+	s, err := datafile.DecodeSnapshot(newest, bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("snapshot %s: %w", newest, err)
+	}
+	if snapKey(s.Header.Revision) != newest {
+		return nil, fmt.Errorf("snapshot %s: header says revision %d", newest, s.Header.Revision)
+	}
+	l.log.Info("downloaded snapshot", "key", newest, "index", s.Header.Index, "rev", s.Header.Revision,
+		"wal_seq", s.Header.WalSeq, "bytes", len(body), "duration", l.clk.Since(start))
+	return s, nil
+}

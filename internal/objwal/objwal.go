@@ -1,0 +1,524 @@
+package objwal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/netsy-io/netsy/internal/clock"
+	"github.com/netsy-io/netsy/internal/datafile"
+	"github.com/netsy-io/netsy/internal/objstore"
+	"github.com/netsy-io/netsy/internal/wal"
+	netsyv1 "github.com/netsy-io/netsy/proto/netsyv1"
+)
+
+// Mode says when an entry counts as durable.
+type Mode int
+
+const (
+	// ModeSync (quorum 0): an entry is durable once the chunk holding it is
+	// in object storage and it is fsync'd locally.
+	ModeSync Mode = iota
+	// ModeAsync: durable once fsync'd locally; chunks are uploaded in the
+	// background by size and age.
+	ModeAsync
+)
+
+func (m Mode) String() string {
+	switch m {
+	case ModeSync:
+		return "sync"
+	case ModeAsync:
+		return "async"
+	}
+	return fmt.Sprintf("mode(%d)", int(m))
+}
+
+// Defaults for Options fields left zero.
+const (
+	DefaultChunkMaxBytes   = 4 << 20
+	DefaultChunkMaxAge     = time.Second
+	DefaultSnapshotKeep    = 3
+	DefaultMinWALAge       = time.Hour
+	DefaultMaxBacklogBytes = 64 << 20
+)
+
+const (
+	// stallBound is how long the oldest entry may wait for object storage
+	// before new writes are refused. Long enough to ride out a slow PUT or a
+	// few retries, short enough that clients hear "unavailable" well before
+	// their own timeouts.
+	stallBound = 5 * time.Second
+	// attemptTimeout bounds one object-storage call, so a request stuck on
+	// a dead connection is retried instead of stalling uploads for good.
+	attemptTimeout = 10 * time.Second
+	// Retries back off from minBackoff, doubling, up to maxBackoff.
+	minBackoff = 50 * time.Millisecond
+	maxBackoff = 2 * time.Second
+	// openAttempts bounds transient-error retries of each call during Open:
+	// a bucket that stays unreachable for that long fails start-up with the
+	// error rather than hanging it.
+	openAttempts = 8
+	// closeTimeout bounds how long Close keeps uploading what is pending.
+	closeTimeout = 5 * time.Second
+	// maxClaimRounds bounds how often Open loses the claim race before it
+	// gives up: each loss means another writer wrote a chunk meanwhile.
+	maxClaimRounds = 10
+)
+
+var (
+	// ErrFenced means another writer took a wal seq this log needed: this
+	// node has been deposed and must not acknowledge anything more.
+	ErrFenced = errors.New("objwal: fenced: another writer took the next wal seq")
+	// ErrClosed is returned by calls made after Close.
+	ErrClosed = errors.New("objwal: closed")
+)
+
+// Options configures Open.
+type Options struct {
+	Store objstore.Store
+	// WALDir is the local wal directory; objwal opens and owns the wal and
+	// keeps its metadata file (objwal.json) there too.
+	WALDir string
+	// SegmentBytes is passed to the wal.
+	SegmentBytes int64
+	// OnSync receives durability progress in index order; an error is
+	// permanent.
+	OnSync func(index uint64, err error)
+	Mode   Mode
+	// ChunkMaxBytes caps a chunk; in async mode a chunk is also cut as soon
+	// as this many bytes are pending (default 4 MiB).
+	ChunkMaxBytes int
+	// ChunkMaxAge cuts an async chunk once its oldest entry is this old
+	// (default 1 s).
+	ChunkMaxAge time.Duration
+	// SnapshotKeep is how many snapshots stay in the bucket (default 3).
+	SnapshotKeep int
+	// MinWALAge protects young chunks from garbage collection (default 1 h).
+	MinWALAge time.Duration
+	// MaxBacklogBytes is how many bytes may wait for object storage before
+	// Backpressure refuses writes (default 64 MiB).
+	MaxBacklogBytes int64
+	Clock           clock.Clock
+	Logger          hclog.Logger
+}
+
+func (o *Options) setDefaults() error {
+	switch {
+	case o.Store == nil:
+		return errors.New("objwal: Options.Store is nil")
+	case o.WALDir == "":
+		return errors.New("objwal: Options.WALDir is empty")
+	case o.Mode != ModeSync && o.Mode != ModeAsync:
+		return fmt.Errorf("objwal: Options.Mode %d is not ModeSync or ModeAsync", int(o.Mode))
+	case o.ChunkMaxBytes < 0, o.ChunkMaxAge < 0, o.SnapshotKeep < 0, o.MinWALAge < 0, o.MaxBacklogBytes < 0:
+		return errors.New("objwal: Options has a negative size, age or count")
+	}
+	if o.ChunkMaxBytes == 0 {
+		o.ChunkMaxBytes = DefaultChunkMaxBytes
+	}
+	if o.ChunkMaxAge == 0 {
+		o.ChunkMaxAge = DefaultChunkMaxAge
+	}
+	if o.SnapshotKeep == 0 {
+		o.SnapshotKeep = DefaultSnapshotKeep
+	}
+	if o.MinWALAge == 0 {
+		o.MinWALAge = DefaultMinWALAge
+	}
+	if o.MaxBacklogBytes == 0 {
+		o.MaxBacklogBytes = DefaultMaxBacklogBytes
+	}
+	if o.OnSync == nil {
+		o.OnSync = func(uint64, error) {}
+	}
+	if o.Clock == nil {
+		o.Clock = clock.Real()
+	}
+	if o.Logger == nil {
+		o.Logger = hclog.NewNullLogger()
+	}
+	return nil
+}
+
+// Stats counts uploads since Open.
+type Stats struct {
+	// Puts is the number of chunks uploaded at run time (Open's claim not
+	// included), Entries the entries they carried, Bytes their size.
+	Puts, Entries, Bytes uint64
+	// MaxEntries is the most entries one chunk carried.
+	MaxEntries uint64
+	// Retries counts failed upload attempts that were retried.
+	Retries uint64
+	// Seq is the next wal seq to be written.
+	Seq uint64
+	// Uploaded is the highest index in the bucket; Synced the highest
+	// fsync'd locally; Reported the highest reported durable.
+	Uploaded, Synced, Reported uint64
+}
+
+// Log is object-storage-backed durable storage for the engine: it
+// implements engine.Storage plus Backpressure.
+type Log struct {
+	o        Options
+	store    objstore.Store
+	clk      clock.Clock
+	log      hclog.Logger
+	metaPath string
+	hooks    hooks
+
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	upKick    chan struct{}
+	maintKick chan struct{}
+	upDone    chan struct{} // closed when the uploader exits
+	closingCh chan struct{} // closed when Close starts
+
+	// wal is replaced only during Open (truncation reopens it).
+	wal *wal.WAL
+
+	mu sync.Mutex
+	// Entries appended but not yet taken by the uploader: frames back to
+	// back in pendBuf, described by pend.
+	pendBuf   []byte
+	pend      []pendEntry
+	pendBytes int64
+	// spare is the buffer of the last uploaded batch, reused for pendBuf.
+	spare []byte
+	// The batch being uploaded: its size and its oldest entry's append time.
+	inflightBytes int64
+	inflightAt    time.Time
+	localSynced   uint64 // highest index fsync'd locally
+	uploaded      uint64 // highest index in the bucket
+	reported      uint64 // highest index reported durable
+	nextSeq       uint64 // next wal seq to write
+	// chunks this process uploaded (or found at Open), oldest first, kept
+	// to pick snapshot wal_seqs and metadata checkpoints.
+	chunks   []chunkRef
+	failing  error // last transient upload error, nil after a success
+	err      error // permanent: fenced or the local wal failed
+	started  bool  // Open finished; OnSync reports flow
+	closing  bool
+	closed   bool
+	snap     *datafile.Snapshot // newest snapshot, handed to the engine once
+	nextSnap *datafile.Snapshot // waiting to be saved and uploaded
+	stats    Stats
+
+	// Owned by the maintenance goroutine (and by Open and Close while it
+	// does not run).
+	meta        *metaState
+	metaWritten time.Time
+	gcFloor     uint64 // chunks at or below this seq are known deleted
+}
+
+type pendEntry struct {
+	index    uint64
+	revision int64
+	off, end int
+	at       time.Time
+}
+
+// chunkRef names an uploaded chunk and the last index the bucket holds
+// once it is there (an empty chunk repeats the previous last index).
+type chunkRef struct {
+	seq, last uint64
+}
+
+// hooks are observation points for tests.
+type hooks struct {
+	// putDone runs after every run-time upload attempt, with its result,
+	// before any backoff wait starts.
+	putDone func(seq uint64, err error)
+	// snapDone runs after a snapshot was uploaded (or found already there)
+	// and garbage collection that followed it finished.
+	snapDone func(key string)
+}
+
+// Open opens the local wal in o.WALDir, brings it in line with the bucket
+// (restoring from the bucket when the directory is empty), claims the next
+// wal seq and starts the uploader. ctx bounds Open only.
+func Open(ctx context.Context, o Options) (*Log, error) {
+	return open(ctx, o, hooks{})
+}
+
+func open(ctx context.Context, o Options, h hooks) (*Log, error) {
+	if err := o.setDefaults(); err != nil {
+		return nil, err
+	}
+	l := &Log{
+		o:         o,
+		store:     o.Store,
+		clk:       o.Clock,
+		log:       o.Logger.Named("objwal"),
+		metaPath:  filepath.Join(o.WALDir, metaFileName),
+		hooks:     h,
+		upKick:    make(chan struct{}, 1),
+		maintKick: make(chan struct{}, 1),
+		upDone:    make(chan struct{}),
+		closingCh: make(chan struct{}),
+	}
+	var err error
+	if l.meta, err = readMeta(l.metaPath); err != nil {
+		return nil, err
+	}
+	if err := l.openWAL(); err != nil {
+		return nil, err
+	}
+	if l.snap, err = l.wal.LoadSnapshot(); err != nil {
+		l.wal.Close()
+		return nil, fmt.Errorf("objwal open: %w", err)
+	}
+	if err := l.reconcile(ctx); err != nil {
+		l.wal.Close()
+		return nil, fmt.Errorf("objwal open: %w", err)
+	}
+	l.mu.Lock()
+	l.started = true
+	l.mu.Unlock()
+	l.ctx, l.cancel = context.WithCancel(context.Background())
+	l.wg.Add(2)
+	go l.runUploader()
+	go l.runMaintenance()
+	return l, nil
+}
+
+func (l *Log) openWAL() error {
+	w, err := wal.Open(wal.Options{
+		Dir:          l.o.WALDir,
+		SegmentBytes: l.o.SegmentBytes,
+		OnSync:       l.onWALSync,
+		Logger:       l.o.Logger.Named("wal"),
+		Clock:        l.clk,
+	})
+	if err != nil {
+		return fmt.Errorf("objwal open: %w", err)
+	}
+	l.wal = w
+	return nil
+}
+
+// LoadSnapshot returns the newest snapshot: the one Open restored or found
+// (once), else the newest local one.
+func (l *Log) LoadSnapshot() (*datafile.Snapshot, error) {
+	l.mu.Lock()
+	s := l.snap
+	l.snap = nil
+	l.mu.Unlock()
+	if s != nil {
+		return s, nil
+	}
+	return l.wal.LoadSnapshot()
+}
+
+// Replay calls fn for every durable local entry from index from on; after
+// Open the local log holds everything the bucket does.
+func (l *Log) Replay(from uint64, fn func(*netsyv1.Entry) error) error {
+	return l.wal.Replay(from, fn)
+}
+
+// Append queues e for the local fsync and the next upload without waiting
+// for either.
+func (l *Log) Append(e *netsyv1.Entry) error {
+	l.mu.Lock()
+	err := l.refuseLocked()
+	l.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	// The wal checks the index; it goes first so a refused entry is never
+	// queued for upload.
+	if err := l.wal.Append(e); err != nil {
+		return fmt.Errorf("objwal append: %w", err)
+	}
+	now := l.clk.Now()
+	l.mu.Lock()
+	off := len(l.pendBuf)
+	buf, err := datafile.FrameEntry(l.pendBuf, e)
+	l.pendBuf = buf
+	if err != nil {
+		// The wal framed the same entry a moment ago, so this cannot happen;
+		// if it does, the upload queue no longer matches the local log.
+		l.failLocked(fmt.Errorf("objwal append %d: %w", e.Index, err))
+		l.mu.Unlock()
+		return err
+	}
+	l.pend = append(l.pend, pendEntry{index: e.Index, revision: e.Revision, off: off, end: len(l.pendBuf), at: now})
+	l.pendBytes += int64(len(l.pendBuf) - off)
+	l.mu.Unlock()
+	kick(l.upKick)
+	return nil
+}
+
+func (l *Log) refuseLocked() error {
+	switch {
+	case l.err != nil:
+		return l.err
+	case l.closing || l.closed:
+		return ErrClosed
+	}
+	return nil
+}
+
+// SaveSnapshot hands s (whose index the engine already saw durable) to the
+// background goroutine, which saves it locally and uploads it once every
+// chunk up to its index is in the bucket. It returns without waiting, so a
+// storage outage never blocks the engine; a newer snapshot replaces one
+// still waiting.
+func (l *Log) SaveSnapshot(s *datafile.Snapshot) error {
+	if s == nil || s.Header == nil {
+		return errors.New("objwal save snapshot: missing header")
+	}
+	l.mu.Lock()
+	if l.closing || l.closed {
+		l.mu.Unlock()
+		return ErrClosed
+	}
+	if l.nextSnap == nil || s.Header.Index > l.nextSnap.Header.Index {
+		l.nextSnap = s
+	}
+	l.mu.Unlock()
+	kick(l.maintKick)
+	return nil
+}
+
+// Backpressure reports whether a new write can be taken now: nil, or an
+// error saying why object storage cannot keep up. It is cheap enough to
+// call for every write.
+func (l *Log) Backpressure() error {
+	now := l.clk.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.refuseLocked(); err != nil {
+		return err
+	}
+	if backlog := l.pendBytes + l.inflightBytes; backlog > l.o.MaxBacklogBytes {
+		return fmt.Errorf("object storage unavailable: %d bytes wait for upload (limit %d)", backlog, l.o.MaxBacklogBytes)
+	}
+	oldest := l.inflightAt
+	if oldest.IsZero() && len(l.pend) > 0 {
+		oldest = l.pend[0].at
+	}
+	bound := stallBound
+	if l.o.Mode == ModeAsync {
+		bound += l.o.ChunkMaxAge
+	}
+	if !oldest.IsZero() && now.Sub(oldest) >= bound {
+		cause := "uploads are slow"
+		if l.failing != nil {
+			cause = l.failing.Error()
+		}
+		return fmt.Errorf("object storage unavailable: the oldest entry has waited %s for upload: %s", now.Sub(oldest), cause)
+	}
+	return nil
+}
+
+// Stats returns upload counters.
+func (l *Log) Stats() Stats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.stats
+	s.Seq, s.Uploaded, s.Synced, s.Reported = l.nextSeq, l.uploaded, l.localSynced, l.reported
+	return s
+}
+
+// Close stops accepting entries, keeps uploading what is pending for up to
+// a few seconds (until an upload fails), stops the goroutines and closes
+// the wal. It does not close the Store.
+func (l *Log) Close() error {
+	l.mu.Lock()
+	if l.closing {
+		l.mu.Unlock()
+		<-l.upDone
+		l.wg.Wait()
+		return nil
+	}
+	l.closing = true
+	l.mu.Unlock()
+	close(l.closingCh)
+	kick(l.upKick)
+
+	t := l.clk.NewTimer(closeTimeout)
+	select {
+	case <-l.upDone:
+	case <-t.C():
+	}
+	t.Stop()
+	l.cancel()
+	l.wg.Wait()
+	l.mu.Lock()
+	if n := len(l.pend); n > 0 || l.inflightBytes > 0 {
+		l.log.Warn("closing with entries not in object storage; the next Open uploads them from the local log",
+			"pending", n, "uploaded", l.uploaded)
+	}
+	l.mu.Unlock()
+
+	werr := l.wal.Close()
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
+	// The final checkpoint spares the next Open re-reading chunks.
+	if err := l.checkpoint(true); err != nil {
+		l.log.Warn("write metadata on close", "error", err)
+	}
+	if werr != nil && !errors.Is(werr, l.err) {
+		return fmt.Errorf("objwal close: %w", werr)
+	}
+	return nil
+}
+
+// onWALSync receives the local wal's fsync progress.
+func (l *Log) onWALSync(index uint64, err error) {
+	l.mu.Lock()
+	if err != nil {
+		l.failLocked(fmt.Errorf("local wal: %w", err))
+	}
+	if index > l.localSynced {
+		l.localSynced = index
+	}
+	l.reportLocked()
+	l.mu.Unlock()
+	if l.o.Mode == ModeAsync {
+		kick(l.upKick)
+	}
+	kick(l.maintKick)
+}
+
+// reportLocked tells the engine about new durability, in index order.
+func (l *Log) reportLocked() {
+	if !l.started || l.err != nil {
+		return
+	}
+	d := l.localSynced
+	if l.o.Mode == ModeSync && l.uploaded < d {
+		d = l.uploaded
+	}
+	if d > l.reported {
+		l.reported = d
+		l.o.OnSync(d, nil)
+	}
+}
+
+// failLocked makes err permanent and tells the engine once.
+func (l *Log) failLocked(err error) {
+	if l.err != nil {
+		return
+	}
+	l.err = err
+	l.log.Error("object-storage log failed; refusing further writes", "error", err, "durable", l.reported)
+	if l.started {
+		l.o.OnSync(l.reported, err)
+	}
+}
+
+func kick(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,419 @@
+package objwal
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/netsy-io/netsy/internal/datafile"
+	"github.com/netsy-io/netsy/internal/objstore"
+	"github.com/netsy-io/netsy/internal/wal"
+	netsyv1 "github.com/netsy-io/netsy/proto/netsyv1"
+)
+
+// errSeqTaken means a claim lost the race for its seq.
+var errSeqTaken = errors.New("the wal seq was taken by another writer")
+
+// bucketView is what a catch-up learned about the bucket.
+type bucketView struct {
+	lastSeq    uint64 // highest chunk seq in the bucket, 0 if none
+	bucketLast uint64 // highest entry index the bucket holds
+	// unuploaded are local entries after bucketLast, in order.
+	unuploaded []*netsyv1.Entry
+	// seed: the bucket is empty and this node's local log becomes its
+	// history (a node that ran without object storage before).
+	seed bool
+}
+
+// reconcile brings the local log in line with the bucket and claims the
+// next seq, catching up again whenever another writer wins the claim.
+func (l *Log) reconcile(ctx context.Context) error {
+	for round := 1; ; round++ {
+		v, err := l.catchUp(ctx)
+		if err != nil {
+			return err
+		}
+		err = l.claim(ctx, v)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, errSeqTaken) {
+			return err
+		}
+		if round >= maxClaimRounds {
+			return fmt.Errorf("lost the claim for the next wal seq %d times in a row; another writer is active: %w", round, err)
+		}
+		l.log.Warn("another writer took the wal seq this node claimed; catching up again", "error", err, "round", round)
+	}
+}
+
+// localState returns the last index the local state holds (log or
+// snapshot) and the local snapshot's index.
+func (l *Log) localState() (last, snapIdx uint64) {
+	if l.snap != nil {
+		snapIdx = l.snap.Header.Index
+	}
+	return max(l.wal.LastIndex(), snapIdx), snapIdx
+}
+
+func (l *Log) catchUp(ctx context.Context) (*bucketView, error) {
+	last, snapIdx := l.localState()
+	if l.meta == nil {
+		if last > 0 {
+			return l.seedCheck(ctx, last)
+		}
+		// A fresh directory. The checkpoint is written before anything is
+		// restored, so a crash half-way is recognised as ours on restart.
+		l.meta = &metaState{}
+		if err := writeMeta(l.metaPath, l.meta); err != nil {
+			return nil, err
+		}
+	}
+	m := l.meta
+	// A local snapshot newer than the checkpoint can only be a restore that
+	// did not finish; the snapshot path redoes it.
+	if m.Seq > 0 && snapIdx <= m.Index {
+		seqs, err := l.listChunks(ctx, m.Seq-1)
+		if err != nil {
+			return nil, err
+		}
+		if len(seqs) > 0 && seqs[0] == m.Seq && dense(seqs) {
+			return l.applyChunks(ctx, m.Seq, seqs[1:], m.Index)
+		}
+		l.log.Info("chunks after the local checkpoint were garbage-collected; catching up from the newest snapshot",
+			"seq", m.Seq, "index", m.Index)
+	}
+	return l.catchUpFromSnapshot(ctx)
+}
+
+func dense(seqs []uint64) bool {
+	for i := 1; i < len(seqs); i++ {
+		if seqs[i] != seqs[i-1]+1 {
+			return false
+		}
+	}
+	return true
+}
+
+// seedCheck handles a local log with no checkpoint: it may seed an empty
+// bucket, but is never merged into a bucket that already has a history.
+func (l *Log) seedCheck(ctx context.Context, last uint64) (*bucketView, error) {
+	for _, prefix := range []string{walPrefix, snapPrefix} {
+		found := false
+		err := l.listAll(ctx, prefix, "", openAttempts, func(objstore.ObjectInfo) (bool, error) {
+			found = true
+			return false, nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		if found {
+			return nil, fmt.Errorf("the local log in %s holds entries up to index %d but has no %s, and the bucket already holds %s objects: "+
+				"refusing to merge two histories (remove the directory to restore this node from object storage)",
+				l.o.WALDir, last, metaFileName, prefix)
+		}
+	}
+	l.log.Info("seeding an empty bucket from the local log", "last", last)
+	return &bucketView{seed: true}, nil
+}
+
+// catchUpFromSnapshot catches up from the newest snapshot in the bucket:
+// on a fresh directory, when the chunks after the checkpoint are gone, or
+// to finish an interrupted restore.
+func (l *Log) catchUpFromSnapshot(ctx context.Context) (*bucketView, error) {
+	m := l.meta
+	snap, err := l.newestSnapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var after uint64
+	if snap != nil {
+		after = snap.Header.WalSeq
+	}
+	seqs, err := l.listChunks(ctx, after)
+	if err != nil {
+		return nil, err
+	}
+	// The chunks after the snapshot are the only copy of what it does not
+	// cover, so every one of them must be there. This is checked before the
+	// local log is touched.
+	want := after + 1
+	for _, seq := range seqs {
+		if seq != want {
+			return nil, fmt.Errorf("chunk %s is missing from the bucket (the next one is %s): the history has a hole", walKey(want), walKey(seq))
+		}
+		want++
+	}
+	if top := want - 1; m.Seq > top {
+		return nil, fmt.Errorf("the bucket lacks %s, which this node uploaded (its newest chunk is %s); is this the right bucket?", walKey(m.Seq), walKey(top))
+	}
+	_, snapIdx := l.localState()
+	skip := m.Index
+	switch {
+	case snap != nil && snap.Header.Index > m.Index:
+		if err := l.installSnapshot(snap); err != nil {
+			return nil, err
+		}
+		skip = snap.Header.Index
+	case snapIdx > m.Index:
+		return nil, fmt.Errorf("the local snapshot at index %d is newer than the bucket's newest snapshot and than %s's checkpoint (index %d)", snapIdx, metaFileName, m.Index)
+	}
+	return l.applyChunks(ctx, after, seqs, skip)
+}
+
+// installSnapshot makes a bucket snapshot the local starting point. Local
+// entries after the checkpoint are dropped first: the bucket moved past
+// them under another writer, so they were never acknowledged in sync mode
+// and are lost to the cluster in async mode.
+func (l *Log) installSnapshot(snap *datafile.Snapshot) error {
+	h := snap.Header
+	if last, _ := l.localState(); last > l.meta.Index {
+		l.log.Warn("DISCARDING local entries that object storage does not hold: another writer's snapshot has overtaken them",
+			"from", l.meta.Index+1, "to", last, "snapshot", snapKey(h.Revision), "snapshot_index", h.Index)
+		if err := l.truncateLocal(l.meta.Index); err != nil {
+			return err
+		}
+	}
+	if err := l.wal.SaveSnapshot(snap); err != nil {
+		return fmt.Errorf("save snapshot %s locally: %w", snapKey(h.Revision), err)
+	}
+	l.snap = snap
+	m := l.meta.clone()
+	m.Seq, m.Index = h.WalSeq, h.Index
+	m.addSnapshot(h.Revision, h.WalSeq)
+	if err := writeMeta(l.metaPath, m); err != nil {
+		return err
+	}
+	l.meta = m
+	l.log.Info("restored snapshot from object storage", "key", snapKey(h.Revision), "index", h.Index, "rev", h.Revision)
+	return nil
+}
+
+// truncateLocal drops local entries after index.
+func (l *Log) truncateLocal(index uint64) error {
+	if err := l.wal.Close(); err != nil {
+		return fmt.Errorf("close local wal to truncate it: %w", err)
+	}
+	if err := wal.TruncateAfter(l.o.WALDir, index); err != nil {
+		return fmt.Errorf("truncate local wal after index %d: %w", index, err)
+	}
+	return l.openWAL()
+}
+
+// applyChunks downloads the chunks seqs (which follow baseSeq densely) and
+// brings the local log in line with them: entries at or below skip are
+// already agreed; later ones are compared with the local log, appended
+// where it ends, and win where they differ.
+func (l *Log) applyChunks(ctx context.Context, baseSeq uint64, seqs []uint64, skip uint64) (*bucketView, error) {
+	last, _ := l.localState()
+	var tail []*netsyv1.Entry // local entries skip+1..last
+	if last > skip {
+		err := l.wal.Replay(skip+1, func(e *netsyv1.Entry) error {
+			tail = append(tail, e)
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("read local entries after %d: %w", skip, err)
+		}
+		if uint64(len(tail)) != last-skip {
+			return nil, fmt.Errorf("the local log holds %d entries after index %d, expected %d", len(tail), skip, last-skip)
+		}
+	}
+	v := &bucketView{lastSeq: baseSeq, bucketLast: skip}
+	var next uint64 // index the next chunk must start with; 0 until known
+	appended, matched := 0, 0
+	var lastAppended uint64
+	start := l.clk.Now()
+	err := l.fetchChunks(ctx, seqs, func(seq uint64, entries []*netsyv1.Entry) error {
+		key := walKey(seq)
+		if len(entries) > 0 {
+			first := entries[0].Index
+			switch {
+			case next == 0 && first > skip+1:
+				return fmt.Errorf("chunk %s starts at index %d but index %d is the next one needed: the entries between are missing", key, first, skip+1)
+			case next != 0 && first != next:
+				return fmt.Errorf("chunk %s starts at index %d, expected %d", key, first, next)
+			}
+			next = entries[len(entries)-1].Index + 1
+		}
+		for _, e := range entries {
+			if e.Index <= skip {
+				continue
+			}
+			if e.Index <= last {
+				if proto.Equal(tail[e.Index-skip-1], e) {
+					v.bucketLast = e.Index
+					matched++
+					continue
+				}
+				l.log.Warn("DISCARDING local entries that object storage contradicts: another writer wrote this index first",
+					"from", e.Index, "to", last, "chunk", key)
+				if err := l.truncateLocal(e.Index - 1); err != nil {
+					return err
+				}
+				last = e.Index - 1
+				tail = tail[:e.Index-skip-1]
+			}
+			if err := l.wal.Append(e); err != nil {
+				return fmt.Errorf("chunk %s: append entry %d locally: %w", key, e.Index, err)
+			}
+			last, lastAppended = e.Index, e.Index
+			v.bucketLast = e.Index
+			appended++
+		}
+		v.lastSeq = seq
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if next != 0 && next-1 < skip {
+		return nil, fmt.Errorf("the bucket's chunks end at index %d, before index %d which this node saw uploaded", next-1, skip)
+	}
+	if lastAppended > 0 {
+		if err := l.wal.WaitSynced(ctx, lastAppended); err != nil {
+			return nil, fmt.Errorf("sync entries from object storage locally: %w", err)
+		}
+	}
+	if uint64(len(tail)) > v.bucketLast-skip {
+		v.unuploaded = tail[v.bucketLast-skip:]
+	}
+	if len(seqs) > 0 {
+		l.log.Info("caught up with object storage", "chunks", len(seqs), "appended", appended, "matched", matched,
+			"seq", v.lastSeq, "index", v.bucketLast, "duration", l.clk.Since(start))
+	}
+	if v.lastSeq > l.meta.Seq {
+		m := l.meta.clone()
+		m.Seq, m.Index = v.lastSeq, v.bucketLast
+		if err := writeMeta(l.metaPath, m); err != nil {
+			return nil, err
+		}
+		l.meta = m
+	}
+	return v, nil
+}
+
+// claim uploads every local entry the bucket lacks, or an empty chunk, at
+// the next seq. Winning it makes this node the writer: any other writer's
+// next chunk collides with it.
+func (l *Log) claim(ctx context.Context, v *bucketView) error {
+	pending := v.unuploaded
+	if v.seed {
+		var err error
+		if pending, err = l.seed(ctx, v); err != nil {
+			return err
+		}
+	}
+	seq := v.lastSeq + 1
+	chunks := splitEntries(pending, l.o.ChunkMaxBytes)
+	refs := []chunkRef{{seq: v.lastSeq, last: v.bucketLast}}
+	lastIdx := v.bucketLast
+	for _, c := range chunks {
+		body, err := encodeEntries(c)
+		if err != nil {
+			return fmt.Errorf("encode claim %s: %w", walKey(seq), err)
+		}
+		key := walKey(seq)
+		err = l.retry(ctx, openAttempts, "put "+key, isPrecondition, func(ctx context.Context) error {
+			_, err := l.store.PutIfAbsent(ctx, key, body)
+			return err
+		})
+		if isPrecondition(err) {
+			return fmt.Errorf("claim %s: %w", key, errSeqTaken)
+		}
+		if err != nil {
+			return fmt.Errorf("claim %s: %w", key, err)
+		}
+		if len(c) > 0 {
+			lastIdx = c[len(c)-1].Index
+		}
+		refs = append(refs, chunkRef{seq: seq, last: lastIdx})
+		seq++
+	}
+	m := &metaState{}
+	if l.meta != nil {
+		m = l.meta.clone()
+	}
+	m.Seq, m.Index = seq-1, lastIdx
+	if err := writeMeta(l.metaPath, m); err != nil {
+		return err
+	}
+	l.meta = m
+	l.mu.Lock()
+	l.nextSeq = seq
+	l.uploaded, l.localSynced, l.reported = lastIdx, lastIdx, lastIdx
+	l.chunks = refs
+	l.mu.Unlock()
+	l.log.Info("claimed the next wal seq; this node is the writer", "seq", seq-1, "index", lastIdx,
+		"uploaded_entries", len(pending), "mode", l.o.Mode)
+	return nil
+}
+
+// seed prepares an empty bucket for the local log: a local snapshot goes
+// up first (with wal_seq 0: it covers no chunk), then the entries after it.
+func (l *Log) seed(ctx context.Context, v *bucketView) ([]*netsyv1.Entry, error) {
+	from := uint64(1)
+	m := &metaState{}
+	if l.snap != nil {
+		h := proto.Clone(l.snap.Header).(*netsyv1.SnapshotHeader)
+		h.WalSeq = 0
+		s := &datafile.Snapshot{Header: h, KVs: l.snap.KVs, Leases: l.snap.Leases}
+		var buf bytes.Buffer
+		if err := datafile.EncodeSnapshot(&buf, s); err != nil {
+			return nil, fmt.Errorf("encode seed snapshot: %w", err)
+		}
+		key := snapKey(h.Revision)
+		err := l.retry(ctx, openAttempts, "put "+key, isPrecondition, func(ctx context.Context) error {
+			_, err := l.store.PutIfAbsent(ctx, key, buf.Bytes())
+			return err
+		})
+		if isPrecondition(err) {
+			return nil, fmt.Errorf("seed snapshot %s: %w", key, errSeqTaken)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("seed snapshot %s: %w", key, err)
+		}
+		from = h.Index + 1
+		m.Index = h.Index
+		m.addSnapshot(h.Revision, 0)
+		v.bucketLast = h.Index
+	} else if first := l.wal.FirstIndex(); first > 1 {
+		return nil, fmt.Errorf("the local log starts at index %d and has no snapshot: entries 1..%d are missing", first, first-1)
+	}
+	// From here on the bucket holds this node's history.
+	if err := writeMeta(l.metaPath, m); err != nil {
+		return nil, err
+	}
+	l.meta = m
+	var pending []*netsyv1.Entry
+	err := l.wal.Replay(from, func(e *netsyv1.Entry) error {
+		pending = append(pending, e)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read local entries from %d: %w", from, err)
+	}
+	return pending, nil
+}
+
+// splitEntries cuts entries into runs of about maxBytes; no entries gives
+// one empty run, the claim that carries nothing.
+func splitEntries(entries []*netsyv1.Entry, maxBytes int) [][]*netsyv1.Entry {
+	if len(entries) == 0 {
+		return [][]*netsyv1.Entry{nil}
+	}
+	var out [][]*netsyv1.Entry
+	start, size := 0, 0
+	for i, e := range entries {
+		n := proto.Size(e) + datafile.RecordHeaderSize
+		if i > start && size+n > maxBytes {
+			out = append(out, entries[start:i])
+			start, size = i, 0
+		}
+		size += n
+	}
+	return append(out, entries[start:])
+}

@@ -1,0 +1,214 @@
+package objwal
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// maxSpare bounds the batch buffer kept for reuse, so one burst does not
+// pin its memory for the life of the process.
+const maxSpare = 16 << 20
+
+// batch is the run of entries one chunk carries.
+type batch struct {
+	buf   []byte // frames; ents index into it
+	ents  []pendEntry
+	bytes int64
+}
+
+// runUploader is the write path to object storage: it takes everything
+// pending (in async mode: what is fsync'd and due), uploads it as the next
+// chunk, and repeats. One chunk is in flight at a time, so entries appended
+// during a PUT ride in the next one.
+func (l *Log) runUploader() {
+	defer l.wg.Done()
+	defer close(l.upDone)
+	for {
+		b, wait, done := l.takeBatch()
+		switch {
+		case done:
+			return
+		case b == nil:
+			if !l.idle(wait) {
+				return
+			}
+		default:
+			if !l.upload(b) {
+				return
+			}
+		}
+	}
+}
+
+// takeBatch returns the next batch, or how long to wait for one (0: until
+// kicked), or done when the uploader should stop.
+func (l *Log) takeBatch() (b *batch, wait time.Duration, done bool) {
+	now := l.clk.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		return nil, 0, true
+	}
+	n := len(l.pend)
+	if l.o.Mode == ModeAsync {
+		// Only what is fsync'd goes up, so a checkpoint naming an uploaded
+		// chunk never runs ahead of the local log.
+		for n > 0 && l.pend[n-1].index > l.localSynced {
+			n--
+		}
+	}
+	if n == 0 {
+		return nil, 0, l.closing && len(l.pend) == 0
+	}
+	take, size := 0, 0
+	for take < n {
+		sz := l.pend[take].end - l.pend[take].off
+		if take > 0 && size+sz > l.o.ChunkMaxBytes {
+			break
+		}
+		size += sz
+		take++
+	}
+	if l.o.Mode == ModeAsync && !l.closing && take == n && size < l.o.ChunkMaxBytes {
+		if age := now.Sub(l.pend[0].at); age < l.o.ChunkMaxAge {
+			return nil, l.o.ChunkMaxAge - age, false
+		}
+	}
+	end := l.pend[take-1].end
+	b = &batch{buf: l.pendBuf[:end], ents: slices.Clone(l.pend[:take]), bytes: int64(size)}
+	// The batch keeps the old buffer; Append continues in the spare one.
+	rest := l.pend[take:]
+	l.pendBuf = append(l.spare[:0], l.pendBuf[end:]...)
+	l.spare = nil
+	for i := range rest {
+		rest[i].off -= end
+		rest[i].end -= end
+	}
+	l.pend = append(l.pend[:0], rest...)
+	l.pendBytes -= int64(size)
+	l.inflightBytes, l.inflightAt = int64(size), b.ents[0].at
+	return b, 0, false
+}
+
+// idle waits for a kick, wait to pass (if > 0), or the end.
+func (l *Log) idle(wait time.Duration) bool {
+	var tc <-chan time.Time
+	if wait > 0 {
+		t := l.clk.NewTimer(wait)
+		defer t.Stop()
+		tc = t.C()
+	}
+	select {
+	case <-l.upKick:
+	case <-tc:
+	case <-l.ctx.Done():
+		return false
+	}
+	return true
+}
+
+// upload puts b as the next chunk and reports it; false stops the uploader.
+func (l *Log) upload(b *batch) bool {
+	body, err := encodeChunk(b.buf, b.ents)
+	l.mu.Lock()
+	seq := l.nextSeq
+	if err != nil {
+		l.failLocked(fmt.Errorf("encode %s: %w", walKey(seq), err))
+		l.mu.Unlock()
+		return false
+	}
+	l.mu.Unlock()
+
+	if err := l.putChunk(seq, body); err != nil {
+		if errors.Is(err, ErrFenced) {
+			l.mu.Lock()
+			l.failLocked(err)
+			l.mu.Unlock()
+		}
+		// Otherwise Close gave up on a failing store: the entries stay
+		// unreported, and the next Open uploads them from the local log.
+		return false
+	}
+
+	last := b.ents[len(b.ents)-1].index
+	l.mu.Lock()
+	l.nextSeq = seq + 1
+	l.uploaded = last
+	l.chunks = append(l.chunks, chunkRef{seq: seq, last: last})
+	l.inflightBytes, l.inflightAt = 0, time.Time{}
+	l.failing = nil
+	l.stats.Puts++
+	l.stats.Entries += uint64(len(b.ents))
+	l.stats.Bytes += uint64(len(body))
+	l.stats.MaxEntries = max(l.stats.MaxEntries, uint64(len(b.ents)))
+	if cap(b.buf) <= maxSpare && l.spare == nil {
+		// pendBuf took the spare in takeBatch; this one becomes the next.
+		l.spare = b.buf[:0]
+	}
+	l.reportLocked()
+	l.mu.Unlock()
+	kick(l.maintKick)
+	return true
+}
+
+// putChunk creates wal/{seq} with body. Transient failures retry the same
+// seq with the same bytes until it works, the log is fenced, or Close gives
+// up; a retry can therefore never put these entries at a second seq.
+func (l *Log) putChunk(seq uint64, body []byte) error {
+	backoff := minBackoff
+	for attempt := 1; ; attempt++ {
+		err := l.putAttempt(walKey(seq), body)
+		if l.hooks.putDone != nil {
+			l.hooks.putDone(seq, err)
+		}
+		if err == nil || errors.Is(err, ErrFenced) {
+			return err
+		}
+		l.mu.Lock()
+		l.failing = err
+		l.stats.Retries++
+		closing := l.closing
+		l.mu.Unlock()
+		if closing || l.ctx.Err() != nil {
+			return fmt.Errorf("%w while %s is failing: %v", ErrClosed, walKey(seq), err)
+		}
+		if attempt == 1 || attempt%10 == 0 {
+			l.log.Warn("upload failed; retrying the same chunk", "key", walKey(seq), "attempt", attempt, "error", err)
+		}
+		t := l.clk.NewTimer(backoff)
+		select {
+		case <-t.C():
+		case <-l.closingCh:
+		case <-l.ctx.Done():
+		}
+		t.Stop()
+		backoff = min(2*backoff, maxBackoff)
+	}
+}
+
+// putAttempt makes one attempt. A refused create is read back: our own
+// bytes mean an earlier attempt landed and only its answer was lost.
+func (l *Log) putAttempt(key string, body []byte) error {
+	ctx, cancel := l.attemptCtx(l.ctx)
+	defer cancel()
+	_, err := l.store.PutIfAbsent(ctx, key, body)
+	if err == nil {
+		return nil
+	}
+	if !isPrecondition(err) {
+		return fmt.Errorf("upload %s: %w", key, err)
+	}
+	got, _, gerr := l.store.Get(ctx, key)
+	switch {
+	case gerr == nil && bytes.Equal(got, body):
+		l.log.Info("an earlier attempt of this upload had landed", "key", key)
+		return nil
+	case gerr == nil, isNotFound(gerr):
+		return fmt.Errorf("upload %s: the object holds another writer's chunk: %w", key, ErrFenced)
+	default:
+		return fmt.Errorf("upload %s: read back after a refused create: %w", key, gerr)
+	}
+}
