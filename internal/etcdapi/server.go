@@ -28,6 +28,10 @@ const (
 	// gRPC frame, so a request right at the limit is rejected with etcd's
 	// "request is too large" rather than a transport error.
 	grpcOverheadBytes = 512 * 1024
+
+	// streamWorkers is sized for the client concurrency writes see: each
+	// write holds its worker until the entry is durable.
+	streamWorkers = 256
 )
 
 // Config configures the client-port servers.
@@ -122,6 +126,10 @@ func (s *Server) ServerOptions() []grpc.ServerOption {
 		grpc.MaxRecvMsgSize(s.cfg.MaxRequestBytes + grpcOverheadBytes),
 		grpc.MaxSendMsgSize(math.MaxInt32),
 		grpc.MaxConcurrentStreams(math.MaxUint32),
+		// Reused handler goroutines keep their grown stacks; a fresh
+		// goroutine per RPC spends a large share of the write path
+		// growing its stack. Busy workers fall back to new goroutines.
+		grpc.NumStreamWorkers(streamWorkers),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
 			MinTime:             5 * time.Second,
 			PermitWithoutStream: true,
