@@ -129,6 +129,7 @@ type node struct {
 	snaps chan string
 	opts  Options
 	l     *Log
+	spin  bool // move the fake clock while Open runs
 }
 
 type putResult struct {
@@ -171,6 +172,23 @@ func (n *node) open() *node {
 func (n *node) tryOpen() (*Log, error) {
 	n.rec = newSyncRec()
 	n.opts.OnSync = n.rec.onSync
+	if n.spin {
+		// Retries during Open back off on the fake clock: keep it moving
+		// until Open returns.
+		opened := make(chan struct{})
+		defer close(opened)
+		go func() {
+			for {
+				select {
+				case <-opened:
+					return
+				default:
+					n.e.clk.Advance(minBackoff)
+					runtime.Gosched()
+				}
+			}
+		}()
+	}
 	l, err := open(n.t.Context(), n.opts, hooks{
 		putDone: func(seq uint64, err error) {
 			select {

@@ -2,6 +2,7 @@ package objwal
 
 import (
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -623,5 +624,145 @@ func TestSeedAndRefuseMerge(t *testing.T) {
 
 	if _, err := e.node(other, ModeSync, nil).tryOpen(); err == nil || !strings.Contains(err.Error(), "refusing to merge") {
 		t.Fatalf("Open of a foreign local log against a used bucket = %v", err)
+	}
+}
+
+// A node that was away while the writer after it snapshotted and
+// garbage-collected the chunks after its checkpoint restarts from the
+// newest snapshot, dropping its own never-uploaded tail.
+func TestDeposedNodeCatchesUpAfterGC(t *testing.T) {
+	e := newEnv(t)
+	dirA := t.TempDir()
+	a := e.node(dirA, ModeSync, nil).open()
+	a.appendRange(1, 3, "a")
+	if err := a.rec.wait(t, 3); err != nil {
+		t.Fatal(err)
+	}
+	a.store.Fail(faulty.PutIfAbsent, walPrefix)
+	a.appendRange(4, 6, "a")
+	if err := a.l.wal.WaitSynced(t.Context(), 6); err != nil {
+		t.Fatal(err)
+	}
+	a.nextPut()
+	a.close()
+
+	b := e.node("", ModeSync, func(o *Options) { o.SnapshotKeep = 1 }).open()
+	b.appendRange(4, 10, "b")
+	if err := b.rec.wait(t, 10); err != nil {
+		t.Fatal(err)
+	}
+	e.clk.Advance(2 * time.Hour)
+	b.appendRange(11, 12, "b")
+	if err := b.rec.wait(t, 12); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.l.SaveSnapshot(snapshotAt(11)); err != nil {
+		t.Fatal(err)
+	}
+	b.nextSnapshot()
+	if _, _, err := e.inner.Get(t.Context(), walKey(2)); err == nil {
+		t.Fatal("a's last chunk survived garbage collection; the test needs it gone")
+	}
+	b.appendRange(13, 14, "b")
+	if err := b.rec.wait(t, 14); err != nil {
+		t.Fatal(err)
+	}
+
+	a2 := e.node(dirA, ModeSync, nil).open()
+	idx, got := a2.replay()
+	if idx != 11 {
+		t.Fatalf("a restarted from snapshot %d, want b's 11", idx)
+	}
+	checkEntries(t, got, 12, 14, tag("b"))
+	if err := b.l.Backpressure(); err != nil {
+		t.Fatalf("b before its next upload: %v", err)
+	}
+	b.appendRange(15, 15, "b")
+	if err := b.rec.wait(t, 15); !isFenced(err) {
+		t.Fatalf("b after a's claim: %v, want ErrFenced", err)
+	}
+}
+
+// A second snapshot at a revision that already has one (lease entries do
+// not move the revision) is kept locally but not uploaded over the first.
+func TestSnapshotAtTakenRevisionIsSkipped(t *testing.T) {
+	e := newEnv(t)
+	n := e.node("", ModeSync, nil).open()
+	n.appendRange(1, 12, "a")
+	if err := n.rec.wait(t, 12); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.l.SaveSnapshot(snapshotAt(10)); err != nil {
+		t.Fatal(err)
+	}
+	n.nextSnapshot()
+	second := snapshotAt(11)
+	second.Header.Revision = 11 // same revision as index 10's
+	if err := n.l.SaveSnapshot(second); err != nil {
+		t.Fatal(err)
+	}
+	if key := n.nextSnapshot(); key != snapKey(11) {
+		t.Fatalf("snapshot key %s", key)
+	}
+	h, err := n.l.readSnapshotHeader(snapKey(11))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Index != 10 {
+		t.Fatalf("bucket snapshot at revision 11 has index %d, want the first one (10)", h.Index)
+	}
+	local, err := n.l.wal.LoadSnapshot()
+	if err != nil || local.Header.Index != 11 {
+		t.Fatalf("local snapshot %v, %v: want index 11", local, err)
+	}
+}
+
+// A restore interrupted after the snapshot was saved locally but before
+// the checkpoint moved is redone on the next Open.
+func TestInterruptedRestoreIsRedone(t *testing.T) {
+	e := newEnv(t)
+	a := e.node("", ModeSync, nil).open()
+	a.appendRange(1, 20, "a")
+	if err := a.rec.wait(t, 20); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.l.SaveSnapshot(snapshotAt(15)); err != nil {
+		t.Fatal(err)
+	}
+	a.nextSnapshot()
+	a.close()
+
+	dir := t.TempDir()
+	b := e.node(dir, ModeSync, nil).open()
+	b.close()
+	// Rewind the checkpoint to what a crash right after saving the
+	// snapshot would have left.
+	if err := writeMeta(filepath.Join(dir, metaFileName), &metaState{}); err != nil {
+		t.Fatal(err)
+	}
+	b.open()
+	idx, got := b.replay()
+	if idx != 15 {
+		t.Fatalf("snapshot %d, want 15", idx)
+	}
+	checkEntries(t, got, 16, 20, tag("a"))
+}
+
+// Transient failures during Open are retried; a bucket that stays down
+// fails Open with the error instead of hanging it.
+func TestOpenRetriesThenFails(t *testing.T) {
+	e := newEnv(t)
+	n := e.node("", ModeSync, nil)
+	n.spin = true
+	f := n.store.Inject(faulty.Rule{Ops: faulty.List, Err: faulty.ErrInjected, Count: 2})
+	n.open() // two failed Lists, then success
+	if f.Fired() != 2 {
+		t.Fatalf("fault fired %d times", f.Fired())
+	}
+	n.close()
+	n.store.Fail(faulty.List, "")
+	_, err := n.tryOpen()
+	if !errors.Is(err, faulty.ErrInjected) || !strings.Contains(err.Error(), "giving up") {
+		t.Fatalf("Open against a dead bucket = %v", err)
 	}
 }

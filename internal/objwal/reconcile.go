@@ -153,13 +153,15 @@ func (l *Log) catchUpFromSnapshot(ctx context.Context) (*bucketView, error) {
 	_, snapIdx := l.localState()
 	skip := m.Index
 	switch {
+	case snapIdx > m.Index && (snap == nil || snap.Header.Index < snapIdx):
+		// Only a restore puts a snapshot past the checkpoint, and the
+		// bucket's newest never goes backwards.
+		return nil, fmt.Errorf("the local snapshot at index %d is newer than the bucket's newest snapshot and than %s's checkpoint (index %d)", snapIdx, metaFileName, m.Index)
 	case snap != nil && snap.Header.Index > m.Index:
 		if err := l.installSnapshot(snap); err != nil {
 			return nil, err
 		}
 		skip = snap.Header.Index
-	case snapIdx > m.Index:
-		return nil, fmt.Errorf("the local snapshot at index %d is newer than the bucket's newest snapshot and than %s's checkpoint (index %d)", snapIdx, metaFileName, m.Index)
 	}
 	return l.applyChunks(ctx, after, seqs, skip)
 }
@@ -170,10 +172,14 @@ func (l *Log) catchUpFromSnapshot(ctx context.Context) (*bucketView, error) {
 // and are lost to the cluster in async mode.
 func (l *Log) installSnapshot(snap *datafile.Snapshot) error {
 	h := snap.Header
-	if last, _ := l.localState(); last > l.meta.Index {
-		l.log.Warn("DISCARDING local entries that object storage does not hold: another writer's snapshot has overtaken them",
-			"from", l.meta.Index+1, "to", last, "snapshot", snapKey(h.Revision), "snapshot_index", h.Index)
-		if err := l.truncateLocal(l.meta.Index); err != nil {
+	// Entries a local snapshot covers are never replayed again, so the cut
+	// can be no lower than it; only an interrupted restore puts the local
+	// snapshot past the checkpoint.
+	last, snapIdx := l.localState()
+	if keep := max(l.meta.Index, snapIdx); last > keep {
+		l.log.Warn("DISCARDING local entries that object storage does not confirm: a newer snapshot in the bucket covers them",
+			"from", keep+1, "to", last, "snapshot", snapKey(h.Revision), "snapshot_index", h.Index)
+		if err := l.truncateLocal(keep); err != nil {
 			return err
 		}
 	}
