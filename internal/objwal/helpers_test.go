@@ -108,13 +108,15 @@ func (r *syncRec) wait(t *testing.T, index uint64) error {
 // env is one bucket shared by the Logs of a test.
 type env struct {
 	t     *testing.T
-	clk   *clock.Fake
-	inner *mem.Store
+	clk   clock.Clock
+	fake  *clock.Fake // nil with a real clock
+	inner objstore.Store
 }
 
+// newEnv is an in-memory bucket on a fake clock.
 func newEnv(t *testing.T) *env {
 	clk := clock.NewFake(epoch)
-	return &env{t: t, clk: clk, inner: mem.New(clk)}
+	return &env{t: t, clk: clk, fake: clk, inner: mem.New(clk)}
 }
 
 // node is one Log with its own directory, faulty view of the bucket and
@@ -183,7 +185,7 @@ func (n *node) tryOpen() (*Log, error) {
 				case <-opened:
 					return
 				default:
-					n.e.clk.Advance(minBackoff)
+					n.e.fake.Advance(minBackoff)
 					runtime.Gosched()
 				}
 			}
@@ -213,12 +215,16 @@ func (e *env) shutdown(l *Log) {
 		l.Close()
 		close(done)
 	}()
+	if e.fake == nil {
+		<-done
+		return
+	}
 	for {
 		select {
 		case <-done:
 			return
 		default:
-			e.clk.Advance(time.Second)
+			e.fake.Advance(time.Second)
 			runtime.Gosched()
 		}
 	}
@@ -377,7 +383,7 @@ func chunkSizes(t *testing.T, s objstore.Store) map[uint64]int {
 // blockUntil waits for n pending timers on the fake clock.
 func (e *env) blockUntil(n int) {
 	e.t.Helper()
-	if err := e.clk.BlockUntil(e.t.Context(), n); err != nil {
+	if err := e.fake.BlockUntil(e.t.Context(), n); err != nil {
 		e.t.Fatal(err)
 	}
 }
@@ -395,6 +401,13 @@ type gate struct {
 
 func newGate(s objstore.Store, prefix string) *gate {
 	return &gate{Store: s, prefix: prefix, armed: true, entered: make(chan string, 1), release: make(chan struct{})}
+}
+
+// arm holds the next matching call.
+func (g *gate) arm() {
+	g.mu.Lock()
+	g.armed = true
+	g.mu.Unlock()
 }
 
 func (g *gate) PutIfAbsent(ctx context.Context, key string, body []byte) (string, error) {

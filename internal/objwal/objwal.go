@@ -452,9 +452,9 @@ func (l *Log) Close() error {
 	l.cancel()
 	l.wg.Wait()
 	l.mu.Lock()
-	if n := len(l.pend); n > 0 || l.inflightBytes > 0 {
+	if n := len(l.pend); l.err == nil && (n > 0 || l.inflightBytes > 0) {
 		l.log.Warn("closing with entries not in object storage; the next Open uploads them from the local log",
-			"pending", n, "uploaded", l.uploaded)
+			"queued", n, "uploaded", l.uploaded)
 	}
 	l.mu.Unlock()
 

@@ -30,7 +30,7 @@ func TestSyncDurableOnlyAfterUpload(t *testing.T) {
 		t.Fatalf("stats %+v: want synced 1, uploaded 0", s)
 	}
 	hold.Stop()
-	e.clk.Advance(time.Second)
+	e.fake.Advance(time.Second)
 	if err := n.rec.wait(t, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func TestGroupCommit(t *testing.T) {
 			if idx, _ := n.rec.get(); idx != 0 {
 				t.Fatalf("reported %d while the first PUT was held", idx)
 			}
-			e.clk.Advance(time.Second)
+			e.fake.Advance(time.Second)
 			if err := n.rec.wait(t, total); err != nil {
 				t.Fatal(err)
 			}
@@ -133,7 +133,7 @@ func TestOutageThenRecovery(t *testing.T) {
 					stopped = true
 				}
 				e.blockUntil(1) // the backoff timer
-				e.clk.Advance(maxBackoff)
+				e.fake.Advance(maxBackoff)
 				elapsed += maxBackoff
 			}
 			if err := n.rec.wait(t, 10); err != nil {
@@ -165,7 +165,7 @@ func TestLostResponse(t *testing.T) {
 		t.Fatalf("first attempt: %v, want the injected lost response", p.err)
 	}
 	e.blockUntil(1)
-	e.clk.Advance(minBackoff)
+	e.fake.Advance(minBackoff)
 	if p := n.nextPut(); p.err != nil {
 		t.Fatalf("retry: %v", p.err)
 	}
@@ -203,7 +203,7 @@ func TestFencing(t *testing.T) {
 	_, got := b.replay()
 	checkEntries(t, got, 1, 5, tag("a"))
 
-	e.clk.Advance(time.Second)
+	e.fake.Advance(time.Second)
 	if p := a.nextPut(); !isFenced(p.err) {
 		t.Fatalf("a's upload after b's claim: %v, want ErrFenced", p.err)
 	}
@@ -393,7 +393,7 @@ func TestAsyncChunksByAgeAndSize(t *testing.T) {
 		t.Fatalf("uploaded before the chunk was due: %+v", s)
 	}
 	e.blockUntil(1) // the age timer
-	e.clk.Advance(DefaultChunkMaxAge)
+	e.fake.Advance(DefaultChunkMaxAge)
 	if p := n.nextPut(); p.err != nil {
 		t.Fatal(p.err)
 	}
@@ -522,7 +522,7 @@ func TestGarbageCollection(t *testing.T) {
 			t.Fatal(err)
 		}
 		n.nextSnapshot()
-		e.clk.Advance(40 * time.Minute)
+		e.fake.Advance(40 * time.Minute)
 	}
 	snaps, err := e.inner.List(t.Context(), snapPrefix, "", 0)
 	if err != nil {
@@ -557,7 +557,7 @@ func TestGarbageCollectionKeepsNewestChunk(t *testing.T) {
 	if err := n.rec.wait(t, 3); err != nil {
 		t.Fatal(err)
 	}
-	e.clk.Advance(2 * time.Hour)
+	e.fake.Advance(2 * time.Hour)
 	if err := n.l.SaveSnapshot(snapshotAt(3)); err != nil {
 		t.Fatal(err)
 	}
@@ -651,7 +651,7 @@ func TestDeposedNodeCatchesUpAfterGC(t *testing.T) {
 	if err := b.rec.wait(t, 10); err != nil {
 		t.Fatal(err)
 	}
-	e.clk.Advance(2 * time.Hour)
+	e.fake.Advance(2 * time.Hour)
 	b.appendRange(11, 12, "b")
 	if err := b.rec.wait(t, 12); err != nil {
 		t.Fatal(err)
