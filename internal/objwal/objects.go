@@ -21,7 +21,7 @@ const (
 	listPage = 1000
 	// fetchWindow is how many chunk GETs a catch-up keeps in flight: restore
 	// time is dominated by round trips, not bytes.
-	fetchWindow = 16
+	fetchWindow = 32
 	// deleteWindow is how many DELETEs garbage collection runs at once.
 	deleteWindow = 8
 )
