@@ -12,10 +12,11 @@
 #   NETSY_BIN              netsy binary (default: build ./cmd/netsy into .cache/bin/netsy)
 #   ETCD_BIN               etcd binary  (default: scripts/build-etcd.sh)
 #   K8S_APISERVER_VERSION  k8s.io/apiserver version (default v0.34.13)
-#   K8S_TEST_TIMEOUT       go test -timeout (default 20m)
-#   K8S_TEST_PARALLEL      go test -parallel (default 4)
-#   K8S_TEST_RUN           go test -run regexp (default: all tests)
-#   K8S_GO_TEST_FLAGS      extra go test flags
+#   K8S_TEST_TIMEOUT       time one top-level test may run before it is stopped (default 3m)
+#   K8S_TEST_PARALLEL      -test.parallel inside each test process (default 4)
+#   K8S_TEST_RUN           only top-level tests matching this regexp
+#   K8S_TEST_SKIP          skip top-level tests matching this regexp
+#   K8S_TEST_ALLOW_ANY_START_REV=1  do not fail tests whose fresh server is not at revision 1
 #   NETSY_LOG_LEVEL        --log-level for netsy (default info)
 set -euo pipefail
 
@@ -102,8 +103,11 @@ esac
   exit 1
 }
 
-# The result parser (standard library only, nested module test/k8s).
-(cd "$here" && GOWORK=off go build -o "$cache/bin/k8s-summary" ./summary)
+# 4. Compile each package's tests once (go test -c); suite/ runs them like go test
+#    does, with a watchdog per top-level test (see suite/main.go).
+tools="$cache/bin"
+(cd "$here" && GOWORK=off go build -o "$tools/k8s-suite" ./suite)
+[ -x "$tools/test2json" ] || go build -o "$tools/test2json" cmd/test2json
 
 results="$cache/results/$target-$(date +%Y%m%d-%H%M%S)"
 mkdir -p "$results"
@@ -111,7 +115,7 @@ export K8S_TEST_LOG_DIR="$results/server-logs"
 export K8S_TEST_PID_FILE="$results/pids"
 : >"$K8S_TEST_PID_FILE"
 
-# Stop any server a crashed or timed-out test binary left behind.
+# Stop any server a crashed or killed test process left behind.
 cleanup() {
   local pid n=0
   while read -r pid; do
@@ -124,11 +128,17 @@ cleanup() {
 }
 trap cleanup EXIT
 
+suiteargs=()
+for p in "${pkgs[@]}"; do
+  ip=$(cd "$src" && GOWORK=off go list "$p")
+  dir=$(cd "$src" && GOWORK=off go list -f '{{.Dir}}' "$p")
+  testbin="$tools/$(echo "${ip#k8s.io/apiserver/}" | tr / _).test"
+  echo "compiling $ip tests" >&2
+  (cd "$src" && GOWORK=off go test -c -o "$testbin" "$p")
+  suiteargs+=("$ip" "$dir" "$testbin")
+done
+
 echo "running ${pkgs[*]} against $target ($bin), k8s.io/apiserver@$ver; results in $results" >&2
-runflags=()
-[ -z "${K8S_TEST_RUN:-}" ] || runflags=(-run "$K8S_TEST_RUN")
-# shellcheck disable=SC2086
-(cd "$src" && GOWORK=off go test -json -count=1 \
-  -timeout "${K8S_TEST_TIMEOUT:-20m}" -parallel "${K8S_TEST_PARALLEL:-4}" \
-  "${runflags[@]}" ${K8S_GO_TEST_FLAGS:-} "${pkgs[@]}" 2>&1) |
-  "$cache/bin/k8s-summary" -raw "$results/test.json"
+"$tools/k8s-suite" -test2json "$tools/test2json" -raw "$results/test.json" \
+  -timeout "${K8S_TEST_TIMEOUT:-3m}" -parallel "${K8S_TEST_PARALLEL:-4}" \
+  -run "${K8S_TEST_RUN:-}" -skip "${K8S_TEST_SKIP:-}" "${suiteargs[@]}" 2>&1 | tee "$results/summary.txt"
