@@ -268,7 +268,7 @@ func open(ctx context.Context, o Options, h hooks) (*Log, error) {
 		return nil, err
 	}
 	if err := l.openWAL(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("objwal open: %w", err)
 	}
 	if l.snap, err = l.wal.LoadSnapshot(); err != nil {
 		l.wal.Close()
@@ -297,7 +297,7 @@ func (l *Log) openWAL() error {
 		Clock:        l.clk,
 	})
 	if err != nil {
-		return fmt.Errorf("objwal open: %w", err)
+		return err
 	}
 	l.wal = w
 	return nil
