@@ -105,7 +105,9 @@ type Options struct {
 	// Backpressure refuses writes (default 64 MiB).
 	MaxBacklogBytes int64
 	Clock           clock.Clock
-	Logger          hclog.Logger
+	// Logger is named by the caller (the node passes logger.Named("objwal"));
+	// the wal logs under its "wal" sub-logger.
+	Logger hclog.Logger
 }
 
 func (o *Options) setDefaults() error {
@@ -255,7 +257,7 @@ func open(ctx context.Context, o Options, h hooks) (*Log, error) {
 		o:         o,
 		store:     o.Store,
 		clk:       o.Clock,
-		log:       o.Logger.Named("objwal"),
+		log:       o.Logger,
 		metaPath:  filepath.Join(o.WALDir, metaFileName),
 		hooks:     h,
 		upKick:    make(chan struct{}, 1),
@@ -351,7 +353,11 @@ func (l *Log) Append(e *netsyv1.Entry) error {
 	l.pend = append(l.pend, pendEntry{index: e.Index, revision: e.Revision, off: off, end: len(l.pendBuf), at: now})
 	l.pendBytes += int64(len(l.pendBuf) - off)
 	l.mu.Unlock()
-	kick(l.upKick)
+	// In async mode only the local fsync makes an entry uploadable, and
+	// onWALSync kicks then.
+	if l.o.Mode == ModeSync {
+		kick(l.upKick)
+	}
 	return nil
 }
 
