@@ -5,6 +5,11 @@
 // objects are garbage-collected. A node with an empty disk rebuilds itself
 // from the bucket alone.
 //
+// It owns the wal directory (the segments, local snapshots and objwal.json,
+// a checkpoint of how far the local log is known to agree with the bucket)
+// and the wal/ and snapshots/ keys of the bucket. Other keys (leader/,
+// nodes/, members.json) belong to other roles and are never touched.
+//
 // # Layout
 //
 //	wal/{seq:020d}            a datafile chunk: a dense run of entries, or

@@ -7,10 +7,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/netsy-io/netsy/internal/engine"
 	"github.com/netsy-io/netsy/internal/objstore/faulty"
 	"github.com/netsy-io/netsy/internal/wal"
 	netsyv1 "github.com/netsy-io/netsy/proto/netsyv1"
 )
+
+// The engine's storage contract, checked at compile time.
+var _ engine.Storage = (*Log)(nil)
 
 // In sync mode an entry fsync'd locally is not durable until its chunk is
 // in the bucket.
