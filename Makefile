@@ -2,7 +2,7 @@ GO ?= go
 PROTOC ?= protoc
 GOBIN := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: all build run test test-unit test-e2e test-e2e-etcd test-k8s fuzz proto vet fmt bench tools clean
+.PHONY: all build run test test-unit test-e2e test-e2e-etcd test-k8s test-k8s-etcd fuzz proto vet fmt bench tools clean
 
 # Unit and protocol tests get the race detector; process-level suites run
 # the built binary and do not need it.
@@ -57,8 +57,14 @@ test-e2e: build
 test-e2e-etcd:
 	NETSY_E2E_TARGET=etcd $(GO) test -tags e2e -count=1 -timeout 20m ./test/e2e/
 
+# test-k8s runs kube-apiserver's own storage suites (pkg/storage/etcd3 and
+# pkg/storage/cacher, v0.34) against a fresh netsy process per test.
 test-k8s: build
 	NETSY_BIN=$(CURDIR)/bin/netsy bash test/k8s/run.sh netsy
+
+# test-k8s-etcd runs the same suites against etcd 3.6.10, proving the harness.
+test-k8s-etcd:
+	bash test/k8s/run.sh etcd
 
 # fuzz runs every fuzz target briefly (the committed seed corpora always run
 # as part of test-unit).

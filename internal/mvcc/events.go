@@ -6,7 +6,7 @@ import "go.etcd.io/etcd/api/v3/mvccpb"
 // sub) order. It returns whole revisions only and stops after the revision
 // at which the result reaches limit events (limit <= 0: no limit); next is
 // the first revision not returned. PrevKv is set when the key was live
-// before the event. from < CompactRev() returns ErrCompacted; to is capped at
+// before the event and that version is not below the compaction floor. from < CompactRev() returns ErrCompacted; to is capped at
 // Rev().
 //
 // The events are built per call from the shared log, so callers may keep
@@ -40,9 +40,16 @@ func (s *Store) Events(from, to int64, limit int) ([]*mvccpb.Event, int64, error
 	}
 	evs := make([]mvccpb.Event, end-start)
 	out := make([]*mvccpb.Event, end-start)
+	floor := s.compactRev.Load()
 	for i, e := range s.log[start:end] {
 		ev := &evs[i]
 		ev.Kv, ev.PrevKv = e.kv, e.prev
+		// A previous version below the compaction floor is compacted away
+		// as far as clients can tell: etcd sends no prev_kv for it, and
+		// Kubernetes' watch relies on that to report the gap.
+		if e.prev != nil && e.prev.ModRevision < floor {
+			ev.PrevKv = nil
+		}
 		if tombstone(e.kv) {
 			ev.Type = mvccpb.DELETE
 		}

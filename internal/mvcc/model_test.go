@@ -25,7 +25,7 @@ type refStore struct {
 
 type refEvent struct {
 	rev int64
-	str string
+	ev  *mvccpb.Event
 }
 
 func newRef() *refStore { return &refStore{hist: map[string][]*mvccpb.KeyValue{}} }
@@ -57,10 +57,10 @@ func (m *refStore) del(rev int64, key string) string {
 
 func (m *refStore) record(rev int64, key string, kv, prev *mvccpb.KeyValue, typ mvccpb.Event_EventType) string {
 	m.hist[key] = append(m.hist[key], kv)
-	s := evStr(&mvccpb.Event{Type: typ, Kv: kv, PrevKv: prev})
-	m.events = append(m.events, refEvent{rev, s})
+	ev := &mvccpb.Event{Type: typ, Kv: kv, PrevKv: prev}
+	m.events = append(m.events, refEvent{rev: rev, ev: ev})
 	m.rev = rev
-	return s
+	return evStr(ev)
 }
 
 func (m *refStore) rollback(rev int64) {
@@ -206,7 +206,7 @@ func (m *refStore) eventsAt(from, to int64, limit int) ([]string, int64, error) 
 		if limit > 0 && len(out) >= limit && e.rev != last {
 			return out, e.rev, nil
 		}
-		out = append(out, e.str)
+		out = append(out, evStr(withFloor(e.ev, m.floor)))
 		last = e.rev
 	}
 	return out, to + 1, nil
@@ -373,4 +373,13 @@ func checkRange(t *testing.T, step int, rng *rand.Rand, s *Store, m *refStore) {
 		t.Fatalf("%s:\n got %q count %d more %v\nwant %q count %d more %v", desc(),
 			strings.Join(got, " "), res.Count, res.More, strings.Join(wkeys, " "), wcount, wmore)
 	}
+}
+
+// withFloor drops a previous version below the compaction floor, as
+// clients must not see one.
+func withFloor(ev *mvccpb.Event, floor int64) *mvccpb.Event {
+	if ev.PrevKv == nil || ev.PrevKv.ModRevision >= floor {
+		return ev
+	}
+	return &mvccpb.Event{Type: ev.Type, Kv: ev.Kv}
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -120,11 +122,29 @@ var eventHistoryStrs = [][]string{
 }
 
 func wantEvents(from, to int64) []string {
+	return wantEventsAbove(from, to, 0)
+}
+
+// wantEventsAbove is wantEvents after compaction at floor: previous
+// versions below the floor are no longer reported.
+func wantEventsAbove(from, to, floor int64) []string {
 	out := []string{}
 	for r := from; r <= to; r++ {
-		out = append(out, eventHistoryStrs[r]...)
+		for _, e := range eventHistoryStrs[r] {
+			if i := strings.Index(e, " prev "); i >= 0 && prevModRev(e[i+6:]) < floor {
+				e = e[:i]
+			}
+			out = append(out, e)
+		}
 	}
 	return out
+}
+
+// prevModRev reads the mod revision out of a kvStr ("k=v/create/mod/ver").
+func prevModRev(kv string) int64 {
+	parts := strings.Split(kv, "/")
+	n, _ := strconv.ParseInt(parts[2], 10, 64)
+	return n
 }
 
 func TestEvents(t *testing.T) {
@@ -195,7 +215,7 @@ func TestCompact(t *testing.T) {
 		t.Fatalf("events below floor: %v", err)
 	}
 	evs, next, err := s.Events(3, 6, 0)
-	if err != nil || next != 7 || !slices.Equal(evStrs(evs), wantEvents(3, 6)) {
+	if err != nil || next != 7 || !slices.Equal(evStrs(evs), wantEventsAbove(3, 6, 3)) {
 		t.Fatalf("events from floor: %q %d %v", evStrs(evs), next, err)
 	}
 	if _, _, err := s.HashKV(2); !errors.Is(err, ErrCompacted) {
@@ -217,7 +237,7 @@ func TestCompact(t *testing.T) {
 		t.Fatalf("index holds %d keys", s.idx.n)
 	}
 	evs, _, _ = s.Events(6, 6, 0)
-	if !slices.Equal(evStrs(evs), wantEvents(6, 6)) {
+	if !slices.Equal(evStrs(evs), wantEventsAbove(6, 6, 6)) {
 		t.Fatalf("events at floor: %q", evStrs(evs))
 	}
 	h6, floor, err := s.HashKV(0)
@@ -227,14 +247,15 @@ func TestCompact(t *testing.T) {
 }
 
 // Revision 5 deletes three keys; compacting at 5 must keep those
-// tombstones and their previous values so watches from 5 see them whole.
+// tombstones so watches from 5 see them; their previous values are below
+// the floor and, as with etcd, no longer reported.
 func TestCompactKeepsFloorEvents(t *testing.T) {
 	s := eventHistory(t)
 	if err := s.Compact(5); err != nil {
 		t.Fatal(err)
 	}
 	evs, _, err := s.Events(5, 6, 0)
-	if err != nil || !slices.Equal(evStrs(evs), wantEvents(5, 6)) {
+	if err != nil || !slices.Equal(evStrs(evs), wantEventsAbove(5, 6, 5)) {
 		t.Fatalf("events: %q %v", evStrs(evs), err)
 	}
 	res, _ := s.Range(nil, []byte{0}, RangeOptions{Rev: 5})
@@ -244,7 +265,7 @@ func TestCompactKeepsFloorEvents(t *testing.T) {
 	// The store survives a snapshot with the same floor events.
 	r := restore(t, s)
 	evs, _, _ = r.Events(5, 6, 0)
-	if !slices.Equal(evStrs(evs), wantEvents(5, 6)) {
+	if !slices.Equal(evStrs(evs), wantEventsAbove(5, 6, 5)) {
 		t.Fatalf("restored events: %q", evStrs(evs))
 	}
 	// The next compaction drops the dead keys for good; e@4 stays as the
