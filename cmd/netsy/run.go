@@ -47,7 +47,7 @@ func Run(ctx context.Context, args []string, stderr io.Writer) int {
 		JSONFormat: cfg.LogFormat == "json",
 		Output:     stderr,
 	})
-	n, err := node.Start(cfg, logger, clock.Real())
+	n, err := node.Start(ctx, cfg, logger, clock.Real())
 	if err != nil {
 		logger.Error("start failed", "error", err)
 		return 1

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 )
@@ -27,6 +28,26 @@ type Config struct {
 	LogFormat string
 	// Name is the member name reported by MemberList.
 	Name string
+
+	// Storage is the permanent store: file:///abs/path or
+	// s3://bucket[/prefix]. Empty means file://<data-dir>/objects.
+	Storage string
+	// S3Endpoint, S3Region and S3PathStyle address an S3-compatible
+	// service; credentials come from the standard AWS environment.
+	S3Endpoint  string
+	S3Region    string
+	S3PathStyle bool
+	// Quorum is replication.quorum: 0 acknowledges a write once it is in
+	// object storage; N > 0 once N replicas have fsync'd it; -1 once a
+	// majority has. With fewer replicas than the quorum needs, writes fall
+	// back to 0; on a single node -1 needs no replica and acknowledges on
+	// the local fsync, uploading in the background.
+	Quorum int
+	// SnapshotEveryRevisions is how many log entries may follow the last
+	// snapshot before the next is taken.
+	SnapshotEveryRevisions int64
+	// SnapshotKeep is how many snapshots object storage keeps.
+	SnapshotKeep int
 }
 
 // Default returns the configuration of `netsy` run with no flags.
@@ -39,7 +60,21 @@ func Default() Config {
 		LogLevel:               "info",
 		LogFormat:              "text",
 		Name:                   "default",
+		SnapshotEveryRevisions: 100000,
+		SnapshotKeep:           3,
 	}
+}
+
+// StorageURL is the permanent store's URL with the default resolved.
+func (c Config) StorageURL() (string, error) {
+	if c.Storage != "" {
+		return c.Storage, nil
+	}
+	abs, err := filepath.Abs(c.DataDir)
+	if err != nil {
+		return "", fmt.Errorf("--data-dir: %w", err)
+	}
+	return "file://" + filepath.Join(abs, "objects"), nil
 }
 
 // Validate reports the first invalid field by its flag name.
@@ -68,6 +103,18 @@ func (c Config) Validate() error {
 	}
 	if c.Name == "" {
 		return errors.New("--name: must not be empty")
+	}
+	if c.Storage != "" && !strings.HasPrefix(c.Storage, "file://") && !strings.HasPrefix(c.Storage, "s3://") {
+		return fmt.Errorf("--storage: %q is not file:///absolute/path or s3://bucket[/prefix]", c.Storage)
+	}
+	if c.Quorum < -1 {
+		return fmt.Errorf("--quorum: %d is not 0 (object storage), N > 0 (replicas) or -1 (majority)", c.Quorum)
+	}
+	if c.SnapshotEveryRevisions <= 0 {
+		return fmt.Errorf("--snapshot-every-revisions: must be positive, got %d", c.SnapshotEveryRevisions)
+	}
+	if c.SnapshotKeep < 1 {
+		return fmt.Errorf("--snapshot-keep: must be at least 1, got %d", c.SnapshotKeep)
 	}
 	return nil
 }
@@ -100,6 +147,13 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level: trace, debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log format: text or json")
 	fs.StringVar(&c.Name, "name", c.Name, "member name reported by MemberList")
+	fs.StringVar(&c.Storage, "storage", c.Storage, "permanent store: file:///abs/path or s3://bucket[/prefix] (default file://<data-dir>/objects)")
+	fs.StringVar(&c.S3Endpoint, "s3-endpoint", c.S3Endpoint, "S3 endpoint URL, e.g. http://127.0.0.1:9000 (default: AWS)")
+	fs.StringVar(&c.S3Region, "s3-region", c.S3Region, "S3 region (default from the AWS environment, else us-east-1)")
+	fs.BoolVar(&c.S3PathStyle, "s3-path-style", c.S3PathStyle, "address buckets by path (MinIO needs this)")
+	fs.IntVar(&c.Quorum, "quorum", c.Quorum, "replication quorum: 0 = acknowledge once in object storage, N = N replicas, -1 = majority")
+	fs.Int64Var(&c.SnapshotEveryRevisions, "snapshot-every-revisions", c.SnapshotEveryRevisions, "log entries between snapshots")
+	fs.IntVar(&c.SnapshotKeep, "snapshot-keep", c.SnapshotKeep, "snapshots kept in object storage")
 }
 
 // Parse parses args into a Config: flags first, then NETSY_<NAME>

@@ -44,6 +44,11 @@ func TestFlagsEnvAndErrors(t *testing.T) {
 		{name: "bad level", args: []string{"--log-level=loud"}, wantErr: "--log-level"},
 		{name: "bad format", args: []string{"--log-format=xml"}, wantErr: "--log-format"},
 		{name: "stray arg", args: []string{"extra"}, wantErr: "unexpected argument"},
+		{name: "storage s3", args: []string{"--storage", "s3://bucket/pre", "--s3-path-style", "--quorum=-1"},
+			check: func(c Config) bool { return c.Storage == "s3://bucket/pre" && c.S3PathStyle && c.Quorum == -1 }},
+		{name: "bad storage", args: []string{"--storage", "gs://x"}, wantErr: "--storage"},
+		{name: "bad quorum", args: []string{"--quorum=-2"}, wantErr: "--quorum"},
+		{name: "bad snapshot keep", env: map[string]string{"NETSY_SNAPSHOT_KEEP": "0"}, wantErr: "--snapshot-keep"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -61,5 +66,18 @@ func TestFlagsEnvAndErrors(t *testing.T) {
 				t.Fatalf("unexpected config %+v", c)
 			}
 		})
+	}
+}
+
+func TestStorageURLDefault(t *testing.T) {
+	c := Default()
+	c.DataDir = "/var/lib/netsy"
+	u, err := c.StorageURL()
+	if err != nil || u != "file:///var/lib/netsy/objects" {
+		t.Fatalf("default storage %q %v", u, err)
+	}
+	c.Storage = "s3://b"
+	if u, _ := c.StorageURL(); u != "s3://b" {
+		t.Fatalf("explicit storage %q", u)
 	}
 }

@@ -24,7 +24,9 @@ import (
 	"github.com/netsy-io/netsy/internal/config"
 	"github.com/netsy-io/netsy/internal/engine"
 	"github.com/netsy-io/netsy/internal/etcdapi"
-	"github.com/netsy-io/netsy/internal/wal"
+	"github.com/netsy-io/netsy/internal/objstore"
+	objopen "github.com/netsy-io/netsy/internal/objstore/open"
+	"github.com/netsy-io/netsy/internal/objwal"
 )
 
 // Node is one running netsy process.
@@ -34,7 +36,8 @@ type Node struct {
 	clock clock.Clock
 
 	lock   *os.File
-	wal    *wal.WAL
+	store  objstore.Store
+	olog   *objwal.Log
 	eng    *engine.Engine
 	api    *etcdapi.Server
 	grpc   *grpc.Server
@@ -84,8 +87,20 @@ func (r *syncRelay) set(e *engine.Engine) {
 	}
 }
 
-// Start opens the data directory, recovers state and starts serving.
-func Start(cfg config.Config, logger hclog.Logger, clk clock.Clock) (_ *Node, err error) {
+// durabilityMode maps replication.quorum onto a single node: quorum 0, and
+// a static quorum that no replica can meet, acknowledge once the entry is
+// in object storage; majority of one node is the node itself, so the local
+// fsync suffices and chunks upload in the background.
+func durabilityMode(quorum int) objwal.Mode {
+	if quorum == -1 {
+		return objwal.ModeAsync
+	}
+	return objwal.ModeSync
+}
+
+// Start opens the data directory, reconciles with object storage, recovers
+// state and starts serving. ctx bounds start-up only.
+func Start(ctx context.Context, cfg config.Config, logger hclog.Logger, clk clock.Clock) (_ *Node, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -108,23 +123,39 @@ func Start(cfg config.Config, logger hclog.Logger, clk clock.Clock) (_ *Node, er
 	if err != nil {
 		return nil, err
 	}
-	relay := &syncRelay{}
-	n.wal, err = wal.Open(wal.Options{
-		Dir:    filepath.Join(cfg.DataDir, "wal"),
-		OnSync: relay.onSync,
-		Logger: logger.Named("wal"),
-		Clock:  clk,
+	storageURL, err := cfg.StorageURL()
+	if err != nil {
+		return nil, err
+	}
+	n.store, err = objopen.Open(ctx, storageURL, objopen.Options{
+		S3Endpoint:  cfg.S3Endpoint,
+		S3Region:    cfg.S3Region,
+		S3PathStyle: cfg.S3PathStyle,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("open wal: %w", err)
+		return nil, fmt.Errorf("--storage: %w", err)
+	}
+	relay := &syncRelay{}
+	n.olog, err = objwal.Open(ctx, objwal.Options{
+		Store:        n.store,
+		WALDir:       filepath.Join(cfg.DataDir, "wal"),
+		OnSync:       relay.onSync,
+		Mode:         durabilityMode(cfg.Quorum),
+		SnapshotKeep: cfg.SnapshotKeep,
+		Clock:        clk,
+		Logger:       logger.Named("objwal"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open log (storage %s): %w", storageURL, err)
 	}
 	clientURL := "http://" + cfg.ClientAddr
 	n.eng, err = engine.Open(engine.Config{
-		Storage:   n.wal,
-		Clock:     clk,
-		Logger:    logger,
-		ClusterID: id.ClusterID,
-		MemberID:  id.MemberID,
+		Storage:         n.olog,
+		SnapshotEntries: uint64(cfg.SnapshotEveryRevisions),
+		Clock:           clk,
+		Logger:          logger,
+		ClusterID:       id.ClusterID,
+		MemberID:        id.MemberID,
 		Members: func() []*pb.Member {
 			return []*pb.Member{{ID: id.MemberID, Name: cfg.Name, PeerURLs: []string{clientURL}, ClientURLs: []string{clientURL}}}
 		},
@@ -166,7 +197,7 @@ func Start(cfg config.Config, logger hclog.Logger, clk clock.Clock) (_ *Node, er
 	}()
 	n.ready.Store(true)
 	n.log.Info("serving", "client_addr", n.client.Addr().String(), "http_addr", n.httpL.Addr().String(),
-		"data_dir", cfg.DataDir, "rev", n.eng.CurrentRevision(), "member_id", fmt.Sprintf("%x", id.MemberID))
+		"data_dir", cfg.DataDir, "storage", storageURL, "quorum", cfg.Quorum, "rev", n.eng.CurrentRevision(), "member_id", fmt.Sprintf("%x", id.MemberID))
 	return n, nil
 }
 
@@ -243,10 +274,13 @@ func (n *Node) Close() error {
 		if n.eng != nil {
 			n.eng.Close()
 		}
-		if n.wal != nil {
-			if err := n.wal.Close(); err != nil {
-				n.closeErr = fmt.Errorf("close wal: %w", err)
+		if n.olog != nil {
+			if err := n.olog.Close(); err != nil {
+				n.closeErr = fmt.Errorf("close log: %w", err)
 			}
+		}
+		if n.store != nil {
+			n.store.Close()
 		}
 		if n.lock != nil {
 			n.lock.Close()
