@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,12 +13,20 @@ import (
 
 	"github.com/netsy-io/netsy/internal/datafile"
 	"github.com/netsy-io/netsy/internal/etcdapi"
+	objopen "github.com/netsy-io/netsy/internal/objstore/open"
 	"github.com/netsy-io/netsy/proto/netsyv1"
 )
 
-func runInspect(_ context.Context, args []string, stdout io.Writer) error {
+const inspectUsage = "usage: netsyctl inspect [-o table|json] FILE\n       netsyctl inspect --storage URL [--s3-endpoint URL --s3-region R --s3-path-style] [-o table|json] OBJECT-KEY"
+
+func runInspect(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := newFlagSet("inspect", stdout)
 	output := fs.String("o", "table", "output format: table or json")
+	storage := fs.String("storage", "", "read OBJECT-KEY from this store (file:///abs/path or s3://bucket[/prefix]) instead of a local FILE")
+	var so objopen.Options
+	fs.StringVar(&so.S3Endpoint, "s3-endpoint", "", "S3 endpoint URL")
+	fs.StringVar(&so.S3Region, "s3-region", "", "S3 region")
+	fs.BoolVar(&so.S3PathStyle, "s3-path-style", false, "address buckets by path (MinIO)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -25,25 +34,20 @@ func runInspect(_ context.Context, args []string, stdout io.Writer) error {
 		return fmt.Errorf("-o: %q is not table or json", *output)
 	}
 	if fs.NArg() != 1 {
-		return errors.New("usage: netsyctl inspect [-o table|json] FILE")
+		return errors.New(inspectUsage)
 	}
-	path := fs.Arg(0)
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	st, err := f.Stat()
+	name := fs.Arg(0)
+	data, err := readDataFile(ctx, name, *storage, so)
 	if err != nil {
 		return err
 	}
 	// A snapshot saved by etcdctl keeps the stream's padding and digest
 	// trailer; inspect the data file inside it.
-	var r io.Reader = f
-	if size, err := etcdapi.SnapshotDataSize(f, st.Size()); err == nil {
-		r = io.NewSectionReader(f, 0, size)
+	var r io.Reader = bytes.NewReader(data)
+	if size, err := etcdapi.SnapshotDataSize(bytes.NewReader(data), int64(len(data))); err == nil {
+		r = bytes.NewReader(data[:size])
 	}
-	info, ierr := datafile.Inspect(path, r)
+	info, ierr := datafile.Inspect(name, r)
 	if info == nil {
 		return ierr
 	}
@@ -56,6 +60,23 @@ func runInspect(_ context.Context, args []string, stdout io.Writer) error {
 	}
 	// The valid part is shown either way; the damage is still an error.
 	return ierr
+}
+
+// readDataFile reads a local file, or an object when storage is set.
+func readDataFile(ctx context.Context, name, storage string, so objopen.Options) ([]byte, error) {
+	if storage == "" {
+		return os.ReadFile(name)
+	}
+	st, err := objopen.Open(ctx, storage, so)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	data, _, err := st.Get(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("get %s from %s: %w", name, storage, err)
+	}
+	return data, nil
 }
 
 func printInfo(w io.Writer, info *datafile.Info) {

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/netsy-io/netsy/internal/datafile"
+	fsstore "github.com/netsy-io/netsy/internal/objstore/fs"
 	"github.com/netsy-io/netsy/proto/netsyv1"
 )
 
@@ -79,5 +80,29 @@ func TestUnknownCommand(t *testing.T) {
 	var out, errb bytes.Buffer
 	if code := Run(context.Background(), []string{"frobnicate"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "unknown command") {
 		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+}
+
+func TestInspectObjectFromStore(t *testing.T) {
+	dir := t.TempDir()
+	path := writeChunk(t)
+	data, _ := os.ReadFile(path)
+	st, err := fsstore.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.PutIfAbsent(context.Background(), "wal/00000000000000000001", data); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	var out, errb bytes.Buffer
+	if code := Run(context.Background(), []string{"inspect", "--storage", "file://" + dir, "wal/00000000000000000001"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if !strings.Contains(out.String(), "index 1..3") {
+		t.Fatalf("object inspect output:\n%s", out.String())
+	}
+	if code := Run(context.Background(), []string{"inspect", "--storage", "file://" + dir, "wal/00000000000000000009"}, &out, &errb); code == 0 {
+		t.Fatal("a missing object inspected cleanly")
 	}
 }

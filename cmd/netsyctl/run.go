@@ -20,7 +20,8 @@ Usage: netsyctl <command> [flags]
 Commands:
   members          list the cluster's members
   snapshot save F  stream a consistent snapshot from a node into file F
-  inspect F        dump a Netsy data file (segment, chunk or snapshot)
+  inspect F        dump a Netsy data file (segment, chunk or snapshot);
+                   with --storage URL, F is an object key (wal/..., snapshots/...)
 
 Run 'netsyctl <command> -h' for the command's flags.
 `
