@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/netsy-io/netsy/internal/clock"
 	"github.com/netsy-io/netsy/internal/datafile"
@@ -59,12 +58,12 @@ func BenchmarkRestore(b *testing.B) {
 	}
 	b.ResetTimer()
 	for range b.N {
-		start := time.Now()
+		start := wall.Now()
 		l, err := Open(ctx, Options{Store: st, WALDir: b.TempDir(), Mode: ModeSync})
 		if err != nil {
 			b.Fatal(err)
 		}
-		opened := time.Since(start)
+		opened := wall.Since(start)
 		s, err := l.LoadSnapshot()
 		if err != nil {
 			b.Fatal(err)
@@ -73,7 +72,7 @@ func BenchmarkRestore(b *testing.B) {
 		if err := l.Replay(s.Header.Index+1, func(*netsyv1.Entry) error { n++; return nil }); err != nil {
 			b.Fatal(err)
 		}
-		total := time.Since(start)
+		total := wall.Since(start)
 		if n != chunks*perChunk {
 			b.Fatalf("replayed %d entries", n)
 		}
