@@ -217,6 +217,7 @@ func (n *Node) httpHandler() http.Handler {
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "netsy_committed_index", Help: "Last durable log index."},
 		func() float64 { return float64(n.eng.CommittedIndex()) }))
 	reg.MustRegister(n.api.Collectors()...)
+	reg.MustRegister(objwalCollector{n.olog})
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -287,4 +288,31 @@ func (n *Node) Close() error {
 		}
 	})
 	return n.closeErr
+}
+
+// objwalCollector exports objwal.Log.Stats, read once per scrape so the
+// counters in one scrape are consistent with each other.
+type objwalCollector struct{ l *objwal.Log }
+
+var (
+	objwalPutsDesc    = prometheus.NewDesc("netsy_objwal_puts_total", "WAL chunks uploaded to object storage (the start-up claim not included).", nil, nil)
+	objwalEntriesDesc = prometheus.NewDesc("netsy_objwal_entries_uploaded_total", "Log entries carried by uploaded WAL chunks.", nil, nil)
+	objwalBytesDesc   = prometheus.NewDesc("netsy_objwal_bytes_uploaded_total", "Bytes of uploaded WAL chunks.", nil, nil)
+	objwalRetriesDesc = prometheus.NewDesc("netsy_objwal_upload_retries_total", "Failed WAL chunk uploads that were retried.", nil, nil)
+	objwalMaxDesc     = prometheus.NewDesc("netsy_objwal_max_entries_per_put", "Most entries one uploaded WAL chunk carried.", nil, nil)
+)
+
+func (c objwalCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{objwalPutsDesc, objwalEntriesDesc, objwalBytesDesc, objwalRetriesDesc, objwalMaxDesc} {
+		ch <- d
+	}
+}
+
+func (c objwalCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.l.Stats()
+	ch <- prometheus.MustNewConstMetric(objwalPutsDesc, prometheus.CounterValue, float64(st.Puts))
+	ch <- prometheus.MustNewConstMetric(objwalEntriesDesc, prometheus.CounterValue, float64(st.Entries))
+	ch <- prometheus.MustNewConstMetric(objwalBytesDesc, prometheus.CounterValue, float64(st.Bytes))
+	ch <- prometheus.MustNewConstMetric(objwalRetriesDesc, prometheus.CounterValue, float64(st.Retries))
+	ch <- prometheus.MustNewConstMetric(objwalMaxDesc, prometheus.GaugeValue, float64(st.MaxEntries))
 }
