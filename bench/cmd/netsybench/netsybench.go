@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -34,7 +35,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
 	var (
-		targets    = fs.String("targets", "netsy,etcd", "the two server variants to compare, `A,B` (ratio = A/B); e.g. etcd,etcd to check the harness")
+		targets    = fs.String("targets", "netsy,netsy-local,netsy-minio,etcd", "server variants to compare, `A,...,BASE`; every ratio is X / BASE (the last); e.g. etcd,etcd to check the harness")
 		only       = fs.String("workloads", "all", "comma-separated workload names or groups (put, range, txn, watch, lease, memory)")
 		quick      = fs.Bool("quick", false, "smoke run: scale 0.05, 5000 memory keys, 1s settle")
 		scale      = fs.Float64("scale", 1, "multiply every workload's default request total")
@@ -97,19 +98,21 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	names := strings.Split(*targets, ",")
-	if len(names) != 2 {
-		return fail(fmt.Errorf("-targets wants two names, got %q", *targets))
+	if len(names) < 2 {
+		return fail(fmt.Errorf("-targets wants at least two names, got %q", *targets))
 	}
-	for i, n := range names {
+	seen := map[string]int{}
+	for _, n := range names {
 		v, err := lookupVariant(strings.TrimSpace(n))
 		if err != nil {
 			return fail(err)
 		}
-		c.Targets[i] = v
-		c.Labels[i] = v.Name
-	}
-	if c.Labels[0] == c.Labels[1] {
-		c.Labels[1] += "(2)"
+		label := v.Name
+		if seen[v.Name]++; seen[v.Name] > 1 {
+			label = fmt.Sprintf("%s(%d)", v.Name, seen[v.Name])
+		}
+		c.Targets = append(c.Targets, v)
+		c.Labels = append(c.Labels, label)
 	}
 	var err error
 	if c.Workloads, err = selectWorkloads(*only); err != nil {
@@ -146,6 +149,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	defer os.RemoveAll(c.dataDir)
+	c.minio = &minioServer{root: root, dir: filepath.Join(c.dataDir, "minio")}
+	defer c.minio.stop()
 	// Whatever happens below, no server outlives the harness.
 	defer stopAllServers()
 	rep := &report{
@@ -164,8 +169,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if rep.Machine.DataFS == "tmpfs" {
 		c.notef("data directory %s is on tmpfs: fsync costs nothing there", c.dataDir)
 	}
-	fmt.Fprintf(stderr, "netsybench: %s vs %s, %d workloads × %d runs; raw output in %s\n",
-		c.Labels[0], c.Labels[1], len(c.Workloads), c.Runs, c.rawDir)
+	fmt.Fprintf(stderr, "netsybench: %s, %d workloads × %d runs; raw output in %s\n",
+		strings.Join(c.Labels, " vs "), len(c.Workloads), c.Runs, c.rawDir)
 
 	results, runErr := runAll(ctx, c, stderr)
 	if runErr != nil {
@@ -198,7 +203,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // buildBinaries builds etcd's tools (a no-op once cached) and, when a
 // target runs netsy, the netsy binary into .cache/bench.
-func buildBinaries(ctx context.Context, root string, targets [2]variant, netsyBin string, stderr io.Writer) (binaries, error) {
+func buildBinaries(ctx context.Context, root string, targets []variant, netsyBin string, stderr io.Writer) (binaries, error) {
 	var b binaries
 	cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "scripts", "build-etcd.sh"))
 	cmd.Dir = root
@@ -220,7 +225,7 @@ func buildBinaries(ctx context.Context, root string, targets [2]variant, netsyBi
 	b.Etcd = filepath.Join(dir, "etcd")
 	b.Benchmark = filepath.Join(dir, "benchmark")
 
-	needNetsy := targets[0].Kind == kindNetsy || targets[1].Kind == kindNetsy
+	needNetsy := slices.ContainsFunc(targets, func(v variant) bool { return v.Kind == kindNetsy })
 	switch {
 	case !needNetsy:
 	case netsyBin != "":

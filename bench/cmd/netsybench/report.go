@@ -10,64 +10,83 @@ import (
 
 // side is one target's numbers for a row: the median over runs.
 type side struct {
-	Value  *float64      `json:"value,omitempty"`
-	P50    *float64      `json:"p50_secs,omitempty"`
-	P99    *float64      `json:"p99_secs,omitempty"`
-	Errors int           `json:"errors,omitempty"`
-	Runs   []measurement `json:"runs"`
+	Value  *float64 `json:"value,omitempty"`
+	P50    *float64 `json:"p50_secs,omitempty"`
+	P99    *float64 `json:"p99_secs,omitempty"`
+	Errors int      `json:"errors,omitempty"`
+	// EntriesPerPut is, for netsy, log entries per uploaded WAL chunk
+	// over the workload.
+	EntriesPerPut *float64      `json:"entries_per_put,omitempty"`
+	Runs          []measurement `json:"runs"`
+}
+
+// versus is one target compared with the baseline on a row.
+type versus struct {
+	Target string `json:"target"`
+	// Ratio is the target over the baseline of Value.
+	Ratio *float64 `json:"ratio,omitempty"`
+	// LatencyRatio is set on latency-type rows.
+	LatencyRatio *float64 `json:"latency_ratio,omitempty"`
+	Met          *bool    `json:"met,omitempty"`
 }
 
 type row struct {
 	Workload string `json:"workload"`
 	Group    string `json:"group"`
 	Metric   string `json:"metric"`
-	A        side   `json:"a"`
-	B        side   `json:"b"`
-	// Ratio is A over B of Value.
-	Ratio *float64 `json:"ratio,omitempty"`
-	// LatencyPct and LatencyRatio are set on latency-type rows.
-	LatencyPct   string   `json:"latency_pct,omitempty"`
-	LatencyRatio *float64 `json:"latency_ratio,omitempty"`
-	Goal         *goal    `json:"goal,omitempty"`
-	Met          *bool    `json:"met,omitempty"`
+	// Sides holds one entry per target, in -targets order.
+	Sides []side `json:"sides"`
+	// Versus holds one entry per target but the last (the baseline).
+	Versus     []versus `json:"versus"`
+	LatencyPct string   `json:"latency_pct,omitempty"`
+	Goal       *goal    `json:"goal,omitempty"`
+	MinIOGoal  float64  `json:"minio_goal_ops,omitempty"`
 }
 
 type report struct {
 	Started  time.Time      `json:"started"`
 	Finished time.Time      `json:"finished"`
 	Machine  machine        `json:"machine"`
-	Targets  [2]string      `json:"targets"`
-	Variants [2]variant     `json:"variants"`
+	Targets  []string       `json:"targets"`
+	Variants []variant      `json:"variants"`
 	Settings map[string]any `json:"settings"`
 	Rows     []row          `json:"rows"`
 	Notes    []string       `json:"notes,omitempty"`
 }
 
-func buildRows(c *config, results map[string]*[2][]measurement) []row {
+func buildRows(c *config, results map[string][][]measurement) []row {
 	var rows []row
+	n := len(c.Targets)
 	for i := range c.Workloads {
 		for _, spec := range rowSpecs(&c.Workloads[i], c.MemKeys, c.MemValSize) {
-			r := row{Workload: spec.Name, Group: spec.Group, Metric: spec.Metric, LatencyPct: spec.Latency, Goal: spec.Goal}
+			r := row{Workload: spec.Name, Group: spec.Group, Metric: spec.Metric, LatencyPct: spec.Latency, Goal: spec.Goal, MinIOGoal: spec.MinIOGoal}
+			r.Sides = make([]side, n)
 			if res := results[spec.Name]; res != nil {
-				r.A = aggregate(res[0])
-				r.B = aggregate(res[1])
-			}
-			r.Ratio = ratio(r.A.Value, r.B.Value)
-			switch spec.Latency {
-			case "50":
-				r.LatencyRatio = ratio(r.A.P50, r.B.P50)
-			case "99":
-				r.LatencyRatio = ratio(r.A.P99, r.B.P99)
-			}
-			if g := r.Goal; g != nil {
-				got := r.Ratio
-				if g.Metric == "p50" || g.Metric == "p99" {
-					got = r.LatencyRatio
+				for t := range n {
+					r.Sides[t] = aggregate(res[t])
 				}
-				if got != nil {
-					met := g.Met(*got)
-					r.Met = &met
+			}
+			base := r.Sides[n-1]
+			for t := range n - 1 {
+				a := r.Sides[t]
+				vs := versus{Target: c.Labels[t], Ratio: ratio(a.Value, base.Value)}
+				switch spec.Latency {
+				case "50":
+					vs.LatencyRatio = ratio(a.P50, base.P50)
+				case "99":
+					vs.LatencyRatio = ratio(a.P99, base.P99)
 				}
+				if g := r.Goal; g != nil {
+					got := vs.Ratio
+					if g.Metric == "p50" || g.Metric == "p99" {
+						got = vs.LatencyRatio
+					}
+					if got != nil {
+						met := g.Met(*got)
+						vs.Met = &met
+					}
+				}
+				r.Versus = append(r.Versus, vs)
 			}
 			rows = append(rows, r)
 		}
@@ -77,9 +96,12 @@ func buildRows(c *config, results map[string]*[2][]measurement) []row {
 
 func aggregate(ms []measurement) side {
 	s := side{Runs: ms}
-	var vals, p50s, p99s []float64
+	var vals, p50s, p99s, epps []float64
 	for _, m := range ms {
 		vals = append(vals, m.Value)
+		if e := m.entriesPerPut(); e != nil {
+			epps = append(epps, *e)
+		}
 		if m.P50 != nil {
 			p50s = append(p50s, *m.P50)
 		}
@@ -88,7 +110,7 @@ func aggregate(ms []measurement) side {
 		}
 		s.Errors += m.Errors
 	}
-	s.Value, s.P50, s.P99 = median(vals), median(p50s), median(p99s)
+	s.Value, s.P50, s.P99, s.EntriesPerPut = median(vals), median(p50s), median(p99s), median(epps)
 	return s
 }
 
@@ -113,43 +135,47 @@ func ratio(a, b *float64) *float64 {
 	return &r
 }
 
-// markdown renders the report as a header and one table.
+// markdown renders the report as a header, one table per target against
+// the baseline and a table of the sync-mode put rows.
 func (r *report) markdown() string {
 	var b strings.Builder
-	a, e := r.Targets[0], r.Targets[1]
-	fmt.Fprintf(&b, "# %s vs %s — %s\n\n", a, e, r.Started.UTC().Format(time.RFC3339))
+	n := len(r.Targets)
+	e := r.Targets[n-1]
+	fmt.Fprintf(&b, "# %s — %s\n\n", strings.Join(r.Targets, " vs "), r.Started.UTC().Format(time.RFC3339))
 	m := r.Machine
 	fmt.Fprintf(&b, "- Machine: %d cores, %s, %s RAM, Linux %s, data on %s\n", m.Cores, m.CPUModel, m.MemTotal, m.Kernel, m.DataFS)
 	fmt.Fprintf(&b, "- %s; %s; netsy commit %s\n", m.GoVersion, m.EtcdVersion, m.NetsyCommit)
 	fmt.Fprintf(&b, "- Load average at start %s, at end %s; took %s\n", m.LoadAvgStart, m.LoadAvgEnd, r.Finished.Sub(r.Started).Round(time.Second))
 	fmt.Fprintf(&b, "- Settings: %s\n", settingsLine(r.Settings))
-	fmt.Fprintf(&b, "- ratio = %s / %s; latencies in ms; each cell is the median over runs, A/B order alternating per workload, fresh servers per run\n\n", a, e)
-
-	fmt.Fprintf(&b, "| workload | metric | %s | %s | ratio | p50 %s | p50 %s | p99 %s | p99 %s | latency ratio | target | status |\n", a, e, a, e, a, e)
-	b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|---|---|\n")
-	for _, row := range r.Rows {
-		lat := ""
-		if row.LatencyPct != "" {
-			lat = fmt.Sprintf("%s (p%s)", fmtRatio(row.LatencyRatio), row.LatencyPct)
-		}
-		target, status := "", ""
-		if row.Goal != nil {
-			target = row.Goal.String()
-			switch {
-			case row.Met == nil:
-				status = "no data"
-			case *row.Met:
-				status = "met"
-			default:
-				status = "**not met**"
-			}
-		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
-			row.Workload, row.Metric,
-			fmtVal(row.A), fmtVal(row.B), fmtRatio(row.Ratio),
-			fmtMs(row.A.P50), fmtMs(row.B.P50), fmtMs(row.A.P99), fmtMs(row.B.P99),
-			lat, target, status)
+	for _, v := range r.Variants {
+		fmt.Fprintf(&b, "- %s: %s\n", v.Name, describeVariant(v))
 	}
+	fmt.Fprintf(&b, "- ratio = target / %s; latencies in ms; each cell is the median over runs, target order rotating per workload, fresh servers per run\n", e)
+
+	for t := range n - 1 {
+		a := r.Targets[t]
+		fmt.Fprintf(&b, "\n## %s vs %s\n\n", a, e)
+		fmt.Fprintf(&b, "| workload | metric | %s | %s | ratio | p50 %s | p50 %s | p99 %s | p99 %s | latency ratio | target | status |\n", a, e, a, e, a, e)
+		b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|---|---|\n")
+		for _, row := range r.Rows {
+			vs, sa, se := row.Versus[t], row.Sides[t], row.Sides[n-1]
+			lat := ""
+			if row.LatencyPct != "" {
+				lat = fmt.Sprintf("%s (p%s)", fmtRatio(vs.LatencyRatio), row.LatencyPct)
+			}
+			target, status := "", ""
+			if row.Goal != nil {
+				target = row.Goal.String()
+				status = fmtMet(vs.Met)
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+				row.Workload, row.Metric,
+				fmtVal(sa), fmtVal(se), fmtRatio(vs.Ratio),
+				fmtMs(sa.P50), fmtMs(se.P50), fmtMs(sa.P99), fmtMs(se.P99),
+				lat, target, status)
+		}
+	}
+	r.syncTable(&b)
 	if len(r.Notes) > 0 {
 		b.WriteString("\nNotes:\n")
 		for _, n := range r.Notes {
@@ -157,6 +183,75 @@ func (r *report) markdown() string {
 		}
 	}
 	return b.String()
+}
+
+// syncTable lists the put rows of every sync-mode netsy target with
+// entries per PUT, and the absolute targets for MinIO.
+func (r *report) syncTable(b *strings.Builder) {
+	var lines []string
+	for _, row := range r.Rows {
+		if row.Group != "put" {
+			continue
+		}
+		for t, v := range r.Variants {
+			if !v.SyncUploads {
+				continue
+			}
+			s := row.Sides[t]
+			if s.Value == nil {
+				continue
+			}
+			target, status := "", ""
+			if v.MinIO && row.MinIOGoal > 0 {
+				target = fmt.Sprintf("ops/s >= %.0f", row.MinIOGoal)
+				met := *s.Value >= row.MinIOGoal
+				status = fmtMet(&met)
+			}
+			epp := "–"
+			if s.EntriesPerPut != nil {
+				epp = fmt.Sprintf("%.1f", *s.EntriesPerPut)
+			}
+			lines = append(lines, fmt.Sprintf("| %s | %s | %s | %s | %s | %s | %s | %s |",
+				row.Workload, r.Targets[t], fmtVal(s), fmtMs(s.P50), fmtMs(s.P99), epp, target, status))
+		}
+	}
+	if len(lines) == 0 {
+		return
+	}
+	b.WriteString("\n## Sync mode: puts and object-storage PUTs\n\n")
+	b.WriteString("Entries per PUT = log entries / WAL chunks uploaded during the workload (netsy's /metrics).\n\n")
+	b.WriteString("| workload | target | ops/s | p50 | p99 | entries/PUT | target | status |\n")
+	b.WriteString("|---|---|--:|--:|--:|--:|---|---|\n")
+	for _, l := range lines {
+		b.WriteString(l + "\n")
+	}
+}
+
+func describeVariant(v variant) string {
+	d := string(v.Kind)
+	if len(v.Args) > 0 {
+		d += " " + strings.Join(v.Args, " ")
+	}
+	switch {
+	case v.MinIO:
+		d += ", sync mode (--quorum 0) against MinIO on loopback, fresh bucket per run"
+	case v.SyncUploads:
+		d += ", sync mode (--quorum 0) on the file object store under its data dir"
+	case v.Kind == kindNetsy:
+		d += ", acknowledged on the local fsync, chunks upload in the background"
+	}
+	return d
+}
+
+func fmtMet(m *bool) string {
+	switch {
+	case m == nil:
+		return "no data"
+	case *m:
+		return "met"
+	default:
+		return "**not met**"
+	}
 }
 
 func settingsLine(s map[string]any) string {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -19,8 +21,10 @@ import (
 
 // config is everything one benchmark run needs, filled from flags.
 type config struct {
-	Targets        [2]variant
-	Labels         [2]string
+	// Targets are the server variants, one column each; the last is the
+	// baseline every ratio divides by.
+	Targets        []variant
+	Labels         []string
 	Workloads      []workload
 	Scale          float64
 	Total          int // overrides every tool workload's total when > 0
@@ -34,6 +38,7 @@ type config struct {
 	ExtraArgs      map[kind][]string
 
 	bins    binaries
+	minio   *minioServer
 	dataDir string // fresh server directories go here
 	rawDir  string // tool output, server logs, profiles
 	stamp   string
@@ -61,6 +66,10 @@ type measurement struct {
 	Errors  int      `json:"errors,omitempty"`
 	Secs    float64  `json:"secs,omitempty"`
 	Summary *summary `json:"summary,omitempty"`
+	// Puts and Entries are netsy's objwal counters over the workload (from
+	// /metrics before and after): chunks uploaded and entries they carried.
+	Puts    *float64 `json:"objwal_puts,omitempty"`
+	Entries *float64 `json:"objwal_entries,omitempty"`
 	Extra   any      `json:"extra,omitempty"`
 }
 
@@ -71,11 +80,13 @@ type rowSpec struct {
 	Metric  string // unit of Value: "ops/s", "MiB", "s"
 	Latency string // percentile shown as a latency ratio
 	Goal    *goal
+	// MinIOGoal is an absolute ops/s target for netsy-minio.
+	MinIOGoal float64
 }
 
 func rowSpecs(w *workload, memKeys, memValSize int) []rowSpec {
 	if !w.Memory {
-		return []rowSpec{{Name: w.Name, Group: w.Group, Metric: "ops/s", Latency: w.Latency, Goal: w.Goal}}
+		return []rowSpec{{Name: w.Name, Group: w.Group, Metric: "ops/s", Latency: w.Latency, Goal: w.Goal, MinIOGoal: w.MinIOGoal}}
 	}
 	load := fmt.Sprintf("%s×%s", countLabel(memKeys), sizeLabel(memValSize))
 	return []rowSpec{
@@ -102,14 +113,20 @@ func sizeLabel(n int) string {
 // runAll runs every workload runs times, alternating which target goes
 // first so that drift of the machine during the run cancels out. It
 // returns, per row name, the measurements of each target.
-func runAll(ctx context.Context, c *config, log io.Writer) (map[string]*[2][]measurement, error) {
-	results := map[string]*[2][]measurement{}
+func runAll(ctx context.Context, c *config, log io.Writer) (map[string][][]measurement, error) {
+	results := map[string][][]measurement{}
+	n := len(c.Targets)
 	for r := range c.Runs {
 		for i := range c.Workloads {
 			w := &c.Workloads[i]
-			order := [2]int{0, 1}
+			// Rotate which target goes first, and reverse every other
+			// workload, so drift of the machine spreads over all targets.
+			order := make([]int, n)
+			for k := range order {
+				order[k] = (k + i + r) % n
+			}
 			if (i+r)%2 == 1 {
-				order = [2]int{1, 0}
+				slices.Reverse(order)
 			}
 			for _, t := range order {
 				if err := ctx.Err(); err != nil {
@@ -133,10 +150,13 @@ func runAll(ctx context.Context, c *config, log io.Writer) (map[string]*[2][]mea
 						continue
 					}
 					if results[spec.Name] == nil {
-						results[spec.Name] = &[2][]measurement{}
+						results[spec.Name] = make([][]measurement, n)
 					}
 					results[spec.Name][t] = append(results[spec.Name][t], m)
 					parts = append(parts, fmt.Sprintf("%s %s", fmtNum(m.Value), spec.Metric))
+					if epp := m.entriesPerPut(); epp != nil && c.Targets[t].SyncUploads {
+						parts = append(parts, fmt.Sprintf("%.1f entries/PUT", *epp))
+					}
 				}
 				fmt.Fprintf(log, "%s (%.1fs)\n", strings.Join(parts, ", "), time.Since(start).Seconds())
 			}
@@ -156,6 +176,15 @@ func runOne(ctx context.Context, c *config, w *workload, t, run int) (map[string
 		return nil, err
 	}
 	srv.LogPath = filepath.Join(c.rawDir, tag+".server.log")
+	if v.MinIO {
+		bucket, err := c.minio.bucket(ctx, tag)
+		if err != nil {
+			return nil, fmt.Errorf("minio: %w", err)
+		}
+		defer c.minio.removeBucket(context.WithoutCancel(ctx), bucket)
+		srv.extra = append(c.minio.netsyArgs(bucket), srv.extra...)
+		srv.env = c.minio.env()
+	}
 	profiling := c.Profile == w.Name && !w.Memory
 	if profiling && v.Kind == kindEtcd {
 		srv.Pprof = true
@@ -184,6 +213,12 @@ func runOne(ctx context.Context, c *config, w *workload, t, run int) (map[string
 			profDone <- fetchProfile(ctx, srv, c.ProfileSeconds, filepath.Join(c.rawDir, tag+".cpu.pprof"))
 		}()
 	}
+	var before objwalCounters
+	if v.Kind == kindNetsy {
+		if before, err = scrapeObjwal(ctx, srv.HTTPAddr); err != nil {
+			c.notef("%s: %v", tag, err)
+		}
+	}
 	sums, err := runTool(ctx, c, srv.ClientAddr, w.toolArgs(c.total(w)), filepath.Join(c.rawDir, tag+".txt"))
 	if profDone != nil {
 		if perr := <-profDone; perr != nil {
@@ -206,6 +241,14 @@ func runOne(ctx context.Context, c *config, w *workload, t, run int) (map[string
 		return nil, fmt.Errorf("no %q summary in the tool output (see %s)", w.Section, filepath.Join(c.rawDir, tag+".txt"))
 	}
 	m := measurement{Value: s.RPS, Errors: s.ErrorCount(), Secs: s.Total, Summary: s}
+	if v.Kind == kindNetsy && before.ok {
+		if after, err := scrapeObjwal(ctx, srv.HTTPAddr); err != nil {
+			c.notef("%s: %v", tag, err)
+		} else {
+			puts, entries := after.puts-before.puts, after.entries-before.entries
+			m.Puts, m.Entries = &puts, &entries
+		}
+	}
 	if v, ok := s.Pct("50"); ok {
 		m.P50 = &v
 	}
@@ -368,4 +411,53 @@ func safeName(s string) string {
 		}
 		return '_'
 	}, s)
+}
+
+func (m measurement) entriesPerPut() *float64 {
+	if m.Puts == nil || m.Entries == nil || *m.Puts == 0 {
+		return nil
+	}
+	r := *m.Entries / *m.Puts
+	return &r
+}
+
+// objwalCounters are the two counters of netsy's /metrics that give
+// entries per PUT.
+type objwalCounters struct {
+	puts, entries float64
+	ok            bool
+}
+
+func scrapeObjwal(ctx context.Context, httpAddr string) (objwalCounters, error) {
+	var c objwalCounters
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+httpAddr+"/metrics", nil)
+	if err != nil {
+		return c, err
+	}
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		return c, fmt.Errorf("scrape /metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	var gotPuts, gotEntries bool
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		name, val, ok := strings.Cut(sc.Text(), " ")
+		if !ok {
+			continue
+		}
+		switch name {
+		case "netsy_objwal_puts_total":
+			c.puts, err = strconv.ParseFloat(val, 64)
+			gotPuts = err == nil
+		case "netsy_objwal_entries_uploaded_total":
+			c.entries, err = strconv.ParseFloat(val, 64)
+			gotEntries = err == nil
+		}
+	}
+	if !gotPuts || !gotEntries {
+		return c, errors.New("/metrics has no netsy_objwal_puts_total / netsy_objwal_entries_uploaded_total")
+	}
+	c.ok = true
+	return c, nil
 }

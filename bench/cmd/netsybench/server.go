@@ -30,19 +30,28 @@ const (
 )
 
 // variant is one server configuration that can sit in a column of the
-// table. Adding a configuration (object storage, different tuning) is one
-// entry in variants.
+// table. Adding a configuration is one entry in variants.
 type variant struct {
 	Name string
 	Kind kind
 	Args []string
+	// MinIO runs the server against a fresh bucket on the MinIO the
+	// harness starts.
+	MinIO bool `json:",omitempty"`
+	// SyncUploads marks netsy variants that acknowledge only after the
+	// chunk is in object storage; their put rows report entries per PUT.
+	SyncUploads bool `json:",omitempty"`
 }
 
 var variants = []variant{
-	{Name: "netsy", Kind: kindNetsy},
+	// The default: sync mode (--quorum 0) on the file object store under
+	// the data directory.
+	{Name: "netsy", Kind: kindNetsy, SyncUploads: true},
+	// Acknowledge on the local fsync; chunks upload in the background.
+	{Name: "netsy-local", Kind: kindNetsy, Args: []string{"--quorum", "-1"}},
+	// Sync mode against MinIO on loopback.
+	{Name: "netsy-minio", Kind: kindNetsy, MinIO: true, SyncUploads: true},
 	{Name: "etcd", Kind: kindEtcd},
-	// Later variants go here, e.g.
-	// {Name: "netsy-minio", Kind: kindNetsy, Args: []string{"--object-store", "s3://..."}},
 }
 
 func lookupVariant(name string) (variant, error) {
@@ -79,6 +88,7 @@ type server struct {
 
 	bin   string
 	extra []string
+	env   []string // added to the harness's environment
 
 	mu   sync.Mutex
 	proc *proc
@@ -195,6 +205,9 @@ func (s *server) Launch() error {
 	args := s.args()
 	fmt.Fprintf(logf, "=== netsybench %s: %s %s\n", time.Now().Format(time.RFC3339Nano), s.bin, strings.Join(args, " "))
 	cmd := exec.Command(s.bin, args...)
+	if len(s.env) > 0 {
+		cmd.Env = append(os.Environ(), s.env...)
+	}
 	cmd.Stdout = logf
 	cmd.Stderr = logf
 	// Its own process group: a terminal ^C reaches only the harness, which

@@ -47,7 +47,10 @@ type workload struct {
 	// percentile ("50", "99").
 	Latency string
 	Goal    *goal
-	Setup   func(ctx context.Context, endpoint string) error
+	// MinIOGoal is an absolute throughput target (ops/s) for netsy in
+	// sync mode against MinIO.
+	MinIOGoal float64
+	Setup     func(ctx context.Context, endpoint string) error
 	// Memory workloads load keys, read RSS and time a restart instead of
 	// running one tool command.
 	Memory bool
@@ -70,15 +73,15 @@ func with(base []string, extra ...string) []string {
 var workloads = []workload{
 	{Name: "put-seq", Group: "put", Args: with(put, "--clients", "1", "--conns", "1"),
 		TotalFlag: "--total", Total: 5000, KeySpace: true, Latency: "50",
-		Goal: &goal{Metric: "p50", Op: "<=", Bound: 1.0}},
+		Goal: &goal{Metric: "p50", Op: "<=", Bound: 1.0}, MinIOGoal: 600},
 	{Name: "put-16", Group: "put", Args: with(put, "--clients", "16", "--conns", "4"),
 		TotalFlag: "--total", Total: 20000, KeySpace: true},
 	{Name: "put-64", Group: "put", Args: with(put, "--clients", "64", "--conns", "8"),
 		TotalFlag: "--total", Total: 40000, KeySpace: true,
-		Goal: &goal{Metric: "ops", Op: ">=", Bound: 1.5}},
+		Goal: &goal{Metric: "ops", Op: ">=", Bound: 1.5}, MinIOGoal: 12000},
 	{Name: "put-256", Group: "put", Args: with(put, "--clients", "256", "--conns", "32"),
 		TotalFlag: "--total", Total: 60000, KeySpace: true,
-		Goal: &goal{Metric: "ops", Op: ">=", Bound: 1.5}},
+		Goal: &goal{Metric: "ops", Op: ">=", Bound: 1.5}, MinIOGoal: 20000},
 
 	{Name: "range-l", Group: "range", Args: []string{"range", singleKey, "--consistency", "l", "--clients", "100", "--conns", "10"},
 		TotalFlag: "--total", Total: 60000, Setup: loadSingle,
