@@ -25,13 +25,11 @@ func runMembers(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := c.check(); err != nil {
 		return err
 	}
-	cli, err := c.client()
+	cli, ctx, closeCli, err := c.connect(ctx)
 	if err != nil {
 		return err
 	}
-	defer cli.Close()
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
+	defer closeCli()
 	resp, err := cli.MemberList(ctx)
 	if err != nil {
 		return fmt.Errorf("member list from %s: %w", c.endpoints, err)

@@ -75,8 +75,15 @@ func (c *common) check() error {
 	return nil
 }
 
-func (c *common) client() (*clientv3.Client, error) {
-	return clientv3.New(clientv3.Config{Endpoints: strings.Split(c.endpoints, ","), DialTimeout: c.timeout})
+// connect dials the endpoints and bounds the command by --timeout; close
+// releases both.
+func (c *common) connect(ctx context.Context) (cli *clientv3.Client, cctx context.Context, close func(), err error) {
+	cli, err = clientv3.New(clientv3.Config{Endpoints: strings.Split(c.endpoints, ","), DialTimeout: c.timeout})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, c.timeout)
+	return cli, cctx, func() { cancel(); cli.Close() }, nil
 }
 
 func writeJSON(w io.Writer, v any) error {

@@ -26,13 +26,11 @@ func runSnapshot(ctx context.Context, args []string, stdout io.Writer) error {
 		return errors.New("usage: netsyctl snapshot save [flags] FILE")
 	}
 	path := fs.Arg(0)
-	cli, err := c.client()
+	cli, ctx, closeCli, err := c.connect(ctx)
 	if err != nil {
 		return err
 	}
-	defer cli.Close()
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
+	defer closeCli()
 	rc, err := cli.Snapshot(ctx)
 	if err != nil {
 		return fmt.Errorf("start snapshot: %w", err)

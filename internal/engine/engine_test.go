@@ -11,106 +11,26 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.uber.org/goleak"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/netsy-io/netsy/internal/clock"
-	"github.com/netsy-io/netsy/internal/datafile"
+	"github.com/netsy-io/netsy/internal/engine/enginetest"
 	"github.com/netsy-io/netsy/internal/mvcc"
-	"github.com/netsy-io/netsy/proto/netsyv1"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// memStorage is an in-memory Storage. With manual set, entries become
-// durable only when the test calls syncAll.
-type memStorage struct {
-	mu      sync.Mutex
-	entries []*netsyv1.Entry
-	snap    *datafile.Snapshot
-	synced  uint64
-	manual  bool
-	failErr error
-	onSync  func(uint64, error)
-}
-
-func (m *memStorage) LoadSnapshot() (*datafile.Snapshot, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.snap, nil
-}
-
-func (m *memStorage) Replay(from uint64, fn func(*netsyv1.Entry) error) error {
-	m.mu.Lock()
-	ents := append([]*netsyv1.Entry(nil), m.entries...)
-	m.mu.Unlock()
-	for _, e := range ents {
-		if e.Index >= from {
-			if err := fn(e); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-func (m *memStorage) Append(e *netsyv1.Entry) error {
-	m.mu.Lock()
-	if m.failErr != nil {
-		err := m.failErr
-		m.mu.Unlock()
-		return err
-	}
-	// Keep a deep copy, as a real log keeps bytes, so later mutation of
-	// the entry by anyone cannot change the history.
-	m.entries = append(m.entries, proto.Clone(e).(*netsyv1.Entry))
-	manual := m.manual
-	m.mu.Unlock()
-	if !manual {
-		m.syncAll()
-	}
-	return nil
-}
-
-func (m *memStorage) syncAll() {
-	m.mu.Lock()
-	var last uint64
-	if n := len(m.entries); n > 0 {
-		last = m.entries[n-1].Index
-	}
-	m.synced = last
-	cb := m.onSync
-	m.mu.Unlock()
-	if cb != nil && last > 0 {
-		cb(last, nil)
-	}
-}
-
-func (m *memStorage) SaveSnapshot(s *datafile.Snapshot) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.snap = s
-	kept := m.entries[:0]
-	for _, e := range m.entries {
-		if e.Index > s.Header.Index {
-			kept = append(kept, e)
-		}
-	}
-	m.entries = kept
-	return nil
-}
-
 type harness struct {
 	t     *testing.T
-	st    *memStorage
+	st    *enginetest.MemStorage
 	clk   *clock.Fake
 	e     *Engine
 	extra func(*Config)
 }
 
-func newHarness(t *testing.T, st *memStorage, extra func(*Config)) *harness {
+func newHarness(t *testing.T, st *enginetest.MemStorage, extra func(*Config)) *harness {
 	t.Helper()
 	if st == nil {
-		st = &memStorage{}
+		st = &enginetest.MemStorage{}
 	}
 	h := &harness{t: t, st: st, clk: clock.NewFake(time.Unix(1_700_000_000, 0)), extra: extra}
 	h.open()
@@ -127,9 +47,7 @@ func (h *harness) open() {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	h.st.mu.Lock()
-	h.st.onSync = e.OnSync
-	h.st.mu.Unlock()
+	h.st.SetOnSync(e.OnSync)
 	h.e = e
 }
 
@@ -199,7 +117,7 @@ func TestPutGetRevisions(t *testing.T) {
 }
 
 func TestWritesInvisibleUntilDurable(t *testing.T) {
-	st := &memStorage{manual: true}
+	st := &enginetest.MemStorage{Manual: true}
 	h := newHarness(t, st, nil)
 	done := make(chan *pb.PutResponse, 1)
 	go func() {
@@ -210,15 +128,7 @@ func TestWritesInvisibleUntilDurable(t *testing.T) {
 		done <- resp
 	}()
 	// Wait until the entry reached storage, then check it is not visible.
-	for {
-		st.mu.Lock()
-		n := len(st.entries)
-		st.mu.Unlock()
-		if n == 1 {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, func() bool { return st.Len() == 1 })
 	if v := h.value("k"); v != "<none>" {
 		t.Fatalf("undurable write visible: %q", v)
 	}
@@ -230,7 +140,7 @@ func TestWritesInvisibleUntilDurable(t *testing.T) {
 		t.Fatal("acknowledged before durable")
 	default:
 	}
-	st.syncAll()
+	st.SyncAll()
 	resp := <-done
 	if resp.Header.Revision != 2 || h.value("k") != "v" {
 		t.Fatalf("after sync: rev %d value %q", resp.Header.Revision, h.value("k"))
@@ -453,13 +363,13 @@ func TestLeaseRevokeAndRestart(t *testing.T) {
 }
 
 func TestRestartFromSnapshotAndLog(t *testing.T) {
-	st := &memStorage{}
+	st := &enginetest.MemStorage{}
 	h := newHarness(t, st, func(c *Config) { c.SnapshotEntries = 10 })
 	for i := 0; i < 25; i++ {
 		h.put(fmt.Sprintf("k%02d", i%7), fmt.Sprint(i))
 	}
 	h.e.Compact(ctx(t), &pb.CompactionRequest{Revision: 5})
-	waitFor(t, func() bool { st.mu.Lock(); defer st.mu.Unlock(); return st.snap != nil })
+	waitFor(t, st.HasSnapshot)
 	before, _ := h.e.Range(ctx(t), &pb.RangeRequest{Key: []byte{0}, RangeEnd: []byte{0}})
 	hashBefore, _ := h.e.HashKV(ctx(t), 0)
 	h.reopen()
@@ -481,12 +391,10 @@ func TestRestartFromSnapshotAndLog(t *testing.T) {
 }
 
 func TestStorageFailureRefusesWrites(t *testing.T) {
-	st := &memStorage{}
+	st := &enginetest.MemStorage{}
 	h := newHarness(t, st, nil)
 	h.put("a", "1")
-	st.mu.Lock()
-	st.failErr = errors.New("disk full")
-	st.mu.Unlock()
+	st.Fail(errors.New("disk full"))
 	if _, err := h.e.Put(ctx(t), &pb.PutRequest{Key: []byte("a"), Value: []byte("2")}); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("put on failed storage: %v", err)
 	}
@@ -496,9 +404,7 @@ func TestStorageFailureRefusesWrites(t *testing.T) {
 	if _, err := h.e.Put(ctx(t), &pb.PutRequest{Key: []byte("b")}); err == nil {
 		t.Fatal("writes accepted after a storage failure")
 	}
-	st.mu.Lock()
-	st.failErr = nil
-	st.mu.Unlock()
+	st.Fail(nil)
 }
 
 func TestConcurrentWritersDenseRevisions(t *testing.T) {
@@ -559,7 +465,7 @@ func sameMessage(t *testing.T, a, b interface{ Marshal() ([]byte, error) }) bool
 
 // pressuredStorage refuses writes while busy is set.
 type pressuredStorage struct {
-	memStorage
+	enginetest.MemStorage
 	mu   sync.Mutex
 	busy error
 }
@@ -578,7 +484,7 @@ func TestBackpressureRefusesWithoutApplying(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	st.onSync = e.OnSync
+	st.SetOnSync(e.OnSync)
 	st.mu.Lock()
 	st.busy = errors.New("object storage unreachable")
 	st.mu.Unlock()
@@ -595,7 +501,7 @@ func TestBackpressureRefusesWithoutApplying(t *testing.T) {
 }
 
 func TestWriteTimeoutWhenNeverDurable(t *testing.T) {
-	st := &memStorage{manual: true}
+	st := &enginetest.MemStorage{Manual: true}
 	h := newHarness(t, st, func(c *Config) { c.WriteTimeout = time.Second })
 	errc := make(chan error, 1)
 	go func() {
@@ -611,8 +517,8 @@ func TestWriteTimeoutWhenNeverDurable(t *testing.T) {
 		t.Fatalf("err = %v, want ErrTimeout", err)
 	}
 	// Durability arriving later still commits the write, as with etcd.
-	waitFor(t, func() bool { st.mu.Lock(); defer st.mu.Unlock(); return len(st.entries) == 1 })
-	st.syncAll()
+	waitFor(t, func() bool { return st.Len() == 1 })
+	st.SyncAll()
 	waitFor(t, func() bool { return h.value("k") == "v" })
 }
 

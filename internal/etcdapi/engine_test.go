@@ -13,73 +13,22 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/snapshot"
 	"go.uber.org/zap"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/netsy-io/netsy/internal/clock"
-	"github.com/netsy-io/netsy/internal/datafile"
 	"github.com/netsy-io/netsy/internal/engine"
-	"github.com/netsy-io/netsy/proto/netsyv1"
+	"github.com/netsy-io/netsy/internal/engine/enginetest"
 )
-
-// memLog is an in-memory engine.Storage that is durable the moment an
-// entry is appended.
-type memLog struct {
-	mu      sync.Mutex
-	entries []*netsyv1.Entry
-	snap    *datafile.Snapshot
-	eng     *engine.Engine
-}
-
-func (m *memLog) LoadSnapshot() (*datafile.Snapshot, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.snap, nil
-}
-
-func (m *memLog) Replay(from uint64, fn func(*netsyv1.Entry) error) error {
-	m.mu.Lock()
-	ents := append([]*netsyv1.Entry(nil), m.entries...)
-	m.mu.Unlock()
-	for _, e := range ents {
-		if e.Index >= from {
-			if err := fn(e); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-func (m *memLog) Append(e *netsyv1.Entry) error {
-	m.mu.Lock()
-	m.entries = append(m.entries, proto.Clone(e).(*netsyv1.Entry))
-	eng := m.eng
-	m.mu.Unlock()
-	if eng != nil {
-		eng.OnSync(e.Index, nil)
-	}
-	return nil
-}
-
-func (m *memLog) SaveSnapshot(s *datafile.Snapshot) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.snap = s
-	return nil
-}
 
 // newEngineEnv serves the real engine, to check the Backend contract as
 // the engine implements it, not only as the fake reads it.
 func newEngineEnv(t *testing.T, mod func(*Config)) (*testEnv, *engine.Engine) {
 	t.Helper()
-	log := &memLog{}
+	log := &enginetest.MemStorage{}
 	eng, err := engine.Open(engine.Config{Storage: log, Clock: clock.Real(), ClusterID: testClusterID, MemberID: testMemberID})
 	if err != nil {
 		t.Fatal(err)
 	}
-	log.mu.Lock()
-	log.eng = eng
-	log.mu.Unlock()
+	log.SetOnSync(eng.OnSync)
 	cfg := Config{Backend: eng}
 	if mod != nil {
 		mod(&cfg)

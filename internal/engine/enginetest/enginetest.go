@@ -1,0 +1,121 @@
+// Package enginetest provides an in-memory engine.Storage for tests of the
+// engine and of the layers above it. It never touches disk and must never
+// be used outside tests.
+package enginetest
+
+import (
+	"sync"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/netsy-io/netsy/internal/datafile"
+	"github.com/netsy-io/netsy/proto/netsyv1"
+)
+
+// MemStorage keeps entries and the newest snapshot in memory. By default an
+// entry is durable the moment it is appended; with Manual set, entries
+// become durable only when the test calls SyncAll.
+type MemStorage struct {
+	Manual bool
+
+	mu      sync.Mutex
+	entries []*netsyv1.Entry
+	snap    *datafile.Snapshot
+	failErr error
+	onSync  func(uint64, error)
+}
+
+// SetOnSync sets the durability callback (the engine's OnSync).
+func (m *MemStorage) SetOnSync(f func(uint64, error)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.onSync = f
+}
+
+// Fail makes every later Append return err; nil heals the storage.
+func (m *MemStorage) Fail(err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.failErr = err
+}
+
+// Len is the number of entries held.
+func (m *MemStorage) Len() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.entries)
+}
+
+// HasSnapshot reports whether a snapshot was saved.
+func (m *MemStorage) HasSnapshot() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.snap != nil
+}
+
+func (m *MemStorage) LoadSnapshot() (*datafile.Snapshot, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.snap, nil
+}
+
+func (m *MemStorage) Replay(from uint64, fn func(*netsyv1.Entry) error) error {
+	m.mu.Lock()
+	ents := append([]*netsyv1.Entry(nil), m.entries...)
+	m.mu.Unlock()
+	for _, e := range ents {
+		if e.Index >= from {
+			if err := fn(e); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (m *MemStorage) Append(e *netsyv1.Entry) error {
+	m.mu.Lock()
+	if m.failErr != nil {
+		err := m.failErr
+		m.mu.Unlock()
+		return err
+	}
+	// Keep a deep copy, as a real log keeps bytes, so later mutation of
+	// the entry by anyone cannot change the history.
+	m.entries = append(m.entries, proto.Clone(e).(*netsyv1.Entry))
+	manual := m.Manual
+	m.mu.Unlock()
+	if !manual {
+		m.SyncAll()
+	}
+	return nil
+}
+
+// SyncAll reports every entry held as durable.
+func (m *MemStorage) SyncAll() {
+	m.mu.Lock()
+	var last uint64
+	if n := len(m.entries); n > 0 {
+		last = m.entries[n-1].Index
+	}
+	cb := m.onSync
+	m.mu.Unlock()
+	if cb != nil && last > 0 {
+		cb(last, nil)
+	}
+}
+
+// SaveSnapshot keeps s and drops the entries it covers, as a real log does.
+func (m *MemStorage) SaveSnapshot(s *datafile.Snapshot) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.snap = s
+	kept := m.entries[:0]
+	for _, e := range m.entries {
+		if e.Index > s.Header.Index {
+			kept = append(kept, e)
+		}
+	}
+	m.entries = kept
+	return nil
+}
