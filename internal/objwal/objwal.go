@@ -196,10 +196,14 @@ type Log struct {
 	// The batch being uploaded: its size and its oldest entry's append time.
 	inflightBytes int64
 	inflightAt    time.Time
-	localSynced   uint64 // highest index fsync'd locally
-	uploaded      uint64 // highest index in the bucket
-	reported      uint64 // highest index reported durable
-	nextSeq       uint64 // next wal seq to write
+	// expect is how many entries the next sync-mode batch waits for, until
+	// holdUntil (see holdLocked); 0 after a batch is taken.
+	expect      int
+	holdUntil   time.Time
+	localSynced uint64 // highest index fsync'd locally
+	uploaded    uint64 // highest index in the bucket
+	reported    uint64 // highest index reported durable
+	nextSeq     uint64 // next wal seq to write
 	// chunks this process uploaded (or found at Open), oldest first, kept
 	// to pick snapshot wal_seqs and metadata checkpoints.
 	chunks   []chunkRef

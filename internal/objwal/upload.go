@@ -12,6 +12,10 @@ import (
 // pin its memory for the life of the process.
 const maxSpare = 16 << 20
 
+// maxHold caps how long a sync-mode batch waits for writers to come back
+// (see holdLocked).
+const maxHold = 5 * time.Millisecond
+
 // batch is the run of entries one chunk carries.
 type batch struct {
 	buf   []byte // frames; ents index into it
@@ -63,6 +67,10 @@ func (l *Log) takeBatch() (b *batch, wait time.Duration, done bool) {
 	if n == 0 {
 		return nil, 0, l.closing && len(l.pend) == 0
 	}
+	if wait := l.holdLocked(n, now); wait > 0 {
+		return nil, wait, false
+	}
+	l.expect = 0
 	take, size := 0, 0
 	for take < n {
 		sz := l.pend[take].end - l.pend[take].off
@@ -91,6 +99,25 @@ func (l *Log) takeBatch() (b *batch, wait time.Duration, done bool) {
 	l.pendBytes -= int64(size)
 	l.inflightBytes, l.inflightAt = int64(size), b.ents[0].at
 	return b, 0, false
+}
+
+// holdLocked returns how long a sync-mode batch of the n pending entries
+// should still wait for more (0: go now). When a PUT completes, the writers
+// it answers tend to come straight back; starting the next PUT at once would
+// carry only the entries that arrived during the last one, so the writers
+// settle into two alternating half-size groups and every PUT carries half of
+// them. Instead the next PUT waits until as many entries are pending as were
+// waiting when the last PUT completed (in flight plus pending), but no
+// longer than that PUT took (capped at maxHold): a writer that was answered
+// late under load comes back within about one PUT, and the hold never costs
+// more than one PUT's latency. A PUT of one entry (a lone writer, the first
+// write after idle) sets no expectation, so a lone writer is never held.
+// Nothing is acknowledged earlier for it: only the upload is delayed.
+func (l *Log) holdLocked(n int, now time.Time) time.Duration {
+	if l.o.Mode != ModeSync || l.closing || n >= l.expect || l.pendBytes >= int64(l.o.ChunkMaxBytes) {
+		return 0
+	}
+	return max(l.holdUntil.Sub(now), 0)
 }
 
 // idle waits for a kick, wait to pass (if > 0), or the end.
@@ -122,6 +149,7 @@ func (l *Log) upload(b *batch) bool {
 	}
 	l.mu.Unlock()
 
+	started := l.clk.Now()
 	if err := l.putChunk(seq, body); err != nil {
 		if errors.Is(err, ErrFenced) {
 			l.mu.Lock()
@@ -133,6 +161,7 @@ func (l *Log) upload(b *batch) bool {
 		return false
 	}
 
+	done := l.clk.Now()
 	last := b.ents[len(b.ents)-1].index
 	l.mu.Lock()
 	l.nextSeq = seq + 1
@@ -144,6 +173,10 @@ func (l *Log) upload(b *batch) bool {
 	l.stats.Entries += uint64(len(b.ents))
 	l.stats.Bytes += uint64(len(body))
 	l.stats.MaxEntries = max(l.stats.MaxEntries, uint64(len(b.ents)))
+	if len(b.ents) > 1 {
+		l.expect = len(b.ents) + len(l.pend)
+		l.holdUntil = done.Add(min(done.Sub(started), maxHold))
+	}
 	if cap(b.buf) <= maxSpare && l.spare == nil {
 		// pendBuf took the spare in takeBatch; this one becomes the next.
 		l.spare = b.buf[:0]
