@@ -75,8 +75,10 @@ fuzz:
 clean:
 	rm -rf bin
 
-# bench runs Netsy and etcd side by side with etcd's benchmark tool (not part
-# of test or CI); results go to bench/results/. BENCHFLAGS=-quick for a smoke run.
+# bench runs Netsy (sync mode on the file store, --quorum -1, sync mode on a
+# harness-started MinIO) and etcd side by side with etcd's benchmark tool (not
+# part of test or CI); results go to bench/results/. BENCHFLAGS=-quick for a
+# smoke run.
 BENCHFLAGS ?=
 bench:
 	$(GO) run ./bench/cmd/netsybench $(BENCHFLAGS)
