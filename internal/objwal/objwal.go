@@ -488,15 +488,28 @@ func (l *Log) onWALSync(index uint64, err error) {
 	if err != nil {
 		l.failLocked(fmt.Errorf("local wal: %w", err))
 	}
+	prev := l.localSynced
 	if index > l.localSynced {
 		l.localSynced = index
 	}
 	l.reportLocked()
+	// Wake the other goroutines only when this fsync gives them work: every
+	// needless wake-up competes for a core with the engine loop, which has
+	// just been told to answer clients. The uploader (async mode) waits for
+	// fsync'd entries: if some were pending before, it already holds a
+	// timer for the oldest one's age, so only a first one or a full chunk
+	// is news. Maintenance cares about uploaded entries becoming local
+	// (the checkpoint) and about a waiting snapshot.
+	upWake := l.o.Mode == ModeAsync &&
+		len(l.pend) > 0 && (l.pend[0].index > prev || l.pendBytes >= int64(l.o.ChunkMaxBytes))
+	maintWake := err != nil || l.uploaded > prev || l.nextSnap != nil
 	l.mu.Unlock()
-	if l.o.Mode == ModeAsync {
+	if upWake {
 		kick(l.upKick)
 	}
-	kick(l.maintKick)
+	if maintWake {
+		kick(l.maintKick)
+	}
 }
 
 // reportLocked tells the engine about new durability, in index order.
