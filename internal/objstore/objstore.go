@@ -45,6 +45,11 @@ var (
 	// ErrInvalidKey means the key breaks the rules in ValidateKey; it is a
 	// programming error, never a transient one.
 	ErrInvalidKey = errors.New("objstore: invalid key")
+	// ErrMisconfigured means the store refused the request for a reason
+	// retrying does not fix by itself: the bucket does not exist, the
+	// credentials are rejected, or the region is wrong. Start-up fails on
+	// it at once; a running node keeps retrying (credentials may rotate).
+	ErrMisconfigured = errors.New("objstore: misconfigured")
 )
 
 // MaxKeyLen is the longest key in bytes; S3 allows 1024 and a backend prefix

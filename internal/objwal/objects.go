@@ -119,6 +119,12 @@ func (l *Log) retry(ctx context.Context, attempts int, what string, stop func(er
 		if ctx.Err() != nil {
 			return fmt.Errorf("%s: %w", what, ctx.Err())
 		}
+		// Bounded retries are start-up's: a store that will never answer
+		// fails it at once. A running log keeps retrying, since an
+		// operator may fix the bucket or rotate the credentials meanwhile.
+		if attempts > 0 && errors.Is(err, objstore.ErrMisconfigured) {
+			return fmt.Errorf("%s: %w", what, err)
+		}
 		if attempts > 0 && n >= attempts {
 			return fmt.Errorf("%s: giving up after %d attempts: %w", what, n, err)
 		}

@@ -271,7 +271,12 @@ func mapErr(o op, err error) error {
 	case code == "NoSuchBucket":
 		// A missing bucket is configuration, not a missing object: callers
 		// treating ErrNotFound as "start empty" must not do so here.
-		return fmt.Errorf("bucket does not exist: %w", err)
+		return fmt.Errorf("%w: bucket does not exist: %w", objstore.ErrMisconfigured, err)
+	case code == "InvalidAccessKeyId" || code == "SignatureDoesNotMatch" || code == "AccessDenied" ||
+		code == "InvalidToken" || code == "ExpiredToken" || status == http.StatusForbidden:
+		return fmt.Errorf("%w: credentials rejected: %w", objstore.ErrMisconfigured, err)
+	case code == "PermanentRedirect" || code == "AuthorizationHeaderMalformed" || status == http.StatusMovedPermanently:
+		return fmt.Errorf("%w: wrong region or endpoint for the bucket: %w", objstore.ErrMisconfigured, err)
 	case code == "PreconditionFailed" || status == http.StatusPreconditionFailed:
 		return fmt.Errorf("%w: %w", objstore.ErrPreconditionFailed, err)
 	case conditional && (code == "ConditionalRequestConflict" || status == http.StatusConflict):

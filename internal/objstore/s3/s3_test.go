@@ -272,15 +272,19 @@ func TestMapErr(t *testing.T) {
 		{opPutIfMatch, 404, "NoSuchKey", objstore.ErrPreconditionFailed},
 		{opGet, 404, "NoSuchKey", objstore.ErrNotFound},
 		{opGet, 404, "NotFound", objstore.ErrNotFound},
-		{opGet, 404, "NoSuchBucket", nil},
-		{opPutIfMatch, 404, "NoSuchBucket", nil},
+		{opGet, 404, "NoSuchBucket", objstore.ErrMisconfigured},
+		{opPutIfMatch, 404, "NoSuchBucket", objstore.ErrMisconfigured},
 		{opDelete, 409, "OperationAborted", nil},
 		{opGet, 500, "InternalError", nil},
-		{opGet, 403, "AccessDenied", nil},
+		{opGet, 503, "SlowDown", nil},
+		{opGet, 403, "AccessDenied", objstore.ErrMisconfigured},
+		{opList, 403, "InvalidAccessKeyId", objstore.ErrMisconfigured},
+		{opPutIfAbsent, 403, "SignatureDoesNotMatch", objstore.ErrMisconfigured},
+		{opGet, 301, "PermanentRedirect", objstore.ErrMisconfigured},
 	}
 	for _, c := range cases {
 		err := mapErr(c.op, respErr(c.status, c.code))
-		for _, sentinel := range []error{objstore.ErrNotFound, objstore.ErrPreconditionFailed} {
+		for _, sentinel := range []error{objstore.ErrNotFound, objstore.ErrPreconditionFailed, objstore.ErrMisconfigured} {
 			if got := errors.Is(err, sentinel); got != (sentinel == c.want) {
 				t.Errorf("op %d %d %s: errors.Is(%v) = %v", c.op, c.status, c.code, sentinel, got)
 			}
