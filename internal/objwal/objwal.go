@@ -238,8 +238,9 @@ type chunkRef struct {
 
 // hooks are observation points for tests.
 type hooks struct {
-	// putDone runs after every run-time upload attempt, with its result,
-	// before any backoff wait starts.
+	// putDone runs after every run-time upload attempt, with its result:
+	// a failure before any backoff wait starts, a success once the log's
+	// state and stats include the chunk.
 	putDone func(seq uint64, err error)
 	// snapDone runs after a snapshot was uploaded (or found already there)
 	// and garbage collection that followed it finished.

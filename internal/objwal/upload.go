@@ -183,6 +183,9 @@ func (l *Log) upload(b *batch) bool {
 	}
 	l.reportLocked()
 	l.mu.Unlock()
+	if l.hooks.putDone != nil {
+		l.hooks.putDone(seq, nil)
+	}
 	kick(l.maintKick)
 	return true
 }
@@ -194,7 +197,9 @@ func (l *Log) putChunk(seq uint64, body []byte) error {
 	backoff := minBackoff
 	for attempt := 1; ; attempt++ {
 		err := l.putAttempt(walKey(seq), body)
-		if l.hooks.putDone != nil {
+		// A success is reported by the caller once its state is updated,
+		// so a test woken by the hook sees the upload's effects.
+		if err != nil && l.hooks.putDone != nil {
 			l.hooks.putDone(seq, err)
 		}
 		if err == nil || errors.Is(err, ErrFenced) {
