@@ -15,9 +15,9 @@ import (
 	"slices"
 	"strings"
 	"time"
-)
 
-const modulePath = "github.com/netsy-io/netsy"
+	"github.com/netsy-io/netsy/internal/testutil/procutil"
+)
 
 const usage = `netsybench runs etcd's benchmark tool against Netsy and etcd, alternating
 between them per workload on fresh servers, and writes a side-by-side table
@@ -128,7 +128,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
-	root, err := repoRoot()
+	root, err := procutil.RepoRoot()
 	if err != nil {
 		return fail(err)
 	}
@@ -241,24 +241,4 @@ func buildBinaries(ctx context.Context, root string, targets []variant, netsyBin
 		}
 	}
 	return b, nil
-}
-
-// repoRoot finds the directory of netsy's go.mod above the working
-// directory.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-		if err == nil && bytes.HasPrefix(bytes.TrimSpace(data), []byte("module "+modulePath)) {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("no go.mod of %s above the working directory", modulePath)
-		}
-		dir = parent
-	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -256,7 +255,11 @@ func (s *server) waitReady(ctx context.Context, timeout time.Duration) error {
 	}
 	var last string
 	for {
-		ok, detail := s.probe(ctx, hc, url)
+		kind := procutil.KindNetsy
+		if s.Variant.Kind == kindEtcd {
+			kind = procutil.KindEtcd
+		}
+		ok, detail := procutil.Probe(ctx, hc, url, kind)
 		if ok {
 			return nil
 		}
@@ -269,27 +272,6 @@ func (s *server) waitReady(ctx context.Context, timeout time.Duration) error {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-}
-
-func (s *server) probe(ctx context.Context, hc *http.Client, url string) (bool, string) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return false, err.Error()
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return false, err.Error()
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	if resp.StatusCode != http.StatusOK {
-		return false, fmt.Sprintf("%s: %s", resp.Status, body)
-	}
-	// etcd answers 200 with "health":"false" while it has no leader.
-	if s.Variant.Kind == kindEtcd && !strings.Contains(string(body), `"health":"true"`) {
-		return false, string(body)
-	}
-	return true, ""
 }
 
 func (s *server) current() *proc {

@@ -289,7 +289,7 @@ func (s *Server) waitReady(p *process) error {
 	}
 	var last string
 	for {
-		ok, detail := probe(ctx, hc, url, s.Kind)
+		ok, detail := Probe(ctx, hc, url, s.Kind)
 		if ok {
 			return nil
 		}
@@ -305,7 +305,10 @@ func (s *Server) waitReady(p *process) error {
 	}
 }
 
-func probe(ctx context.Context, hc *http.Client, url string, kind Kind) (bool, string) {
+// Probe asks a server's health endpoint whether it serves: netsy's /readyz
+// answering 200, or etcd's /health reporting "health":"true". The second
+// result says why not.
+func Probe(ctx context.Context, hc *http.Client, url string, kind Kind) (bool, string) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return false, err.Error()
