@@ -3,7 +3,6 @@ package etcdapi
 import (
 	"errors"
 	"fmt"
-	"net"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -29,28 +28,10 @@ func newEngineEnv(t *testing.T, mod func(*Config)) (*testEnv, *engine.Engine) {
 		t.Fatal(err)
 	}
 	log.SetOnSync(eng.OnSync)
-	cfg := Config{Backend: eng}
-	if mod != nil {
-		mod(&cfg)
-	}
-	srv := New(cfg)
-	g := srv.NewGRPCServer()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = g.Serve(lis)
-	}()
-	t.Cleanup(func() {
-		srv.Close()
-		g.Stop()
-		<-served
-		_ = eng.Close()
-	})
-	return &testEnv{t: t, srv: srv, addr: lis.Addr().String()}, eng
+	// Registered first, so it runs after the server has stopped.
+	t.Cleanup(func() { _ = eng.Close() })
+	srv, addr := serveBackend(t, eng, mod, nil)
+	return &testEnv{t: t, srv: srv, addr: addr}, eng
 }
 
 func TestEngineKVLeaseAndWatch(t *testing.T) {

@@ -34,6 +34,13 @@ func newEnv(t *testing.T, mod func(*Config)) *testEnv {
 func newEnvHooks(t *testing.T, mod func(*Config), hooks *testHooks) *testEnv {
 	t.Helper()
 	b := newFakeBackend()
+	srv, addr := serveBackend(t, b, mod, hooks)
+	return &testEnv{t: t, b: b, srv: srv, addr: addr}
+}
+
+// serveBackend serves b on 127.0.0.1 until the test's cleanup.
+func serveBackend(t *testing.T, b Backend, mod func(*Config), hooks *testHooks) (*Server, string) {
+	t.Helper()
 	cfg := Config{Backend: b}
 	if mod != nil {
 		mod(&cfg)
@@ -55,7 +62,7 @@ func newEnvHooks(t *testing.T, mod func(*Config), hooks *testHooks) *testEnv {
 		g.Stop()
 		<-served
 	})
-	return &testEnv{t: t, b: b, srv: srv, addr: lis.Addr().String()}
+	return srv, lis.Addr().String()
 }
 
 // client returns a client/v3 client, closed at cleanup (before the server).
