@@ -300,11 +300,19 @@ func (e *Engine) processSync() {
 	e.syncMu.Unlock()
 	e.commitUpTo(idx)
 	if err != nil && e.failed.Load() == nil {
+		e.failStorage(err)
+	}
+}
+
+// failStorage makes a storage failure permanent: every pending write fails
+// with it, and no write is accepted again.
+func (e *Engine) failStorage(err error) {
+	if e.failed.Load() == nil {
 		e.log.Error("durable storage failed; refusing writes", "error", err)
 		ferr := fmt.Errorf("%w: %v", ErrUnavailable, err)
 		e.failed.Store(&ferr)
-		e.failAll(ferr)
 	}
+	e.failAll(*e.failed.Load())
 }
 
 // commitUpTo makes entries up to idx visible and answers their writers.
@@ -380,16 +388,20 @@ func (e *Engine) failAll(err error) {
 	e.lastIdx, e.lastRev = e.committedIdx.Load(), e.committedRev.Load()
 }
 
-// appendEntry logs an entry evaluated by the loop. On error the caller has
-// already been answered by the failure path.
-func (e *Engine) appendEntry(ent *netsyv1.Entry, p *proposal) error {
+// appendEntry logs an entry evaluated by the loop and queues p (nil for
+// internal entries) for its durability. If the storage refuses the entry,
+// the storage is failed and p answered with that failure.
+func (e *Engine) appendEntry(ent *netsyv1.Entry, p *proposal) {
 	if err := e.cfg.Storage.Append(ent); err != nil {
-		return err
+		e.failStorage(err)
+		if p != nil {
+			p.finish(*e.failed.Load())
+		}
+		return
 	}
 	e.lastIdx, e.lastRev = ent.Index, ent.Revision
 	e.pending = append(e.pending, &pendingEntry{index: ent.Index, rev: ent.Revision, entry: ent, p: p})
 	e.sinceSnap++
-	return nil
 }
 
 // waitForLast answers p once everything appended so far is durable.

@@ -401,8 +401,8 @@ func TestStorageFailureRefusesWrites(t *testing.T) {
 	if h.value("a") != "1" {
 		t.Fatal("failed write became visible")
 	}
-	if _, err := h.e.Put(ctx(t), &pb.PutRequest{Key: []byte("b")}); err == nil {
-		t.Fatal("writes accepted after a storage failure")
+	if _, err := h.e.Put(ctx(t), &pb.PutRequest{Key: []byte("b")}); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("write after a storage failure: %v, want ErrUnavailable", err)
 	}
 	st.Fail(nil)
 }

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"math"
 	"math/rand/v2"
@@ -127,18 +128,8 @@ func (l *lessor) keys(id int64) [][]byte {
 	for k := range le.keys {
 		out = append(out, []byte(k))
 	}
-	slices.SortFunc(out, func(a, b []byte) int { return compareBytes(a, b) })
+	slices.SortFunc(out, bytes.Compare)
 	return out
-}
-
-func compareBytes(a, b []byte) int {
-	switch {
-	case string(a) < string(b):
-		return -1
-	case string(a) > string(b):
-		return 1
-	}
-	return 0
 }
 
 // expired returns up to max leases whose deadline has passed, oldest first.
@@ -211,7 +202,7 @@ func (e *Engine) LeaseTimeToLive(_ context.Context, r *pb.LeaseTimeToLiveRequest
 		}
 	}
 	e.lease.mu.Unlock()
-	slices.SortFunc(resp.Keys, compareBytes)
+	slices.SortFunc(resp.Keys, bytes.Compare)
 	resp.Header = &pb.ResponseHeader{Revision: e.committedRev.Load()}
 	return resp, nil
 }

@@ -245,21 +245,7 @@ func (w *writeTxn) commit(p *proposal, revokes []int64) {
 		e.lease.revoke(id)
 	}
 	ent := &netsyv1.Entry{Index: e.lastIdx + 1, Revision: e.store.Rev(), Ops: w.ops, LeaseRevokes: revokes}
-	if err := e.appendEntry(ent, p); err != nil {
-		e.onAppendError(err)
-		if p != nil {
-			p.finish(ErrUnavailable)
-		}
-	}
-}
-
-func (e *Engine) onAppendError(err error) {
-	if e.failed.Load() == nil {
-		ferr := err
-		e.failed.Store(&ferr)
-		e.log.Error("log append failed; refusing writes", "error", err)
-	}
-	e.failAll(ErrUnavailable)
+	e.appendEntry(ent, p)
 }
 
 func (e *Engine) handleWrite(p *proposal) {
@@ -542,10 +528,7 @@ func (e *Engine) handleCompact(p *proposal) {
 	}
 	p.resp = &pb.CompactionResponse{Header: &pb.ResponseHeader{Revision: cur}}
 	ent := &netsyv1.Entry{Index: e.lastIdx + 1, Revision: cur, CompactRevision: r.Revision}
-	if err := e.appendEntry(ent, p); err != nil {
-		e.onAppendError(err)
-		p.finish(ErrUnavailable)
-	}
+	e.appendEntry(ent, p)
 }
 
 // compactFloor is the highest compaction applied or pending.
@@ -581,10 +564,7 @@ func (e *Engine) handleLeaseGrant(p *proposal) {
 	rev := e.store.Rev()
 	p.resp = &pb.LeaseGrantResponse{Header: &pb.ResponseHeader{Revision: rev}, ID: id, TTL: ttl}
 	ent := &netsyv1.Entry{Index: e.lastIdx + 1, Revision: rev, LeaseGrants: []*netsyv1.LeaseGrant{{Id: id, Ttl: ttl}}}
-	if err := e.appendEntry(ent, p); err != nil {
-		e.onAppendError(err)
-		p.finish(ErrUnavailable)
-	}
+	e.appendEntry(ent, p)
 }
 
 // revokeLease deletes a lease's keys at a new revision and logs the revoke.
