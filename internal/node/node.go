@@ -37,7 +37,7 @@ type Node struct {
 
 	lock   *os.File
 	store  objstore.Store
-	olog   *objwal.Log
+	objlog *objwal.Log
 	eng    *engine.Engine
 	api    *etcdapi.Server
 	grpc   *grpc.Server
@@ -136,7 +136,7 @@ func Start(ctx context.Context, cfg config.Config, logger hclog.Logger, clk cloc
 		return nil, fmt.Errorf("--storage: %w", err)
 	}
 	relay := &syncRelay{}
-	n.olog, err = objwal.Open(ctx, objwal.Options{
+	n.objlog, err = objwal.Open(ctx, objwal.Options{
 		Store:        n.store,
 		WALDir:       filepath.Join(cfg.DataDir, "wal"),
 		OnSync:       relay.onSync,
@@ -150,7 +150,7 @@ func Start(ctx context.Context, cfg config.Config, logger hclog.Logger, clk cloc
 	}
 	clientURL := "http://" + cfg.ClientAddr
 	n.eng, err = engine.Open(engine.Config{
-		Storage:         n.olog,
+		Storage:         n.objlog,
 		SnapshotEntries: uint64(cfg.SnapshotEveryRevisions),
 		Clock:           clk,
 		Logger:          logger,
@@ -217,7 +217,7 @@ func (n *Node) httpHandler() http.Handler {
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "netsy_committed_index", Help: "Last durable log index."},
 		func() float64 { return float64(n.eng.CommittedIndex()) }))
 	reg.MustRegister(n.api.Collectors()...)
-	reg.MustRegister(objwalCollector{n.olog})
+	reg.MustRegister(objwalCollector{n.objlog})
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -275,8 +275,8 @@ func (n *Node) Close() error {
 		if n.eng != nil {
 			n.eng.Close()
 		}
-		if n.olog != nil {
-			if err := n.olog.Close(); err != nil {
+		if n.objlog != nil {
+			if err := n.objlog.Close(); err != nil {
 				n.closeErr = fmt.Errorf("close log: %w", err)
 			}
 		}
