@@ -22,6 +22,7 @@ import (
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
 	"github.com/netsy-io/netsy/internal/clock"
+	"github.com/netsy-io/netsy/internal/testutil/procutil"
 )
 
 const (
@@ -180,8 +181,12 @@ func launch(bin, dir, user, password string) (*Server, error) {
 		"MINIO_UPDATE=off",
 	)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	setParentDeathSignal(cmd)
-	if err := cmd.Start(); err != nil {
+	// Tied to this test binary: the kernel kills MinIO if the binary dies
+	// without running its cleanups. StartTied forks on a thread kept for
+	// MinIO's whole life; a parent-death signal set on an ordinary thread
+	// fires when the runtime retires that thread, killing MinIO mid-test.
+	waited, err := procutil.StartTied(cmd)
+	if err != nil {
 		return nil, fmt.Errorf("exec %s: %w", bin, err)
 	}
 	s := &Server{
@@ -197,7 +202,7 @@ func launch(bin, dir, user, password string) (*Server, error) {
 	}
 	go func() {
 		// Owned by s: ends when the process does, which Stop guarantees.
-		cmd.Wait()
+		<-waited
 		close(s.exited)
 	}()
 	// Same file minio.sh writes, so `minio.sh stop DIR` works on it too.
