@@ -48,7 +48,9 @@ type Config struct {
 	MinLeaseTTL int64
 	// WriteTimeout bounds how long a write waits to become durable before
 	// the client gets ErrTimeout (default 7 s, etcd's request timeout).
-	// The write may still commit later, as with etcd.
+	// The write may still commit later, as with etcd. The loop checks the
+	// deadline every LeaseCheckInterval, so a writer gives up after
+	// WriteTimeout plus at most one interval.
 	WriteTimeout time.Duration
 }
 
@@ -286,7 +288,8 @@ func (e *Engine) run(ticker clock.Ticker) {
 			}
 		case <-e.syncKick:
 			e.processSync()
-		case <-ticker.C():
+		case now := <-ticker.C():
+			e.expireWaits(now)
 			e.expireLeases()
 		case <-e.snapDone:
 			e.snapshotting = false
@@ -402,6 +405,27 @@ func (e *Engine) appendEntry(ent *netsyv1.Entry, p *proposal) {
 	e.lastIdx, e.lastRev = ent.Index, ent.Revision
 	e.pending = append(e.pending, &pendingEntry{index: ent.Index, rev: ent.Revision, entry: ent, p: p})
 	e.sinceSnap++
+}
+
+// expireWaits answers with ErrTimeout every writer still waiting for
+// durability past its deadline. Its entry stays pending and may still
+// commit, as with etcd; the writer just stops waiting for it.
+func (e *Engine) expireWaits(now time.Time) {
+	for _, pe := range e.pending {
+		if p := pe.p; p != nil && !p.finished && !now.Before(p.deadline) {
+			p.finish(ErrTimeout)
+		}
+	}
+	kept := e.noopWaiters[:0]
+	for _, p := range e.noopWaiters {
+		if !now.Before(p.deadline) {
+			p.finish(ErrTimeout)
+		} else {
+			kept = append(kept, p)
+		}
+	}
+	clear(e.noopWaiters[len(kept):])
+	e.noopWaiters = kept
 }
 
 // waitForLast answers p once everything appended so far is durable.

@@ -508,16 +508,23 @@ func TestWriteTimeoutWhenNeverDurable(t *testing.T) {
 		_, err := h.e.Put(context.Background(), &pb.PutRequest{Key: []byte("k"), Value: []byte("v")})
 		errc <- err
 	}()
-	// The loop's lease ticker plus the writer's timeout.
-	if err := h.clk.BlockUntil(ctx(t), 2); err != nil {
+	// The write is appended but never synced; the loop's ticker (its only
+	// timer) finds it past its deadline.
+	waitFor(t, func() bool { return st.Len() == 1 })
+	if err := h.clk.BlockUntil(ctx(t), 1); err != nil {
 		t.Fatal(err)
 	}
-	h.clk.Advance(time.Second)
+	h.clk.Advance(time.Second - time.Millisecond)
+	select {
+	case err := <-errc:
+		t.Fatalf("writer answered before its deadline: %v", err)
+	default:
+	}
+	h.clk.Advance(time.Millisecond)
 	if err := <-errc; !errors.Is(err, ErrTimeout) {
 		t.Fatalf("err = %v, want ErrTimeout", err)
 	}
 	// Durability arriving later still commits the write, as with etcd.
-	waitFor(t, func() bool { return st.Len() == 1 })
 	st.SyncAll()
 	waitFor(t, func() bool { return h.value("k") == "v" })
 }

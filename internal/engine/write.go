@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -41,9 +42,22 @@ type proposal struct {
 	err     error
 	waitIdx uint64
 	done    chan struct{}
+
+	// deadline is when the writer stops waiting with ErrTimeout. The loop
+	// enforces it on its ticker (see expireWaits) instead of every writer
+	// arming a timer of its own: one timer per write was measurable.
+	deadline time.Time
+	// finished is set by the loop when it answers; a write answered with
+	// ErrTimeout may still commit later, and must not be answered twice.
+	finished bool
 }
 
+// finish answers the writer; only the loop goroutine calls it.
 func (p *proposal) finish(err error) {
+	if p.finished {
+		return
+	}
+	p.finished = true
 	if p.err == nil {
 		p.err = err
 	}
@@ -54,7 +68,7 @@ func (e *Engine) submit(ctx context.Context, kind proposalKind, req any) (*propo
 	if f := e.failed.Load(); f != nil {
 		return nil, *f
 	}
-	p := &proposal{kind: kind, req: req, done: make(chan struct{})}
+	p := &proposal{kind: kind, req: req, done: make(chan struct{}), deadline: e.cfg.Clock.Now().Add(e.cfg.WriteTimeout)}
 	select {
 	case e.proposals <- p:
 	case <-ctx.Done():
@@ -62,8 +76,6 @@ func (e *Engine) submit(ctx context.Context, kind proposalKind, req any) (*propo
 	case <-e.ctx.Done():
 		return nil, ErrStopped
 	}
-	timer := e.cfg.Clock.NewTimer(e.cfg.WriteTimeout)
-	defer timer.Stop()
 	select {
 	case <-p.done:
 		if p.err != nil {
@@ -72,8 +84,6 @@ func (e *Engine) submit(ctx context.Context, kind proposalKind, req any) (*propo
 		return p, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
-	case <-timer.C():
-		return nil, ErrTimeout
 	case <-e.ctx.Done():
 		return nil, ErrStopped
 	}
