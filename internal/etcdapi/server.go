@@ -126,6 +126,7 @@ func (s *Server) ServerOptions() []grpc.ServerOption {
 		grpc.MaxRecvMsgSize(s.cfg.MaxRequestBytes + grpcOverheadBytes),
 		grpc.MaxSendMsgSize(math.MaxInt32),
 		grpc.MaxConcurrentStreams(math.MaxUint32),
+		grpc.ForceServerCodecV2(newCodec()),
 		// Reused handler goroutines keep their grown stacks; a fresh
 		// goroutine per RPC spends a large share of the write path
 		// growing its stack. Busy workers fall back to new goroutines.
