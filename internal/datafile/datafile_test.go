@@ -411,17 +411,6 @@ func TestTornTailOrCorruption(t *testing.T) {
 	seg := encodeSegment(t, entries, false)
 	bounds := boundaries(seg)
 
-	t.Run("zero filled tail is torn", func(t *testing.T) {
-		// A crash can leave the file longer than what reached the disk,
-		// with zeros in place of the last write.
-		p := writeFile(t, append(bytes.Clone(seg), make([]byte, 4096)...))
-		got, _, err := readEntries(p)
-		var torn *TornTailError
-		if !errors.As(err, &torn) || torn.Offset != int64(len(seg)) {
-			t.Fatalf("got %v", err)
-		}
-		equalEntries(t, got, entries)
-	})
 	t.Run("garbage after the last record is torn", func(t *testing.T) {
 		data := append(bytes.Clone(seg), 0x10, 0, 0, 0, 1, 2, 3, 4, 5, 6)
 		_, _, err := readEntries(writeFile(t, data))
@@ -449,10 +438,116 @@ func TestTornTailOrCorruption(t *testing.T) {
 		}
 	})
 	t.Run("data after footer", func(t *testing.T) {
-		data := append(encodeSegment(t, entries, true), 0)
+		data := append(encodeSegment(t, entries, true), 1)
 		_, _, err := readEntries(writeFile(t, data))
 		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "after footer") {
 			t.Fatalf("got %v", err)
+		}
+	})
+}
+
+// TestZeroPadding pins down the rule for the zeros a preallocated segment
+// ends in (see the package doc): zeros to the end are the clean end, zeros
+// followed by anything else are damage.
+func TestZeroPadding(t *testing.T) {
+	entries := testEntries(1, 8)
+	seg := encodeSegment(t, entries, false)
+	sealed := encodeSegment(t, entries, true)
+	footer := sealed[len(seg):]
+	bounds := boundaries(seg)
+	zeros := func(n int) []byte { return make([]byte, n) }
+	cat := func(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
+	junk := []byte{0x5a}
+
+	const (
+		clean   = "clean"
+		torn    = "torn"
+		corrupt = "corrupt"
+	)
+	tests := []struct {
+		name    string
+		data    []byte
+		want    string
+		entries int    // entries read before the end or the damage
+		offset  int    // Reader.Offset: where padding or damage starts
+		sealed  bool   // for clean files
+		text    string // in the error
+	}{
+		{"one zero byte", cat(seg, zeros(1)), clean, 8, len(seg), false, ""},
+		{"part of a record header", cat(seg, zeros(7)), clean, 8, len(seg), false, ""},
+		{"one record header", cat(seg, zeros(RecordHeaderSize)), clean, 8, len(seg), false, ""},
+		{"more than the scan buffer", cat(seg, zeros(300<<10)), clean, 8, len(seg), false, ""},
+		{"empty segment", cat(seg[:HeaderSize], zeros(4096)), clean, 0, HeaderSize, false, ""},
+		{"after the footer", cat(sealed, zeros(4096)), clean, 8, len(sealed), true, ""},
+		{"junk inside the padding", cat(seg, zeros(5000), junk, zeros(3000)), torn, 8, len(seg), false, "nonzero byte at offset " + fmt.Sprint(len(seg)+5000)},
+		{"junk at the very end", cat(seg, zeros(70<<10), junk), torn, 8, len(seg), false, "nonzero byte"},
+		{"junk right after a zero record header", cat(seg, zeros(RecordHeaderSize), junk, zeros(100)), torn, 8, len(seg), false, "nonzero byte"},
+		{"a valid record after zeros", cat(seg[:bounds[6]], zeros(100), seg[bounds[6]:bounds[7]], zeros(100)), corrupt, 6, bounds[6], false, "followed by a valid record"},
+		{"zeros in place of a record", cat(seg[:bounds[5]], zeros(bounds[6]-bounds[5]), seg[bounds[6]:]), corrupt, 5, bounds[5], false, "followed by a valid record"},
+		{"torn record, then zeros", cat(seg[:bounds[7]+11], zeros(4096)), torn, 7, bounds[7], false, "checksum mismatch"},
+		{"torn record header, then zeros", cat(seg[:bounds[7]+2], zeros(4096)), torn, 7, bounds[7], false, "checksum mismatch"},
+		{"footer cut short", cat(seg, footer[:30], zeros(4096)), torn, 8, len(seg), false, "truncated footer"},
+		{"footer cut short at the end of the file", cat(seg, footer[:30], zeros(FooterSize-30)), torn, 8, len(seg), false, "truncated footer"},
+		{"zeros before the footer", cat(seg, zeros(64), footer), corrupt, 8, len(seg), false, "in a sealed file"},
+		{"junk after the footer's padding", cat(sealed, zeros(100), junk), corrupt, 8, 0, false, "data after footer"},
+		{"damaged last record of a padded sealed file", cat(sealed[:bounds[7]+9], []byte{sealed[bounds[7]+9] ^ 1}, sealed[bounds[7]+10:], zeros(4096)), corrupt, 7, bounds[7], false, "in a sealed file"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := writeFile(t, tc.data)
+			got, r, err := readEntries(p)
+			equalEntries(t, got, entries[:tc.entries])
+			var te *TornTailError
+			var ce *CorruptError
+			switch tc.want {
+			case clean:
+				if err != nil || r.Sealed() != tc.sealed || r.Offset() != int64(tc.offset) {
+					t.Fatalf("got err %v sealed %v offset %d; want a clean end at %d, sealed %v", err, r.Sealed(), r.Offset(), tc.offset, tc.sealed)
+				}
+				if tail, ok := r.Tail(); ok != !tc.sealed || (ok && tail.Offset != int64(tc.offset)) {
+					t.Fatalf("tail %+v %v", tail, ok)
+				}
+			case torn:
+				if !errors.As(err, &te) || te.Offset != int64(tc.offset) || te.Name != p || !strings.Contains(err.Error(), tc.text) {
+					t.Fatalf("got %v; want a torn tail at %d saying %q", err, tc.offset, tc.text)
+				}
+				if tail, ok := r.Tail(); !ok || tail.Offset != int64(tc.offset) || tail.Summary.Records != uint64(tc.entries) {
+					t.Fatalf("tail %+v %v", tail, ok)
+				}
+			case corrupt:
+				if !errors.As(err, &ce) || ce.Name != p || !strings.Contains(err.Error(), tc.text) || (tc.offset != 0 && ce.Offset != int64(tc.offset)) {
+					t.Fatalf("got %v; want corruption at %d saying %q", err, tc.offset, tc.text)
+				}
+			}
+			// Inspect, which `netsyctl inspect` uses, agrees.
+			info, ierr := Inspect(p, bytes.NewReader(tc.data))
+			if (ierr == nil) != (err == nil) || info == nil || len(info.Records) != tc.entries {
+				t.Fatalf("inspect: %v, %+v", ierr, info)
+			}
+			if err == nil && (info.Size != int64(tc.offset) || info.Sealed != tc.sealed) {
+				t.Fatalf("inspect: size %d sealed %v", info.Size, info.Sealed)
+			}
+		})
+	}
+
+	t.Run("never in a file that must be sealed", func(t *testing.T) {
+		chunk, err := EncodeChunk(entries)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, data := range map[string][]byte{
+			"padded chunk":                   cat(chunk, zeros(100)),
+			"padded sealed segment as chunk": cat(sealed, zeros(100)),
+		} {
+			if _, _, err := DecodeChunk(name, data); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "data after footer") {
+				t.Fatalf("%s: got %v", name, err)
+			}
+		}
+		if _, _, err := DecodeChunk("padded", cat(seg, zeros(100))); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("unsealed padded segment as chunk: got %v", err)
+		}
+		if _, err := DecodeSnapshot("padded", bytes.NewReader(cat(encodeSnapshotBytes(t, testSnapshot()), zeros(100)))); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("padded snapshot: got %v", err)
 		}
 	})
 }

@@ -20,6 +20,20 @@
 // snapshots are written whole, so they must be sealed and any damage in them
 // is corruption.
 //
+// A local segment is preallocated: created at its full size as real zero
+// blocks and written over from the front, so its end is zero padding rather
+// than the end of the file. For a segment read as itself (not as a chunk),
+// zero bytes that start where a record header would and run to the end of
+// the file are the clean end of the log, and so are zero bytes right after
+// the footer (sealing cuts the padding off, but a crash can come first).
+// Padding belongs to no checksum, and Offset and Info.Size stop where it
+// starts. Zeros followed anywhere by a nonzero byte are not padding: the
+// damage starts where the zeros do and the torn-tail rule above decides,
+// so junk after zeros is a torn tail unless a valid record or a footer
+// (zero padding after it ignored) follows. A record can never be all zeros,
+// since a length of 0 is invalid. A footer whose magic is still zeros is a
+// seal a crash cut short and is judged by the same rule.
+//
 // The package never touches the filesystem by name and never drops data
 // silently: every problem is an error naming the file and the byte offset.
 // Compression is reserved in the header (zstd later); until it exists any

@@ -107,6 +107,8 @@ func corpusSeeds(t testing.TB) []seed {
 		{"valid-sealed-segment", encodeSegment(t, entries, true)},
 		{"valid-snapshot", encodeSnapshotBytes(t, testSnapshot())},
 		{"valid-empty-segment", encodeSegment(t, nil, false)},
+		{"padded-unsealed-segment", append(bytes.Clone(unsealed), make([]byte, 64)...)},
+		{"padded-sealed-segment", append(encodeSegment(t, entries, true), make([]byte, 64)...)},
 		{"torn-segment", torn},
 		{"flipped-chunk", flipped},
 		{"zstd-header", header(headerMagic, 1, byte(KindChunk), byte(CompressionZstd), 0)},

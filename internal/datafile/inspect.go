@@ -19,7 +19,7 @@ type Info struct {
 	// Footer is nil for an unsealed segment.
 	Footer *Footer `json:"footer,omitempty"`
 	// Size is the length of the valid part of the file: where a torn tail
-	// starts, or the whole file.
+	// or a segment's zero padding starts, or the whole file.
 	Size    int64    `json:"size"`
 	Records []Record `json:"records"`
 }

@@ -21,9 +21,10 @@ import (
 //
 // Next and NextEntry return io.EOF at the clean end of the file: after a
 // verified footer (Sealed reports true) or, for a segment, at a record
-// boundary with no footer. Damage is a *CorruptError, or a *TornTailError
-// when it can only be the unfinished end of an unsealed segment. Every error
-// is sticky.
+// boundary with no footer. For a segment, zero padding (see the package doc)
+// after the last record or after the footer is part of that clean end.
+// Damage is a *CorruptError, or a *TornTailError when it can only be the
+// unfinished end of an unsealed segment. Every error is sticky.
 type Reader struct {
 	name          string
 	r             io.Reader
@@ -99,8 +100,9 @@ func (r *Reader) Footer() (f Footer, ok bool) { return r.stored, r.sealed }
 // RecordOffset is the byte offset of the record returned last.
 func (r *Reader) RecordOffset() int64 { return r.recOff }
 
-// Offset is the end of the last valid record: the file's length for a clean
-// unsealed file and the truncation point for a torn one.
+// Offset is the end of the last valid record (or of the footer): the
+// file's length for a clean file without padding, where the zero padding
+// starts for a padded one, and where the damage starts for a torn one.
 func (r *Reader) Offset() int64 { return r.off }
 
 // Tail returns where an unsealed file ends so a Writer can resume it. ok is
@@ -128,10 +130,12 @@ func (r *Reader) Next() ([]byte, error) {
 		}
 		r.err = io.EOF
 		return nil, io.EOF
+	case err != nil && err != io.ErrUnexpectedEOF:
+		return nil, r.fail(fmt.Errorf("read data file %s at offset %d: %w", r.name, start, err))
+	case !r.requireSealed && isZero(h[:n]):
+		return nil, r.zeroTail(start, n)
 	case err == io.ErrUnexpectedEOF:
 		return nil, r.damaged(start, h[:n], "truncated record header")
-	case err != nil:
-		return nil, r.fail(fmt.Errorf("read data file %s at offset %d: %w", r.name, start, err))
 	}
 	length := binary.LittleEndian.Uint32(h[0:4])
 	if length == footerMarker {
@@ -238,6 +242,12 @@ func (r *Reader) readFooter(start int64, h [RecordHeaderSize]byte) error {
 		return r.fail(fmt.Errorf("read data file %s footer at offset %d: %w", r.name, start, err))
 	}
 	if !bytes.Equal(b[48:52], footerMagic[:]) {
+		if !r.requireSealed && isZero(b[48:52]) {
+			// A footer written over zero padding and cut short by a crash
+			// leaves zeros where its end should be: the unfinished seal of
+			// an unsealed segment, judged like any other damaged end.
+			return r.damaged(start, b[:], "truncated footer")
+		}
 		return r.fail(corruptf(r.name, start+48, "bad footer magic %q", b[48:52]))
 	}
 	f := decodeFooterBody(b[:])
@@ -247,11 +257,23 @@ func (r *Reader) readFooter(start int64, h [RecordHeaderSize]byte) error {
 	if f.Records != r.sum.Records {
 		return r.fail(corruptf(r.name, start+4, "footer counts %d records, file holds %d", f.Records, r.sum.Records))
 	}
-	var one [1]byte
-	if m, err := io.ReadFull(r.r, one[:]); m > 0 {
-		return r.fail(corruptf(r.name, start+FooterSize, "data after footer"))
-	} else if err != io.EOF {
-		return r.fail(fmt.Errorf("read data file %s after footer: %w", r.name, err))
+	if r.requireSealed {
+		var one [1]byte
+		if m, err := io.ReadFull(r.r, one[:]); m > 0 {
+			return r.fail(corruptf(r.name, start+FooterSize, "data after footer"))
+		} else if err != io.EOF {
+			return r.fail(fmt.Errorf("read data file %s after footer: %w", r.name, err))
+		}
+	} else {
+		// A crash while sealing a preallocated segment can leave the
+		// footer followed by the padding it was about to be cut from.
+		zeros, rest, err := r.skipZeros()
+		if err != nil {
+			return r.fail(fmt.Errorf("read data file %s after footer: %w", r.name, err))
+		}
+		if rest != nil {
+			return r.fail(corruptf(r.name, start+FooterSize+zeros, "data after footer"))
+		}
 	}
 	r.off = start + FooterSize
 	r.sealed = true
@@ -272,10 +294,12 @@ func (r *Reader) damaged(start int64, consumed []byte, reason string) error {
 		return r.fail(fmt.Errorf("read data file %s after offset %d: %w", r.name, start, err))
 	}
 	tail := append(append([]byte(nil), consumed...), rest...)
+	// Zero padding after a footer does not make the file any less sealed.
+	end := bytes.TrimRight(tail, "\x00")
 	switch {
 	case r.requireSealed:
 		return r.fail(corruptf(r.name, start, "%s", reason))
-	case len(tail) >= FooterSize && bytes.HasSuffix(tail, footerMagic[:]):
+	case len(end) >= FooterSize && bytes.HasSuffix(end, footerMagic[:]):
 		return r.fail(corruptf(r.name, start, "%s in a sealed file", reason))
 	}
 	// A flipped payload bit leaves the length intact: the next record is
@@ -294,6 +318,65 @@ func (r *Reader) damaged(start int64, consumed []byte, reason string) error {
 	return r.fail(&TornTailError{Name: r.name, Offset: start, Reason: reason})
 }
 
+// zeroTail is called where a segment's next record header (n bytes of it
+// read, the rest beyond the end of the input) is all zeros. Zeros from there
+// to the end of the input are preallocated space the writer has not reached
+// yet: the clean end of the file. A nonzero byte anywhere after them means
+// the zeros are damage instead, judged by damaged like any other.
+func (r *Reader) zeroTail(start int64, n int) error {
+	zeros, rest, err := r.skipZeros()
+	if err != nil {
+		return r.fail(fmt.Errorf("read data file %s after offset %d: %w", r.name, start, err))
+	}
+	if rest == nil {
+		r.err = io.EOF
+		return io.EOF
+	}
+	// damaged needs the bytes as they were; the zeros are rebuilt rather
+	// than kept while scanning, since on the clean path they are discarded.
+	zeros += int64(n)
+	consumed := make([]byte, zeros+int64(len(rest)))
+	copy(consumed[zeros:], rest)
+	return r.damaged(start, consumed, fmt.Sprintf("zero record header, then a nonzero byte at offset %d", start+zeros))
+}
+
+// zeroBlock is compared against, never written.
+var zeroBlock [64 << 10]byte
+
+func isZero(b []byte) bool {
+	for len(b) > len(zeroBlock) {
+		if !bytes.Equal(b[:len(zeroBlock)], zeroBlock[:]) {
+			return false
+		}
+		b = b[len(zeroBlock):]
+	}
+	return bytes.Equal(b, zeroBlock[:len(b)])
+}
+
+// skipZeros reads to the end of the input as long as it is all zeros. It
+// returns how many zero bytes it read and, if it met a nonzero byte, the
+// bytes it read from that one on (rest is nil otherwise).
+func (r *Reader) skipZeros() (zeros int64, rest []byte, err error) {
+	buf := make([]byte, len(zeroBlock))
+	for {
+		n, err := r.r.Read(buf)
+		if !isZero(buf[:n]) {
+			i := 0
+			for buf[i] == 0 {
+				i++
+			}
+			return zeros + int64(i), buf[i:n], nil
+		}
+		zeros += int64(n)
+		if err == io.EOF {
+			return zeros, nil, nil
+		}
+		if err != nil {
+			return zeros, nil, err
+		}
+	}
+}
+
 // recordAt reports whether a complete record with a matching checksum
 // starts at b[p:].
 func recordAt(b []byte, p int) bool {
@@ -309,8 +392,9 @@ func recordAt(b []byte, p int) bool {
 
 // findRecord reports whether b holds a complete record with a matching
 // checksum anywhere, returning its position. A candidate is hashed only if
-// what follows it could be the file's continuation (the end, a footer, or
-// another plausible length), and small candidates are tried before large
+// what follows it could be the file's continuation (the end, zero padding
+// to the end, a footer, or another plausible length), and small candidates
+// are tried before large
 // ones, since a damaged length is usually followed within a record or two by
 // a real, ordinary-sized one. Hostile input can still make this quadratic,
 // so the work is capped; when the cap is hit it returns found=false with
@@ -318,14 +402,17 @@ func recordAt(b []byte, p int) bool {
 // holds no record.
 func findRecord(b []byte) (p int, found bool) {
 	budget := 64<<20 + 4*len(b)
+	// Where zeros to the end start; no record starts inside them, since a
+	// record's length is never 0.
+	padding := len(bytes.TrimRight(b, "\x00"))
 	for lo, hi := 0, 4<<10; lo < MaxRecordBytes; lo, hi = hi, hi*16 {
-		for p = 0; p+RecordHeaderSize < len(b); p++ {
+		for p = 0; p < padding && p+RecordHeaderSize < len(b); p++ {
 			n := int(binary.LittleEndian.Uint32(b[p:]))
 			if n <= lo || n > hi || n > len(b)-p-RecordHeaderSize {
 				continue
 			}
 			if q := p + RecordHeaderSize + n; q+4 <= len(b) {
-				if next := binary.LittleEndian.Uint32(b[q:]); next != footerMarker && (next == 0 || int(next) > len(b)-q-RecordHeaderSize) {
+				if next := binary.LittleEndian.Uint32(b[q:]); next != footerMarker && (next == 0 && q < padding || int(next) > len(b)-q-RecordHeaderSize) {
 					continue
 				}
 			}

@@ -42,8 +42,9 @@ func NewWriter(w io.Writer, kind Kind) (*Writer, error) {
 
 // Tail is where an unsealed file ends, as found by a Reader that read it to
 // its end (or to its torn tail). A Writer resumed from a Tail continues the
-// file as if it had never been closed; the caller must first truncate the
-// file to Offset.
+// file as if it had never been closed; the caller must first make sure only
+// zeros follow Offset, by truncating the file there or by zeroing what
+// follows.
 type Tail struct {
 	Kind   Kind
 	Offset int64
