@@ -45,6 +45,12 @@
 // caller that must know reads the object back and compares the body with the
 // unique body it wrote.
 //
-// This package must never import a backend, perform I/O, or hold state; it is
-// the vocabulary the rest of Netsy and the backends share.
+//   - GetReader and PutIfAbsentFrom are Get and PutIfAbsent with the body
+//     streamed, for objects (snapshots) too large to hold in memory. They
+//     keep the same contract: a streamed create that fails, however far it
+//     got through the body, leaves no object, and a streamed read reports
+//     damage or a broken transfer as an error, never as a short body.
+//
+// This package must never import a backend, talk to object storage, or hold
+// state; it is the vocabulary the rest of Netsy and the backends share.
 package objstore

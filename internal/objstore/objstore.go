@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -13,8 +14,20 @@ import (
 type Store interface {
 	// Get returns the object's body and ETag, or ErrNotFound.
 	Get(ctx context.Context, key string) (body []byte, etag string, err error)
+	// GetReader is Get for bodies too large to hold in memory: it returns
+	// the body as a stream, valid while ctx is, which the caller must
+	// close. A read error reports damage or a broken transfer; the stream
+	// never ends early with io.EOF.
+	GetReader(ctx context.Context, key string) (body io.ReadCloser, etag string, err error)
 	// PutIfAbsent creates key (If-None-Match: *); ErrPreconditionFailed if it exists.
 	PutIfAbsent(ctx context.Context, key string, body []byte) (etag string, err error)
+	// PutIfAbsentFrom is PutIfAbsent for bodies too large to hold in
+	// memory: the body is r's size bytes, streamed. The store seeks r to
+	// its start itself, before each attempt it makes, so r must be a
+	// whole body of exactly size bytes (see CheckBody) and not be used by
+	// anyone else during the call. A body that cannot be read in full
+	// fails the call and creates nothing.
+	PutIfAbsentFrom(ctx context.Context, key string, r io.ReadSeeker, size int64) (etag string, err error)
 	// PutIfMatch replaces key only if its current ETag is etag (If-Match);
 	// ErrPreconditionFailed otherwise, including when key does not exist.
 	PutIfMatch(ctx context.Context, key string, body []byte, etag string) (newETag string, err error)
@@ -92,6 +105,28 @@ func ValidateKey(key string) error {
 		case len(seg) > MaxSegmentLen:
 			return bad(fmt.Sprintf("path segment longer than %d bytes", MaxSegmentLen))
 		}
+	}
+	return nil
+}
+
+// CheckBody checks that r holds exactly size bytes and seeks it to its
+// start, ready for PutIfAbsentFrom to stream. Checking first means a body
+// of the wrong length is refused before anything is sent, the same way on
+// every backend (an S3 request with a wrong Content-Length would fail only
+// in the HTTP client).
+func CheckBody(r io.Seeker, size int64) error {
+	if size < 0 {
+		return fmt.Errorf("objstore: negative body size %d", size)
+	}
+	end, err := r.Seek(0, io.SeekEnd)
+	if err != nil {
+		return fmt.Errorf("objstore: measure body: %w", err)
+	}
+	if end != size {
+		return fmt.Errorf("objstore: body holds %d bytes, the call says %d", end, size)
+	}
+	if _, err := r.Seek(0, io.SeekStart); err != nil {
+		return fmt.Errorf("objstore: rewind body: %w", err)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"time"
@@ -15,7 +16,8 @@ import (
 // Op selects Store methods; values combine with |.
 type Op uint8
 
-// The methods a Rule can select.
+// The methods a Rule can select. The streamed variants share their
+// method's Op: Get selects GetReader, PutIfAbsent selects PutIfAbsentFrom.
 const (
 	Get Op = 1 << iota
 	PutIfAbsent
@@ -243,10 +245,38 @@ func (s *Store) Get(ctx context.Context, key string) (body []byte, etag string, 
 	return body, etag, nil
 }
 
+// GetReader implements objstore.Store; faults select it as Get and apply
+// when the stream is opened.
+func (s *Store) GetReader(ctx context.Context, key string) (body io.ReadCloser, etag string, err error) {
+	err = s.do(ctx, Get, key, func() error {
+		body, etag, err = s.inner.GetReader(ctx, key)
+		return err
+	})
+	if err != nil {
+		if body != nil {
+			body.Close()
+		}
+		return nil, "", err
+	}
+	return body, etag, nil
+}
+
 // PutIfAbsent implements objstore.Store.
 func (s *Store) PutIfAbsent(ctx context.Context, key string, body []byte) (etag string, err error) {
 	err = s.do(ctx, PutIfAbsent, key, func() error {
 		etag, err = s.inner.PutIfAbsent(ctx, key, body)
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	return etag, nil
+}
+
+// PutIfAbsentFrom implements objstore.Store; faults select it as PutIfAbsent.
+func (s *Store) PutIfAbsentFrom(ctx context.Context, key string, r io.ReadSeeker, size int64) (etag string, err error) {
+	err = s.do(ctx, PutIfAbsent, key, func() error {
+		etag, err = s.inner.PutIfAbsentFrom(ctx, key, r, size)
 		return err
 	})
 	if err != nil {

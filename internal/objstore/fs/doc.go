@@ -24,7 +24,12 @@
 // renames it over the object and fsyncs the directory, so a reader — which
 // takes no lock — sees the old or the new body, never a mix, and an
 // acknowledged write survives a crash. Delete takes the same lock so it
-// cannot slip between a CAS's check and its rename.
+// cannot slip between a CAS's check and its rename. A streamed create
+// (PutIfAbsentFrom) writes and fsyncs its temp file before taking the lock,
+// which then covers only the check and the rename, so a large body never
+// holds up other keys of its stripe; a body that fails part-way leaves only
+// a temp file, removed at once. GetReader checks the MD5 as the body
+// streams and fails the read that reaches the end of a damaged file.
 //
 // List walks the tree depth-first, visiting each directory's entries in the
 // byte order of the keys they hold ("x.dir" sorts as "x/"), and prunes

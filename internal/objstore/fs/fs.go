@@ -1,11 +1,13 @@
 package fs
 
 import (
+	"bytes"
 	"context"
 	"crypto/md5"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"hash/fnv"
 	"io"
 	"io/fs"
@@ -131,9 +133,9 @@ func (s *Store) objectPath(key string) string {
 	return filepath.Join(parts...)
 }
 
-func etagOf(body []byte) (string, [md5.Size]byte) {
+func etagOf(body []byte) string {
 	sum := md5.Sum(body)
-	return hex.EncodeToString(sum[:]), sum
+	return hex.EncodeToString(sum[:])
 }
 
 // Get implements objstore.Store.
@@ -150,11 +152,65 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, string, error) {
 		return nil, "", fmt.Errorf("fs get %q: %w", key, err)
 	}
 	body := data[headerLen:]
-	if got, _ := etagOf(body); got != etag {
+	if got := etagOf(body); got != etag {
 		return nil, "", fmt.Errorf("fs get %q: object is corrupt: body MD5 %s, header says %s", key, got, etag)
 	}
 	return body, etag, nil
 }
+
+// GetReader implements objstore.Store. The body's MD5 is checked as it is
+// read: a damaged file fails the read that reaches its end instead of
+// returning io.EOF, so it is reported, never served whole.
+func (s *Store) GetReader(ctx context.Context, key string) (io.ReadCloser, string, error) {
+	if err := check(ctx, key); err != nil {
+		return nil, "", fmt.Errorf("fs get %q: %w", key, err)
+	}
+	f, err := os.Open(s.objectPath(key))
+	if err != nil {
+		return nil, "", fmt.Errorf("fs get %q: %w", key, mapErr(err))
+	}
+	var hdr [headerLen]byte
+	if _, err := io.ReadFull(f, hdr[:]); err != nil {
+		f.Close()
+		return nil, "", fmt.Errorf("fs get %q: object is corrupt: short header: %w", key, err)
+	}
+	etag, err := parseHeader(hdr[:])
+	if err != nil {
+		f.Close()
+		return nil, "", fmt.Errorf("fs get %q: %w", key, err)
+	}
+	return &verifyingReader{key: key, f: f, h: md5.New(), etag: etag}, etag, nil
+}
+
+// verifyingReader streams an object's body and compares its MD5 with the
+// header's at the end.
+type verifyingReader struct {
+	key  string
+	f    *os.File
+	h    hash.Hash
+	etag string
+	err  error
+}
+
+func (v *verifyingReader) Read(p []byte) (int, error) {
+	if v.err != nil {
+		return 0, v.err
+	}
+	n, err := v.f.Read(p)
+	v.h.Write(p[:n])
+	switch {
+	case err == io.EOF:
+		if got := hex.EncodeToString(v.h.Sum(nil)); got != v.etag {
+			err = fmt.Errorf("fs get %q: object is corrupt: body MD5 %s, header says %s", v.key, got, v.etag)
+		}
+	case err != nil:
+		err = fmt.Errorf("fs get %q: read body: %w", v.key, err)
+	}
+	v.err = err
+	return n, err
+}
+
+func (v *verifyingReader) Close() error { return v.f.Close() }
 
 func parseHeader(data []byte) (string, error) {
 	if len(data) < headerLen || string(data[:len(headerMagic)]) != headerMagic {
@@ -182,6 +238,49 @@ func (s *Store) PutIfAbsent(ctx context.Context, key string, body []byte) (strin
 		return err
 	})
 	if err != nil {
+		return "", fmt.Errorf("fs put-if-absent %q: %w", key, err)
+	}
+	return etag, nil
+}
+
+// PutIfAbsentFrom implements objstore.Store. The body is streamed into a
+// temp file before the key's lock is taken, so a large body never holds up
+// writers of other keys in its stripe; the lock covers only the check and
+// the rename.
+func (s *Store) PutIfAbsentFrom(ctx context.Context, key string, r io.ReadSeeker, size int64) (string, error) {
+	if err := check(ctx, key); err != nil {
+		return "", fmt.Errorf("fs put-if-absent %q: %w", key, err)
+	}
+	path := s.objectPath(key)
+	exists := func() error {
+		switch _, err := os.Lstat(path); {
+		case err == nil:
+			return objstore.ErrPreconditionFailed
+		case !errors.Is(err, fs.ErrNotExist):
+			return err
+		}
+		return nil
+	}
+	// A cheap early refusal, before the body is copied; checked again
+	// under the lock.
+	if err := exists(); err != nil {
+		return "", fmt.Errorf("fs put-if-absent %q: %w", key, err)
+	}
+	if err := objstore.CheckBody(r, size); err != nil {
+		return "", fmt.Errorf("fs put-if-absent %q: %w", key, err)
+	}
+	tmp, etag, err := s.writeTemp(ctx, r, size)
+	if err != nil {
+		return "", fmt.Errorf("fs put-if-absent %q: %w", key, err)
+	}
+	err = s.withLock(ctx, key, func() error {
+		if err := exists(); err != nil {
+			return err
+		}
+		return s.install(tmp, path)
+	})
+	if err != nil {
+		os.Remove(tmp) // a no-op once installed
 		return "", fmt.Errorf("fs put-if-absent %q: %w", key, err)
 	}
 	return etag, nil
@@ -241,44 +340,86 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 
 // write replaces path with body atomically and durably; the caller holds the key's lock.
 func (s *Store) write(path string, body []byte) (string, error) {
-	if err := s.mkdirs(filepath.Dir(path)); err != nil {
-		return "", err
-	}
-	etag, sum := etagOf(body)
-	f, err := os.CreateTemp(s.tmp, "put-*")
+	tmp, etag, err := s.writeTemp(context.Background(), bytes.NewReader(body), int64(len(body)))
 	if err != nil {
 		return "", err
 	}
+	if err := s.install(tmp, path); err != nil {
+		return "", err
+	}
+	return etag, nil
+}
+
+// writeTemp writes an object file holding the size bytes of r to a new
+// durable temp file and returns its path and the body's ETag. It takes no
+// lock: only install makes the file an object. The header, which holds the
+// MD5, is written last, so the body is read once.
+func (s *Store) writeTemp(ctx context.Context, r io.Reader, size int64) (path, etag string, err error) {
+	f, err := os.CreateTemp(s.tmp, "put-*")
+	if err != nil {
+		return "", "", err
+	}
 	tmp := f.Name()
-	ok := false
 	defer func() {
-		if !ok {
+		if err != nil {
 			f.Close()
 			os.Remove(tmp)
 		}
 	}()
+	if _, err := f.Seek(int64(headerLen), io.SeekStart); err != nil {
+		return "", "", err
+	}
+	h := md5.New()
+	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(ctxReader{ctx, r}, size))
+	if err != nil {
+		return "", "", fmt.Errorf("read body: %w", err)
+	}
+	if n != size {
+		return "", "", fmt.Errorf("read body: %w after %d of %d bytes", io.ErrUnexpectedEOF, n, size)
+	}
+	var sum [md5.Size]byte
+	h.Sum(sum[:0])
 	header := make([]byte, 0, headerLen)
 	header = append(append(header, headerMagic...), sum[:]...)
-	if _, err := f.Write(header); err != nil {
-		return "", err
-	}
-	if _, err := f.Write(body); err != nil {
-		return "", err
+	if _, err := f.WriteAt(header, 0); err != nil {
+		return "", "", err
 	}
 	if err := f.Sync(); err != nil {
-		return "", err
+		return "", "", err
 	}
 	if err := f.Close(); err != nil {
-		return "", err
+		return "", "", err
+	}
+	return tmp, hex.EncodeToString(sum[:]), nil
+}
+
+// install renames the temp file tmp over path and makes the rename durable;
+// the caller holds the key's lock. tmp is removed if it does not become
+// the object.
+func (s *Store) install(tmp, path string) error {
+	if err := s.mkdirs(filepath.Dir(path)); err != nil {
+		os.Remove(tmp)
+		return err
 	}
 	if err := os.Rename(tmp, path); err != nil {
-		return "", err
+		os.Remove(tmp)
+		return err
 	}
-	ok = true
-	if err := syncDir(filepath.Dir(path)); err != nil {
-		return "", err
+	return syncDir(filepath.Dir(path))
+}
+
+// ctxReader fails reads once ctx ends, so a canceled streamed write stops
+// reading its body.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
 	}
-	return etag, nil
+	return c.r.Read(p)
 }
 
 // mkdirs creates dir and any missing parents below the objects root,

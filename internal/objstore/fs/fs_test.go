@@ -63,8 +63,14 @@ func (a *alternating) next() objstore.Store {
 func (a *alternating) Get(ctx context.Context, key string) ([]byte, string, error) {
 	return a.next().Get(ctx, key)
 }
+func (a *alternating) GetReader(ctx context.Context, key string) (io.ReadCloser, string, error) {
+	return a.next().GetReader(ctx, key)
+}
 func (a *alternating) PutIfAbsent(ctx context.Context, key string, body []byte) (string, error) {
 	return a.next().PutIfAbsent(ctx, key, body)
+}
+func (a *alternating) PutIfAbsentFrom(ctx context.Context, key string, r io.ReadSeeker, size int64) (string, error) {
+	return a.next().PutIfAbsentFrom(ctx, key, r, size)
 }
 func (a *alternating) PutIfMatch(ctx context.Context, key string, body []byte, etag string) (string, error) {
 	return a.next().PutIfMatch(ctx, key, body, etag)
@@ -120,6 +126,15 @@ func TestCorruptObjectIsReported(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "corrupt") || errors.Is(err, objstore.ErrNotFound) {
 		t.Fatalf("Get(corrupt) = %v, want a corruption error", err)
 	}
+	// A stream of it fails at the end instead of ending cleanly.
+	rc, _, err := s.GetReader(ctx, "wal/00000000000000000001")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadAll(rc); err == nil || !strings.Contains(err.Error(), "corrupt") {
+		t.Fatalf("GetReader(corrupt) read = %v, want a corruption error", err)
+	}
+	rc.Close()
 	// The header still names the ETag of what was written, so a CAS against
 	// the acknowledged version is not confused by the damage.
 	infos, err := s.List(ctx, "wal/", "", 0)
@@ -148,11 +163,22 @@ func TestNoStrayFilesAfterWrites(t *testing.T) {
 	if _, err := s.PutIfMatch(ctx, "a/b", []byte("3"), e); !errors.Is(err, objstore.ErrPreconditionFailed) {
 		t.Fatal(err)
 	}
+	if _, err := s.PutIfAbsentFrom(ctx, "a/b", bytes.NewReader([]byte("4")), 1); !errors.Is(err, objstore.ErrPreconditionFailed) {
+		t.Fatal(err)
+	}
+	if _, err := s.PutIfAbsentFrom(ctx, "a/c", io.NewSectionReader(failingReaderAt{}, 0, 1<<20), 1<<20); err == nil {
+		t.Fatal("PutIfAbsentFrom with a failing body succeeded")
+	}
 	tmp, err := os.ReadDir(filepath.Join(dir, "tmp"))
 	if err != nil || len(tmp) != 0 {
 		t.Fatalf("tmp/ = %v, %v; want empty", tmp, err)
 	}
 }
+
+// failingReaderAt fails every read.
+type failingReaderAt struct{}
+
+func (failingReaderAt) ReadAt([]byte, int64) (int, error) { return 0, errors.New("disk on fire") }
 
 // Cross-process race. The parent starts helper processes (this test binary
 // re-executed with NETSY_FS_HELPER_DIR set), releases them together through

@@ -1,10 +1,12 @@
 package mem
 
 import (
+	"bytes"
 	"context"
 	"crypto/md5"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"sync"
@@ -58,19 +60,61 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, string, error) {
 	return slices.Clone(o.body), o.etag, nil
 }
 
+// GetReader implements objstore.Store. Stored bodies are never modified
+// (writes replace them), so the stream reads the stored body directly.
+func (s *Store) GetReader(ctx context.Context, key string) (io.ReadCloser, string, error) {
+	if err := check(ctx, key); err != nil {
+		return nil, "", fmt.Errorf("mem get %q: %w", key, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o, ok := s.objects[key]
+	if !ok {
+		return nil, "", fmt.Errorf("mem get %q: %w", key, objstore.ErrNotFound)
+	}
+	return io.NopCloser(bytes.NewReader(o.body)), o.etag, nil
+}
+
 // PutIfAbsent implements objstore.Store.
 func (s *Store) PutIfAbsent(ctx context.Context, key string, body []byte) (string, error) {
 	if err := check(ctx, key); err != nil {
 		return "", fmt.Errorf("mem put-if-absent %q: %w", key, err)
 	}
+	etag, err := s.create(key, slices.Clone(body))
+	if err != nil {
+		return "", fmt.Errorf("mem put-if-absent %q: %w", key, err)
+	}
+	return etag, nil
+}
+
+// PutIfAbsentFrom implements objstore.Store.
+func (s *Store) PutIfAbsentFrom(ctx context.Context, key string, r io.ReadSeeker, size int64) (string, error) {
+	if err := check(ctx, key); err != nil {
+		return "", fmt.Errorf("mem put-if-absent %q: %w", key, err)
+	}
+	if err := objstore.CheckBody(r, size); err != nil {
+		return "", fmt.Errorf("mem put-if-absent %q: %w", key, err)
+	}
+	body := make([]byte, size)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return "", fmt.Errorf("mem put-if-absent %q: read body: %w", key, err)
+	}
+	etag, err := s.create(key, body)
+	if err != nil {
+		return "", fmt.Errorf("mem put-if-absent %q: %w", key, err)
+	}
+	return etag, nil
+}
+
+// create stores body, which the store now owns, under key unless key exists.
+func (s *Store) create(key string, body []byte) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.objects[key]; ok {
-		return "", fmt.Errorf("mem put-if-absent %q: %w", key, objstore.ErrPreconditionFailed)
+		return "", objstore.ErrPreconditionFailed
 	}
 	if other, ok := s.nestingConflictLocked(key); ok {
-		return "", fmt.Errorf("mem put-if-absent %q: %w: %q already exists and MinIO would hide the deeper key from List",
-			key, objstore.ErrInvalidKey, other)
+		return "", fmt.Errorf("%w: %q already exists and MinIO would hide the deeper key from List", objstore.ErrInvalidKey, other)
 	}
 	return s.putLocked(key, body), nil
 }
@@ -89,7 +133,7 @@ func (s *Store) PutIfMatch(ctx context.Context, key string, body []byte, etag st
 	if !ok || o.etag != etag {
 		return "", fmt.Errorf("mem put-if-match %q: %w", key, objstore.ErrPreconditionFailed)
 	}
-	return s.putLocked(key, body), nil
+	return s.putLocked(key, slices.Clone(body)), nil
 }
 
 // nestingConflictLocked finds an existing key that is a '/'-prefix of key or
@@ -110,8 +154,9 @@ func (s *Store) nestingConflictLocked(key string) (string, bool) {
 	return "", false
 }
 
+// putLocked stores body, which the store now owns.
 func (s *Store) putLocked(key string, body []byte) string {
-	o := object{body: slices.Clone(body), etag: etagOf(body), modTime: s.clk.Now()}
+	o := object{body: body, etag: etagOf(body), modTime: s.clk.Now()}
 	s.objects[key] = o
 	return o.etag
 }

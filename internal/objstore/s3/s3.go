@@ -142,6 +142,61 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, string, error) {
 	return body, unquote(out.ETag), nil
 }
 
+// GetReader implements objstore.Store.
+func (s *Store) GetReader(ctx context.Context, key string) (io.ReadCloser, string, error) {
+	if err := objstore.ValidateKey(key); err != nil {
+		return nil, "", fmt.Errorf("s3 get %q: %w", key, err)
+	}
+	out, err := s.client.GetObject(ctx, &awss3.GetObjectInput{Bucket: &s.bucket, Key: aws.String(s.prefix + key)})
+	if err != nil {
+		return nil, "", fmt.Errorf("s3 get %q: %w", key, mapErr(opGet, err))
+	}
+	return &bodyReader{key: key, body: out.Body}, unquote(out.ETag), nil
+}
+
+// bodyReader passes read errors of a streamed body through mapErr. The
+// HTTP client already turns a body cut short of its Content-Length into
+// io.ErrUnexpectedEOF, so the stream never ends early with io.EOF.
+type bodyReader struct {
+	key  string
+	body io.ReadCloser
+}
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	n, err := b.body.Read(p)
+	if err != nil && err != io.EOF {
+		err = fmt.Errorf("s3 get %q: read body: %w", b.key, mapErr(opGet, err))
+	}
+	return n, err
+}
+
+func (b *bodyReader) Close() error { return b.body.Close() }
+
+// PutIfAbsentFrom implements objstore.Store. The SDK gets r itself as the
+// body: it seeks it back to the start before each of its own retries (and,
+// over plain HTTP, after reading it once to sign the payload), so nothing
+// is buffered. A body that fails part-way through the send leaves the
+// service with fewer bytes than Content-Length, and it stores nothing.
+func (s *Store) PutIfAbsentFrom(ctx context.Context, key string, r io.ReadSeeker, size int64) (string, error) {
+	if err := objstore.ValidateKey(key); err != nil {
+		return "", fmt.Errorf("s3 put-if-absent %q: %w", key, err)
+	}
+	if err := objstore.CheckBody(r, size); err != nil {
+		return "", fmt.Errorf("s3 put-if-absent %q: %w", key, err)
+	}
+	out, err := s.client.PutObject(ctx, &awss3.PutObjectInput{
+		Bucket:        &s.bucket,
+		Key:           aws.String(s.prefix + key),
+		Body:          r,
+		ContentLength: aws.Int64(size),
+		IfNoneMatch:   aws.String("*"),
+	})
+	if err != nil {
+		return "", fmt.Errorf("s3 put-if-absent %q: %w", key, mapErr(opPutIfAbsent, err))
+	}
+	return unquote(out.ETag), nil
+}
+
 // PutIfAbsent implements objstore.Store.
 func (s *Store) PutIfAbsent(ctx context.Context, key string, body []byte) (string, error) {
 	if err := objstore.ValidateKey(key); err != nil {

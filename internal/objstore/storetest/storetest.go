@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"sync"
@@ -50,6 +51,14 @@ func Run(t *testing.T, newStore NewStore) {
 		{"RacePutIfAbsent", testRacePutIfAbsent},
 		{"RacePutIfMatch", testRacePutIfMatch},
 		{"ContextCanceled", testContextCanceled},
+		{"GetReaderMissing", testGetReaderMissing},
+		{"PutIfAbsentFromGet", testPutIfAbsentFromGet},
+		{"PutIfAbsentFromEmpty", testPutIfAbsentFromEmpty},
+		{"PutIfAbsentFromExisting", testPutIfAbsentFromExisting},
+		{"PutIfAbsentFromWrongSize", testPutIfAbsentFromWrongSize},
+		{"PutIfAbsentFromReaderFails", testPutIfAbsentFromReaderFails},
+		{"PutIfAbsentFromReaderFailsLater", testPutIfAbsentFromReaderFailsLater},
+		{"RacePutIfAbsentFrom", testRacePutIfAbsentFrom},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -320,6 +329,12 @@ func testInvalidKeys(t *testing.T, s objstore.Store) {
 		}
 		if _, err := s.PutIfAbsent(ctx, key, []byte("x")); !errors.Is(err, objstore.ErrInvalidKey) {
 			t.Errorf("PutIfAbsent(%q): err = %v, want ErrInvalidKey", key, err)
+		}
+		if _, _, err := s.GetReader(ctx, key); !errors.Is(err, objstore.ErrInvalidKey) {
+			t.Errorf("GetReader(%q): err = %v, want ErrInvalidKey", key, err)
+		}
+		if _, err := s.PutIfAbsentFrom(ctx, key, bytes.NewReader([]byte("x")), 1); !errors.Is(err, objstore.ErrInvalidKey) {
+			t.Errorf("PutIfAbsentFrom(%q): err = %v, want ErrInvalidKey", key, err)
 		}
 		if _, err := s.PutIfMatch(ctx, key, []byte("x"), "etag"); !errors.Is(err, objstore.ErrInvalidKey) {
 			t.Errorf("PutIfMatch(%q): err = %v, want ErrInvalidKey", key, err)
@@ -613,10 +628,195 @@ func testContextCanceled(t *testing.T, s objstore.Store) {
 	check("PutIfAbsent", err)
 	_, err = s.PutIfMatch(ctx, "c/exists", []byte("v2"), etag)
 	check("PutIfMatch", err)
+	_, _, err = s.GetReader(ctx, "c/exists")
+	check("GetReader", err)
+	_, err = s.PutIfAbsentFrom(ctx, "c/streamed", bytes.NewReader([]byte("x")), 1)
+	check("PutIfAbsentFrom", err)
+	expectMissing(t, s, "c/streamed")
 	check("Delete", s.Delete(ctx, "c/exists"))
 	_, err = s.List(ctx, "c/", "", 0)
 	check("List", err)
 	// A call canceled before it started must not have written anything.
 	expectMissing(t, s, "c/new")
 	expectBody(t, s, "c/exists", []byte("v1"), etag)
+}
+
+// readAll reads key through GetReader.
+func readAll(t *testing.T, s objstore.Store, key string) ([]byte, string) {
+	t.Helper()
+	rc, etag, err := s.GetReader(ctxFor(t), key)
+	if err != nil {
+		t.Fatalf("GetReader(%q): %v", key, err)
+	}
+	defer rc.Close()
+	body, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatalf("GetReader(%q): read: %v", key, err)
+	}
+	return body, etag
+}
+
+func testGetReaderMissing(t *testing.T, s objstore.Store) {
+	rc, etag, err := s.GetReader(ctxFor(t), "nope/missing")
+	expectErr(t, "GetReader missing", err, objstore.ErrNotFound)
+	if rc != nil || etag != "" {
+		t.Fatalf("GetReader missing returned a body or etag %q", etag)
+	}
+}
+
+func testPutIfAbsentFromGet(t *testing.T, s objstore.Store) {
+	body := randomBytes(t, 5<<20+12345)
+	r := bytes.NewReader(body)
+	// Left part-way through: the store reads the whole body regardless.
+	if _, err := r.Seek(1000, io.SeekStart); err != nil {
+		t.Fatal(err)
+	}
+	etag, err := s.PutIfAbsentFrom(ctxFor(t), "big/streamed", r, int64(len(body)))
+	if err != nil {
+		t.Fatalf("PutIfAbsentFrom: %v", err)
+	}
+	if sum := md5.Sum(body); etag != hex.EncodeToString(sum[:]) {
+		t.Fatalf("etag %q is not the hex MD5 of the body %x", etag, sum)
+	}
+	expectBody(t, s, "big/streamed", body, etag)
+	got, getETag := readAll(t, s, "big/streamed")
+	if !bytes.Equal(got, body) || getETag != etag {
+		t.Fatalf("GetReader = %d bytes, etag %q; want %d bytes, etag %q", len(got), getETag, len(body), etag)
+	}
+	infos, err := s.List(ctxFor(t), "big/", "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(infos) != 1 || infos[0].Size != int64(len(body)) || infos[0].ETag != etag {
+		t.Fatalf("List = %+v", infos)
+	}
+	// A streamed object is an ordinary object: CAS replaces it and
+	// GetReader sees the new body.
+	etag2, err := s.PutIfMatch(ctxFor(t), "big/streamed", []byte("small now"), etag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, e := readAll(t, s, "big/streamed"); string(got) != "small now" || e != etag2 {
+		t.Fatalf("GetReader after PutIfMatch = %q, %q", got, e)
+	}
+}
+
+func testPutIfAbsentFromEmpty(t *testing.T, s objstore.Store) {
+	etag, err := s.PutIfAbsentFrom(ctxFor(t), "empty", bytes.NewReader(nil), 0)
+	if err != nil {
+		t.Fatalf("PutIfAbsentFrom empty: %v", err)
+	}
+	if got, e := readAll(t, s, "empty"); len(got) != 0 || e != etag {
+		t.Fatalf("GetReader empty = %q, %q; want empty body, etag %q", got, e, etag)
+	}
+}
+
+func testPutIfAbsentFromExisting(t *testing.T, s objstore.Store) {
+	etag := mustPutIfAbsent(t, s, "k", []byte("first"))
+	_, err := s.PutIfAbsentFrom(ctxFor(t), "k", bytes.NewReader([]byte("second")), 6)
+	expectErr(t, "PutIfAbsentFrom existing", err, objstore.ErrPreconditionFailed)
+	_, err = s.PutIfAbsentFrom(ctxFor(t), "k", bytes.NewReader([]byte("first")), 5)
+	expectErr(t, "PutIfAbsentFrom existing same body", err, objstore.ErrPreconditionFailed)
+	expectBody(t, s, "k", []byte("first"), etag)
+
+	// And the other way round: a streamed create is a create.
+	e2, err := s.PutIfAbsentFrom(ctxFor(t), "s", bytes.NewReader([]byte("streamed")), 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.PutIfAbsent(ctxFor(t), "s", []byte("other"))
+	expectErr(t, "PutIfAbsent over a streamed object", err, objstore.ErrPreconditionFailed)
+	expectBody(t, s, "s", []byte("streamed"), e2)
+}
+
+func testPutIfAbsentFromWrongSize(t *testing.T, s objstore.Store) {
+	body := []byte("twelve bytes")
+	for _, size := range []int64{0, 11, 13, -1} {
+		_, err := s.PutIfAbsentFrom(ctxFor(t), "sized", bytes.NewReader(body), size)
+		if err == nil || errors.Is(err, objstore.ErrPreconditionFailed) {
+			t.Fatalf("PutIfAbsentFrom of %d bytes said to be %d: err = %v, want a body error", len(body), size, err)
+		}
+		expectMissing(t, s, "sized")
+	}
+}
+
+// errBodyRead is what failingBody returns.
+var errBodyRead = errors.New("storetest: body read failed")
+
+// failingBody is a seekable body that fails the first read past failAt
+// on every pass over it from the start, from the failFrom-th pass on. A
+// backend may make more than one pass (the S3 SDK reads the body once to
+// sign it and again to send it). It has no other methods (no WriteTo), so
+// nothing can read around the failure.
+type failingBody struct {
+	r              *bytes.Reader
+	failAt         int64
+	failFrom, pass int
+}
+
+func newFailingBody(body []byte, failAt int64, failFrom int) *failingBody {
+	return &failingBody{r: bytes.NewReader(body), failAt: failAt, failFrom: failFrom}
+}
+
+func (f *failingBody) Read(p []byte) (int, error) {
+	pos := f.r.Size() - int64(f.r.Len())
+	if pos == 0 && len(p) > 0 {
+		f.pass++
+	}
+	if f.pass >= f.failFrom && pos+int64(len(p)) > f.failAt {
+		if pos >= f.failAt {
+			return 0, errBodyRead
+		}
+		p = p[:f.failAt-pos]
+	}
+	return f.r.Read(p)
+}
+
+func (f *failingBody) Seek(offset int64, whence int) (int64, error) { return f.r.Seek(offset, whence) }
+
+func testPutIfAbsentFromReaderFails(t *testing.T, s objstore.Store) {
+	body := randomBytes(t, 3<<20)
+	fb := newFailingBody(body, 1<<20, 1)
+	if _, err := s.PutIfAbsentFrom(ctxFor(t), "broken/body", fb, int64(len(body))); err == nil {
+		t.Fatal("PutIfAbsentFrom with a body that fails half-way succeeded")
+	}
+	expectMissing(t, s, "broken/body")
+	infos, err := s.List(ctxFor(t), "broken/", "", 0)
+	if err != nil || len(infos) != 0 {
+		t.Fatalf("List after a failed streamed create = %+v, %v", infos, err)
+	}
+	// Nothing was left to block a later create of the key.
+	etag, err := s.PutIfAbsentFrom(ctxFor(t), "broken/body", bytes.NewReader(body), int64(len(body)))
+	if err != nil {
+		t.Fatalf("PutIfAbsentFrom after a failed one: %v", err)
+	}
+	expectBody(t, s, "broken/body", body, etag)
+}
+
+// testPutIfAbsentFromReaderFailsLater fails the body only on a second pass:
+// a backend that reads it once succeeds, one that reads it again (to send
+// it after signing) fails while sending. Either way the object is all or
+// nothing.
+func testPutIfAbsentFromReaderFailsLater(t *testing.T, s objstore.Store) {
+	body := randomBytes(t, 3<<20)
+	fb := newFailingBody(body, 1<<20, 2)
+	etag, err := s.PutIfAbsentFrom(ctxFor(t), "late/body", fb, int64(len(body)))
+	t.Logf("%d passes over the body; err = %v", fb.pass, err)
+	if err != nil {
+		expectMissing(t, s, "late/body")
+		return
+	}
+	expectBody(t, s, "late/body", body, etag)
+}
+
+func testRacePutIfAbsentFrom(t *testing.T, s objstore.Store) {
+	body := func(i int) []byte { return bytes.Repeat(fmt.Appendf(nil, "racer %d ", i), 8<<10) }
+	for round := range 3 {
+		key := fmt.Sprintf("race/streamed/%d", round)
+		etags, errs := race(func(i int) (string, error) {
+			b := body(i)
+			return s.PutIfAbsentFrom(ctxFor(t), key, bytes.NewReader(b), int64(len(b)))
+		})
+		oneWinner(t, s, key, etags, errs, body)
+	}
 }
