@@ -32,7 +32,12 @@
 // so junk after zeros is a torn tail unless a valid record or a footer
 // (zero padding after it ignored) follows. A record can never be all zeros,
 // since a length of 0 is invalid. A footer whose magic is still zeros is a
-// seal a crash cut short and is judged by the same rule.
+// seal a crash cut short and is judged by the same rule. The rule is the
+// conservative one: a power loss during the fsync of a batch spanning
+// several sectors can leave a zeroed sector followed by later records of
+// that same, never acknowledged, batch, and that is reported as
+// corruption, since nothing in the file tells it apart from an
+// acknowledged sector that came back zeroed.
 //
 // The package never touches the filesystem by name and never drops data
 // silently: every problem is an error naming the file and the byte offset.

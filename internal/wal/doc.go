@@ -13,8 +13,17 @@
 //   - Only the torn end of the newest segment is ever truncated, and only
 //     when nothing valid follows the damage (see package datafile). Any other
 //     damage stops Open with an error naming the file.
+//   - Segments are preallocated, so an fsync after an append never grows
+//     the file: a new segment is the spare (spare.seg.tmp: a header, then
+//     zeros up to SegmentBytes, fsync'd) renamed into place. The unsealed
+//     newest segment therefore ends in zeros, its clean end by the rule in
+//     package datafile; Open cuts a torn tail off and writes zeros back, and
+//     sealing cuts the zeros off so that a sealed segment ends with its
+//     footer. Local snapshots are not preallocated.
 //
 // It never decides what is in an entry, never talks to object storage, and
-// never deletes a segment a snapshot does not cover. One goroutine, started
-// by Open and stopped by Close, does all segment writes.
+// never deletes a segment a snapshot does not cover. Two goroutines, started
+// by Open and stopped by Close, do all file writes: the writer writes
+// segments, and the spare goroutine writes the zeros of the next spare so
+// that they never sit on the write path.
 package wal

@@ -19,7 +19,8 @@ import (
 // Segments that start after index are removed newest first and the removal
 // is made durable before the segment holding index is cut, so a crash at
 // any point leaves a dense log that Open accepts. The cut segment loses its
-// footer and becomes the unsealed newest segment. An index below the newest
+// footer (and any preallocated zeros) and becomes the unsealed newest
+// segment, which Open preallocates again. An index below the newest
 // local snapshot is refused: the snapshot would cover entries the log no
 // longer has.
 func TruncateAfter(dir string, index uint64) error {

@@ -55,6 +55,7 @@ func TestTruncateAfter(t *testing.T) {
 			if got := w.LastIndex(); got != cut {
 				t.Fatalf("LastIndex after TruncateAfter(%d) = %d", cut, got)
 			}
+			checkLayout(t, dir, 512)
 			if cut > 0 {
 				checkReplay(t, w, 1, cut)
 			}

@@ -26,6 +26,9 @@ const (
 	DefaultSegmentBytes = 64 << 20
 
 	segmentSuffix = ".seg"
+	// spareName is the preallocated empty segment waiting to be renamed
+	// into place; listSegments does not see it.
+	spareName = "spare.seg.tmp"
 	// slowSync is how long an fsync may take before it is worth a warning.
 	slowSync = time.Second
 	// maxIdleBuffer bounds the queue buffer kept between batches, so one
@@ -65,6 +68,8 @@ type hooks struct {
 	// beforeSync runs before each fsync of a segment; an error stands in for
 	// the fsync failing.
 	beforeSync func() error
+	// beforeSpareFill runs on the spare goroutine before it writes zeros.
+	beforeSpareFill func()
 }
 
 // WAL is the local log. Append is meant to be called by one goroutine (the
@@ -80,6 +85,13 @@ type WAL struct {
 
 	kick chan struct{}
 	done chan struct{}
+
+	// The spare-segment goroutine (see spare.go) takes requests on
+	// spareReq, answers each on spareReady, and exits when stop closes.
+	spareReq   chan struct{}
+	spareReady chan error
+	stop       chan struct{}
+	spareDone  chan struct{}
 
 	mu       sync.Mutex
 	pend     []byte      // framed entries queued for the writer goroutine
@@ -104,10 +116,11 @@ type WAL struct {
 	snapMu sync.Mutex // serializes SaveSnapshot
 
 	// Owned by the writer goroutine (and by Open before it starts).
-	active *segment
-	file   *os.File
-	bw     *bufio.Writer
-	dw     *datafile.Writer
+	active       *segment
+	file         *os.File
+	bw           *bufio.Writer
+	dw           *datafile.Writer
+	sparePending bool // a spare was requested and its answer not yet taken
 }
 
 type frameMeta struct {
@@ -152,6 +165,11 @@ func Open(opts Options) (*WAL, error) {
 		kick:    make(chan struct{}, 1),
 		done:    make(chan struct{}),
 		changed: make(chan struct{}),
+
+		spareReq:   make(chan struct{}, 1),
+		spareReady: make(chan error, 1),
+		stop:       make(chan struct{}),
+		spareDone:  make(chan struct{}),
 	}
 	if w.segSize == 0 {
 		w.segSize = DefaultSegmentBytes
@@ -175,6 +193,8 @@ func Open(opts Options) (*WAL, error) {
 		}
 		return nil, fmt.Errorf("open wal %s: %w", opts.Dir, err)
 	}
+	go w.runSpares()
+	w.requestSpare()
 	go w.run()
 	return w, nil
 }
@@ -341,13 +361,34 @@ func (w *WAL) scanNewest(s *segment) (keep bool, err error) {
 	if r.Sealed() {
 		ft, _ := r.Footer()
 		s.count, s.size, s.sealed = ft.Records, r.Offset(), true
+		if st.Size() > s.size {
+			// A crash while sealing left the padding after the footer.
+			if err := f.Truncate(s.size); err != nil {
+				return false, fmt.Errorf("truncate sealed segment %s at %d: %w", s.path, s.size, err)
+			}
+			if err := f.Sync(); err != nil {
+				return false, fmt.Errorf("sync segment %s: %w", s.path, err)
+			}
+		}
 		return true, nil
 	}
 	tail, _ := r.Tail()
+	size := st.Size()
 	if torn != nil {
-		w.log.Warn("truncating torn tail of newest segment", "path", s.path, "offset", torn.Offset, "size", st.Size(), "reason", torn.Reason)
+		// Cut the damage off and let the fill below put zeros back, so the
+		// segment keeps its preallocation and nothing but zeros follows
+		// the valid prefix.
+		w.log.Warn("truncating torn tail of newest segment", "path", s.path, "offset", torn.Offset, "size", size, "reason", torn.Reason)
 		if err := f.Truncate(tail.Offset); err != nil {
 			return false, fmt.Errorf("truncate segment %s at %d: %w", s.path, tail.Offset, err)
+		}
+		size = tail.Offset
+	}
+	if size < w.segSize {
+		// After a torn tail, TruncateAfter, or a segment written before
+		// segments were preallocated.
+		if err := fillZeros(f, size, w.segSize, nil); err != nil {
+			return false, fmt.Errorf("preallocate segment %s: %w", s.path, err)
 		}
 	}
 	// The previous process may have died with written but unsynced pages;
@@ -461,6 +502,11 @@ func (w *WAL) Close() error {
 		}
 	}
 	<-w.done
+	// Only now: the writer may have waited for a spare while draining.
+	if !already {
+		close(w.stop)
+	}
+	<-w.spareDone
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if !already && w.file != nil {
@@ -590,10 +636,12 @@ func (w *WAL) prepare(index uint64, n int) error {
 
 func (w *WAL) createSegment(first uint64) error {
 	s := &segment{path: filepath.Join(w.dir, segmentName(first)), first: first}
-	f, err := os.OpenFile(s.path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	f, err := w.newSegmentFile(s.path)
 	if err != nil {
 		return fmt.Errorf("create segment: %w", err)
 	}
+	// The spare's header is already on disk; writing the same bytes again
+	// keeps the Writer's checksum and offset its own business.
 	if w.bw == nil {
 		w.bw = bufio.NewWriterSize(f, 256<<10)
 	} else {
@@ -614,6 +662,7 @@ func (w *WAL) createSegment(first uint64) error {
 	w.segMu.Lock()
 	w.segs = append(w.segs, s)
 	w.segMu.Unlock()
+	w.requestSpare()
 	return nil
 }
 
@@ -640,6 +689,15 @@ func (w *WAL) sealActive() error {
 	}
 	if _, err := w.dw.Finish(); err != nil {
 		return fmt.Errorf("seal segment %s: %w", w.active.path, err)
+	}
+	if err := w.bw.Flush(); err != nil {
+		return fmt.Errorf("write segment %s: %w", w.active.path, err)
+	}
+	// A sealed file ends with its footer. One fsync covers the footer and
+	// the cut; a crash before it leaves the footer followed by zeros,
+	// which Open reads as sealed.
+	if err := w.file.Truncate(w.dw.Offset()); err != nil {
+		return fmt.Errorf("cut padding of segment %s: %w", w.active.path, err)
 	}
 	if err := w.syncActive(); err != nil {
 		return err

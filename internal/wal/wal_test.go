@@ -339,6 +339,7 @@ func TestCrashTruncatesTornTail(t *testing.T) {
 		if last < firstOfNewest-1 || last > 120 {
 			t.Fatalf("cut %d: last index %d", cut, last)
 		}
+		checkLayout(t, dir, 2048)
 		checkReplay(t, w, 1, last)
 		// The log goes on densely from what survived.
 		appendRange(t, w, last+1, last+30)
