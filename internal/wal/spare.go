@@ -25,7 +25,8 @@ import (
 // Writing 64 MiB of zeros must not sit on the write path, so the spare
 // goroutine keeps one empty segment ready under spareName: the header and
 // zeros up to the segment size, fsync'd. When the log rolls the writer
-// renames it into place and asks for the next one.
+// renames it into place; it asks for the next one once the new segment is
+// half full, so a log that never fills a segment writes no spare for it.
 
 // fillChunk is the size of one zero write, each fsync'd before the next. An
 // fsync of the active segment that lands while a spare is being written

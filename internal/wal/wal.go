@@ -194,7 +194,10 @@ func Open(opts Options) (*WAL, error) {
 		return nil, fmt.Errorf("open wal %s: %w", opts.Dir, err)
 	}
 	go w.runSpares()
-	w.requestSpare()
+	if w.active == nil {
+		// The first segment of a new log is preallocated too.
+		w.requestSpare()
+	}
 	go w.run()
 	return w, nil
 }
@@ -628,6 +631,9 @@ func (w *WAL) prepare(index uint64, n int) error {
 				return err
 			}
 		default:
+			if w.dw.Offset() > w.segSize/2 {
+				w.requestSpare()
+			}
 			return nil
 		}
 	}
@@ -662,7 +668,10 @@ func (w *WAL) createSegment(first uint64) error {
 	w.segMu.Lock()
 	w.segs = append(w.segs, s)
 	w.segMu.Unlock()
-	w.requestSpare()
+	// The next spare is asked for once this segment is half full (see
+	// prepare): a log that never fills its segment, as a short-lived or
+	// quiet node's, never writes a second 64 MiB of zeros, and a fresh
+	// node's first writes do not share the disk with that fill.
 	return nil
 }
 
