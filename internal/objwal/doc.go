@@ -61,9 +61,13 @@
 // their index is in the bucket, and only after the metadata file records
 // that the local log agrees with the bucket at least that far, so a local
 // snapshot never covers entries a restart could not check against the
-// bucket. A restore always starts from a snapshot plus the chunks after its
-// wal_seq, and any hole, damaged object or out-of-order entry stops Open
-// with an error naming the object: a state with a hole is never served.
+// bucket. The upload streams the local file just saved (retries rewind
+// it), and a restore decodes a snapshot as it downloads, so the encoded
+// form of a snapshot is never held in memory; each such transfer may take
+// longer than one ordinary call, in proportion to its size. A restore
+// always starts from a snapshot plus the chunks after its wal_seq, and any
+// hole, damaged object or out-of-order entry stops Open with an error
+// naming the object: a state with a hole is never served.
 //
 // objwal never evaluates or changes entries, never acknowledges an entry
 // that a deposed writer could have lost, never deletes an object on the

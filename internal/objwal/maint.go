@@ -1,10 +1,10 @@
 package objwal
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"time"
 
@@ -101,42 +101,23 @@ func (l *Log) readySnapshot() (*datafile.Snapshot, uint64) {
 // The checkpoint is moved to the snapshot's index first: a local snapshot
 // must never cover entries a restart could not check against the bucket.
 func (l *Log) publishSnapshot(s *datafile.Snapshot, walSeq uint64) {
-	h := proto.Clone(s.Header).(*netsyv1.SnapshotHeader)
-	h.WalSeq = walSeq
-	snap := &datafile.Snapshot{Header: h, KVs: s.KVs, Leases: s.Leases}
+	h := l.saveSnapshot(s, walSeq)
+	if h == nil {
+		return
+	}
+	// From here on the snapshot is the local file: the upload streams it
+	// from disk, so the in-memory copy (and the old values it still
+	// references) can be collected while the upload runs, and the encoded
+	// snapshot is never held in memory.
 	key := snapKey(h.Revision)
-
-	if l.meta.Index < h.Index {
-		m := l.meta.clone()
-		m.Seq, m.Index = walSeq, h.Index
-		if err := writeMeta(l.metaPath, m); err != nil {
-			l.log.Error("write metadata before saving a snapshot; snapshot skipped", "index", h.Index, "error", err)
-			return
-		}
-		l.meta, l.metaWritten = m, l.clk.Now()
-	}
-	if err := l.wal.SaveSnapshot(snap); err != nil {
-		l.log.Error("save snapshot locally", "index", h.Index, "error", err)
-		return
-	}
-
-	var buf bytes.Buffer
-	if err := datafile.EncodeSnapshot(&buf, snap); err != nil {
-		l.log.Error("encode snapshot", "key", key, "error", err)
-		return
-	}
-	body := buf.Bytes()
-	err := l.retry(l.ctx, 0, "put "+key, isPrecondition, func(ctx context.Context) error {
-		_, err := l.store.PutIfAbsent(ctx, key, body)
-		return err
-	})
+	size, err := l.uploadSnapshot(l.ctx, key, h.Index, 0)
 	switch {
 	case err == nil:
-		l.log.Info("uploaded snapshot", "key", key, "index", h.Index, "wal_seq", walSeq, "bytes", len(body))
+		l.log.Info("uploaded snapshot", "key", key, "index", h.Index, "wal_seq", walSeq, "bytes", size)
 	case isPrecondition(err):
 		// Another snapshot at this revision (lease entries do not move the
 		// revision) or our own earlier attempt: keep the first either way.
-		other, err := l.readSnapshotHeader(key)
+		other, err := l.readSnapshotHeader(key, size)
 		if err != nil {
 			l.log.Warn("a snapshot at this revision exists and cannot be read", "key", key, "error", err)
 			return
@@ -162,22 +143,69 @@ func (l *Log) publishSnapshot(s *datafile.Snapshot, walSeq uint64) {
 	}
 }
 
-// readSnapshotHeader downloads and verifies the snapshot at key.
-func (l *Log) readSnapshotHeader(key string) (*netsyv1.SnapshotHeader, error) {
-	var body []byte
-	err := l.retry(l.ctx, gcAttempts, "get "+key, isNotFound, func(ctx context.Context) error {
-		var err error
-		body, _, err = l.store.Get(ctx, key)
-		return err
+// saveSnapshot moves the checkpoint up to s and saves s locally with
+// walSeq in its header, which it returns; nil if either step failed.
+func (l *Log) saveSnapshot(s *datafile.Snapshot, walSeq uint64) *netsyv1.SnapshotHeader {
+	h := proto.Clone(s.Header).(*netsyv1.SnapshotHeader)
+	h.WalSeq = walSeq
+	if l.meta.Index < h.Index {
+		m := l.meta.clone()
+		m.Seq, m.Index = walSeq, h.Index
+		if err := writeMeta(l.metaPath, m); err != nil {
+			l.log.Error("write metadata before saving a snapshot; snapshot skipped", "index", h.Index, "error", err)
+			return nil
+		}
+		l.meta, l.metaWritten = m, l.clk.Now()
+	}
+	if err := l.wal.SaveSnapshot(&datafile.Snapshot{Header: h, KVs: s.KVs, Leases: s.Leases}); err != nil {
+		l.log.Error("save snapshot locally", "index", h.Index, "error", err)
+		return nil
+	}
+	return h
+}
+
+// readSnapshotHeader streams the snapshot at key (about size bytes),
+// verifying every record's checksum and the footer, and returns its
+// header; nothing but one record is held in memory.
+func (l *Log) readSnapshotHeader(key string, size int64) (*netsyv1.SnapshotHeader, error) {
+	var h *netsyv1.SnapshotHeader
+	err := l.readSnapshot(l.ctx, key, size, gcAttempts, func(r io.Reader) error {
+		h = nil
+		dr, err := datafile.NewReader(key, r)
+		if err != nil {
+			return err
+		}
+		if k := dr.Header().Kind; k != datafile.KindSnapshot {
+			return fmt.Errorf("data file %s: a %s is not a snapshot", key, k)
+		}
+		for {
+			payload, err := dr.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				return err
+			}
+			if h != nil {
+				continue
+			}
+			rec := &netsyv1.SnapshotRecord{}
+			if err := proto.Unmarshal(payload, rec); err != nil {
+				return fmt.Errorf("data file %s: decode the first record: %w", key, err)
+			}
+			if h = rec.GetHeader(); h == nil {
+				return fmt.Errorf("data file %s: the first record is not a snapshot header", key)
+			}
+		}
+		if h == nil {
+			return fmt.Errorf("data file %s: no snapshot header", key)
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	s, err := datafile.DecodeSnapshot(key, bytes.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	return s.Header, nil
+	return h, nil
 }
 
 // gc deletes snapshots beyond the newest SnapshotKeep, then the chunks the

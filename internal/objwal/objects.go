@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/netsy-io/netsy/internal/datafile"
 	"github.com/netsy-io/netsy/internal/objstore"
@@ -80,11 +82,11 @@ func encodeEntries(entries []*netsyv1.Entry) ([]byte, error) {
 	return encodeChunk(frames, ents)
 }
 
-// attemptCtx bounds one object-storage call by attemptTimeout on the
-// injected clock. The watcher goroutine ends with the returned cancel.
-func (l *Log) attemptCtx(parent context.Context) (context.Context, context.CancelFunc) {
+// attemptCtx bounds one object-storage call by timeout on the injected
+// clock. The watcher goroutine ends with the returned cancel.
+func (l *Log) attemptCtx(parent context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(parent)
-	t := l.clk.NewTimer(attemptTimeout)
+	t := l.clk.NewTimer(timeout)
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -104,13 +106,26 @@ func (l *Log) attemptCtx(parent context.Context) (context.Context, context.Cance
 	}
 }
 
+// transferTimeout bounds one attempt to move an object of size bytes
+// (a snapshot): a stuck call is still retried, but a large object on a
+// slow link is not cut off and retried forever.
+func transferTimeout(size int64) time.Duration {
+	return attemptTimeout + time.Duration(size/minTransferRate)*time.Second
+}
+
 // retry runs call until it succeeds, returns an error stop says to keep,
 // or attempts transient failures have happened (attempts <= 0: until ctx
-// ends). Waits between attempts back off on the injected clock.
+// ends). Each attempt gets attemptTimeout; waits between attempts back off
+// on the injected clock.
 func (l *Log) retry(ctx context.Context, attempts int, what string, stop func(error) bool, call func(ctx context.Context) error) error {
+	return l.retryFor(ctx, attemptTimeout, attempts, what, stop, call)
+}
+
+// retryFor is retry with timeout for each attempt.
+func (l *Log) retryFor(ctx context.Context, timeout time.Duration, attempts int, what string, stop func(error) bool, call func(ctx context.Context) error) error {
 	backoff := minBackoff
 	for n := 1; ; n++ {
-		actx, cancel := l.attemptCtx(ctx)
+		actx, cancel := l.attemptCtx(ctx, timeout)
 		err := call(actx)
 		cancel()
 		if err == nil || (stop != nil && stop(err)) {
@@ -263,32 +278,93 @@ func (l *Log) fetchChunks(ctx context.Context, seqs []uint64, fn func(seq uint64
 }
 
 // newestSnapshot downloads and verifies the newest snapshot in the bucket;
-// nil if there is none.
+// nil if there is none. It is decoded as it streams in, so the encoded
+// object is never held in memory next to the decoded one.
 func (l *Log) newestSnapshot(ctx context.Context) (*datafile.Snapshot, error) {
-	var newest string
+	var newest objstore.ObjectInfo
 	err := l.listAll(ctx, snapPrefix, "", openAttempts, func(o objstore.ObjectInfo) (bool, error) {
 		if parseNum(o.Key, snapPrefix) == 0 {
 			return false, fmt.Errorf("list %s: %q is not a snapshot key", snapPrefix, o.Key)
 		}
-		newest = o.Key
+		newest = o
 		return true, nil
 	})
-	if err != nil || newest == "" {
+	if err != nil || newest.Key == "" {
 		return nil, err
 	}
+	key := newest.Key
 	start := l.clk.Now()
-	body, err := l.openGet(ctx, newest)
+	var s *datafile.Snapshot
+	err = l.readSnapshot(ctx, key, newest.Size, openAttempts, func(r io.Reader) error {
+		var err error
+		s, err = datafile.DecodeSnapshot(key, r)
+		return err
+	})
 	if err != nil {
-		return nil, fmt.Errorf("snapshot %s: %w", newest, err)
+		return nil, fmt.Errorf("snapshot %s: %w", key, err)
 	}
-	s, err := datafile.DecodeSnapshot(newest, bytes.NewReader(body))
-	if err != nil {
-		return nil, fmt.Errorf("snapshot %s: %w", newest, err)
+	if snapKey(s.Header.Revision) != key {
+		return nil, fmt.Errorf("snapshot %s: header says revision %d", key, s.Header.Revision)
 	}
-	if snapKey(s.Header.Revision) != newest {
-		return nil, fmt.Errorf("snapshot %s: header says revision %d", newest, s.Header.Revision)
-	}
-	l.log.Info("downloaded snapshot", "key", newest, "index", s.Header.Index, "rev", s.Header.Revision,
-		"wal_seq", s.Header.WalSeq, "bytes", len(body), "duration", l.clk.Since(start))
+	l.log.Info("downloaded snapshot", "key", key, "index", s.Header.Index, "rev", s.Header.Revision,
+		"wal_seq", s.Header.WalSeq, "bytes", newest.Size, "duration", l.clk.Since(start))
 	return s, nil
+}
+
+// readSnapshot streams the snapshot at key (about size bytes) into read,
+// retrying up to attempts times (<= 0: until the log closes) when the
+// store fails, whether on opening the object or part-way through it. An
+// error of read's own (damage) and ErrNotFound are returned at once.
+func (l *Log) readSnapshot(ctx context.Context, key string, size int64, attempts int, read func(io.Reader) error) error {
+	var damaged error
+	err := l.retryFor(ctx, transferTimeout(size), attempts, "get "+key, isNotFound, func(ctx context.Context) error {
+		rc, _, err := l.store.GetReader(ctx, key)
+		if err != nil {
+			return err
+		}
+		defer rc.Close()
+		tr := &trackingReader{r: rc}
+		err = read(tr)
+		if err != nil && tr.err == nil {
+			damaged = err
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return damaged
+}
+
+// trackingReader remembers the first error its source returned other than
+// io.EOF, so a failed decode can be told apart as a broken transfer (worth
+// retrying) or damage (not).
+type trackingReader struct {
+	r   io.Reader
+	err error
+}
+
+func (t *trackingReader) Read(p []byte) (int, error) {
+	n, err := t.r.Read(p)
+	if err != nil && err != io.EOF && t.err == nil {
+		t.err = err
+	}
+	return n, err
+}
+
+// uploadSnapshot creates key from the local snapshot file for index,
+// streamed. The store rewinds the file before each attempt, so a retry
+// sends the same bytes again; ErrPreconditionFailed is returned at once.
+func (l *Log) uploadSnapshot(ctx context.Context, key string, index uint64, attempts int) (size int64, err error) {
+	f, size, err := l.wal.OpenSnapshot(index)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	err = l.retryFor(ctx, transferTimeout(size), attempts, "put "+key, isPrecondition, func(ctx context.Context) error {
+		_, err := l.store.PutIfAbsentFrom(ctx, key, f, size)
+		return err
+	})
+	return size, err
 }

@@ -57,6 +57,9 @@ const (
 	// attemptTimeout bounds one object-storage call, so a request stuck on
 	// a dead connection is retried instead of stalling uploads for good.
 	attemptTimeout = 10 * time.Second
+	// minTransferRate (bytes per second) extends attemptTimeout for a
+	// snapshot: its attempt may take as long as its size at this rate.
+	minTransferRate = 4 << 20
 	// Retries back off from minBackoff, doubling, up to maxBackoff.
 	minBackoff = 50 * time.Millisecond
 	maxBackoff = 2 * time.Second

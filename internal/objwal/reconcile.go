@@ -1,7 +1,6 @@
 package objwal
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -364,18 +363,20 @@ func (l *Log) seed(ctx context.Context, v *bucketView) ([]*netsyv1.Entry, error)
 	from := uint64(1)
 	m := &metaState{}
 	if l.snap != nil {
-		h := proto.Clone(l.snap.Header).(*netsyv1.SnapshotHeader)
-		h.WalSeq = 0
-		s := &datafile.Snapshot{Header: h, KVs: l.snap.KVs, Leases: l.snap.Leases}
-		var buf bytes.Buffer
-		if err := datafile.EncodeSnapshot(&buf, s); err != nil {
-			return nil, fmt.Errorf("encode seed snapshot: %w", err)
+		h := l.snap.Header
+		if h.WalSeq != 0 {
+			// The bucket's copy covers no chunk, and the upload streams
+			// the local file, so the file must say so too.
+			h = proto.Clone(h).(*netsyv1.SnapshotHeader)
+			h.WalSeq = 0
+			s := &datafile.Snapshot{Header: h, KVs: l.snap.KVs, Leases: l.snap.Leases}
+			if err := l.wal.SaveSnapshot(s); err != nil {
+				return nil, fmt.Errorf("seed snapshot: %w", err)
+			}
+			l.snap = s
 		}
 		key := snapKey(h.Revision)
-		err := l.retry(ctx, openAttempts, "put "+key, isPrecondition, func(ctx context.Context) error {
-			_, err := l.store.PutIfAbsent(ctx, key, buf.Bytes())
-			return err
-		})
+		_, err := l.uploadSnapshot(ctx, key, h.Index, openAttempts)
 		if isPrecondition(err) {
 			return nil, fmt.Errorf("seed snapshot %s: %w", key, errSeqTaken)
 		}

@@ -230,7 +230,7 @@ func (l *Log) putChunk(seq uint64, body []byte) error {
 // putAttempt makes one attempt. A refused create is read back: our own
 // bytes mean an earlier attempt landed and only its answer was lost.
 func (l *Log) putAttempt(key string, body []byte) error {
-	ctx, cancel := l.attemptCtx(l.ctx)
+	ctx, cancel := l.attemptCtx(l.ctx, attemptTimeout)
 	defer cancel()
 	_, err := l.store.PutIfAbsent(ctx, key, body)
 	if err == nil {
