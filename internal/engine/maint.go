@@ -112,6 +112,9 @@ func (e *Engine) captureSnapshot() *datafile.Snapshot {
 		Revision:        e.lastRev,
 		CompactRevision: e.store.CompactRev(),
 	}}
+	// Sized up front (every version held, an upper bound) so capturing a
+	// large store does not leave a trail of outgrown slices behind.
+	s.KVs = make([]*netsyv1.KeyVersion, 0, e.store.Stats().Versions)
 	_ = e.store.Snapshot(func(kv *netsyv1.KeyVersion) error {
 		s.KVs = append(s.KVs, kv)
 		return nil
