@@ -37,9 +37,11 @@
 // it reads only each object's header.
 //
 // Known limits: flock must work on the filesystem (local disks do; some
-// network filesystems do not); a crash mid-write can leave an orphan in tmp/,
-// which is never read; empty directories are left behind after deletes
-// because removing them would race with concurrent creates.
+// network filesystems do not); empty directories are left behind after
+// deletes because removing them would race with concurrent creates. A crash
+// mid-write leaves an orphan in tmp/, never read and removed by the next
+// Open: a writer holds its temp file flock'd until it is installed, so a
+// temp file whose lock is free belongs to nobody.
 //
 // This package must never be used to share one directory between machines,
 // and never write an object file in place.

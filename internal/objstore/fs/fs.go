@@ -72,6 +72,9 @@ func Open(dir string) (*Store, error) {
 	if err := syncDir(root); err != nil {
 		return nil, fmt.Errorf("fs store %q: %w", root, err)
 	}
+	if err := sweepTemps(s.tmp); err != nil {
+		return nil, fmt.Errorf("fs store %q: remove orphaned temp files: %w", root, err)
+	}
 	for i := range s.sems {
 		s.sems[i] = make(chan struct{}, 1)
 	}
@@ -273,6 +276,7 @@ func (s *Store) PutIfAbsentFrom(ctx context.Context, key string, r io.ReadSeeker
 	if err != nil {
 		return "", fmt.Errorf("fs put-if-absent %q: %w", key, err)
 	}
+	defer tmp.close()
 	err = s.withLock(ctx, key, func() error {
 		if err := exists(); err != nil {
 			return err
@@ -280,7 +284,7 @@ func (s *Store) PutIfAbsentFrom(ctx context.Context, key string, r io.ReadSeeker
 		return s.install(tmp, path)
 	})
 	if err != nil {
-		os.Remove(tmp) // a no-op once installed
+		tmp.remove() // a no-op once installed
 		return "", fmt.Errorf("fs put-if-absent %q: %w", key, err)
 	}
 	return etag, nil
@@ -344,68 +348,118 @@ func (s *Store) write(path string, body []byte) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	defer tmp.close()
 	if err := s.install(tmp, path); err != nil {
 		return "", err
 	}
 	return etag, nil
 }
 
+// tempFile is a body being written under tmp/. Its descriptor stays open
+// and flock'd until it is installed or removed, which is how a sweep at Open
+// tells a live writer's file (of this or another process) from an orphan
+// left by a crash.
+type tempFile struct {
+	f    *os.File
+	path string
+}
+
+// close releases the descriptor and its lock; the file stays where it is.
+func (t *tempFile) close() { t.f.Close() }
+
+// remove deletes the file if it is still a temp file.
+func (t *tempFile) remove() { os.Remove(t.path) }
+
 // writeTemp writes an object file holding the size bytes of r to a new
-// durable temp file and returns its path and the body's ETag. It takes no
-// lock: only install makes the file an object. The header, which holds the
-// MD5, is written last, so the body is read once.
-func (s *Store) writeTemp(ctx context.Context, r io.Reader, size int64) (path, etag string, err error) {
+// durable temp file and returns it, still open and locked, with the body's
+// ETag. It takes no key lock: only install makes the file an object. The
+// header, which holds the MD5, is written last, so the body is read once.
+func (s *Store) writeTemp(ctx context.Context, r io.Reader, size int64) (_ *tempFile, etag string, err error) {
 	f, err := os.CreateTemp(s.tmp, "put-*")
 	if err != nil {
-		return "", "", err
+		return nil, "", err
 	}
-	tmp := f.Name()
+	tmp := &tempFile{f: f, path: f.Name()}
 	defer func() {
 		if err != nil {
-			f.Close()
-			os.Remove(tmp)
+			tmp.close()
+			tmp.remove()
 		}
 	}()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		return nil, "", fmt.Errorf("lock temp file: %w", err)
+	}
 	if _, err := f.Seek(int64(headerLen), io.SeekStart); err != nil {
-		return "", "", err
+		return nil, "", err
 	}
 	h := md5.New()
 	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(ctxReader{ctx, r}, size))
 	if err != nil {
-		return "", "", fmt.Errorf("read body: %w", err)
+		return nil, "", fmt.Errorf("read body: %w", err)
 	}
 	if n != size {
-		return "", "", fmt.Errorf("read body: %w after %d of %d bytes", io.ErrUnexpectedEOF, n, size)
+		return nil, "", fmt.Errorf("read body: %w after %d of %d bytes", io.ErrUnexpectedEOF, n, size)
 	}
 	var sum [md5.Size]byte
 	h.Sum(sum[:0])
 	header := make([]byte, 0, headerLen)
 	header = append(append(header, headerMagic...), sum[:]...)
 	if _, err := f.WriteAt(header, 0); err != nil {
-		return "", "", err
+		return nil, "", err
 	}
 	if err := f.Sync(); err != nil {
-		return "", "", err
-	}
-	if err := f.Close(); err != nil {
-		return "", "", err
+		return nil, "", err
 	}
 	return tmp, hex.EncodeToString(sum[:]), nil
 }
 
-// install renames the temp file tmp over path and makes the rename durable;
-// the caller holds the key's lock. tmp is removed if it does not become
-// the object.
-func (s *Store) install(tmp, path string) error {
+// install renames the temp file over path and makes the rename durable;
+// the caller holds the key's lock and closes tmp afterwards. tmp is removed
+// if it does not become the object.
+func (s *Store) install(tmp *tempFile, path string) error {
 	if err := s.mkdirs(filepath.Dir(path)); err != nil {
-		os.Remove(tmp)
+		tmp.remove()
 		return err
 	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
+	if err := os.Rename(tmp.path, path); err != nil {
+		tmp.remove()
 		return err
 	}
 	return syncDir(filepath.Dir(path))
+}
+
+// sweepTemps removes the temp files no writer holds: bodies a crashed
+// process left half-written or never installed. A writer keeps its temp
+// file flock'd from creation until it is installed or removed, so a file
+// whose lock can be taken is an orphan. (A file created a moment ago and
+// not yet locked can be swept too; its writer then fails that one write,
+// which the caller retries.)
+func sweepTemps(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), "put-") {
+			continue
+		}
+		path := filepath.Join(dir, e.Name())
+		f, err := os.Open(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // installed or removed meanwhile
+		}
+		if err != nil {
+			return err
+		}
+		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
+			if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				f.Close()
+				return err
+			}
+		}
+		f.Close()
+	}
+	return nil
 }
 
 // ctxReader fails reads once ctx ends, so a canceled streamed write stops

@@ -1,9 +1,13 @@
 package fs
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"hash/fnv"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"testing"
 )
 
@@ -32,5 +36,42 @@ func TestLockWaitHonoursContext(t *testing.T) {
 	<-s.sems[stripe]
 	if _, _, err := s.Get(t.Context(), "busy"); err == nil {
 		t.Fatal("canceled writer wrote anyway")
+	}
+}
+
+// TestOpenSweepsOrphanedTemps: Open removes temp files nobody holds (a
+// crashed writer's) and leaves a live writer's, which keeps its lock.
+func TestOpenSweepsOrphanedTemps(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orphan := filepath.Join(s.tmp, "put-orphan")
+	if err := os.WriteFile(orphan, []byte("half a body"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	live, _, err := s.writeTemp(t.Context(), bytes.NewReader([]byte("body")), 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.close()
+
+	s2, err := Open(dir) // as another process starting on the same root
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(orphan); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("orphaned temp file survived Open: %v", err)
+	}
+	if _, err := os.Stat(live.path); err != nil {
+		t.Fatalf("a live writer's temp file was swept: %v", err)
+	}
+	if err := s2.install(live, s2.objectPath("k")); err != nil {
+		t.Fatalf("installing the live temp file after the sweep: %v", err)
+	}
+	got, _, err := s2.Get(t.Context(), "k")
+	if err != nil || string(got) != "body" {
+		t.Fatalf("Get = %q, %v", got, err)
 	}
 }
