@@ -48,14 +48,9 @@ func etagOf(body []byte) string {
 
 // Get implements objstore.Store.
 func (s *Store) Get(ctx context.Context, key string) ([]byte, string, error) {
-	if err := check(ctx, key); err != nil {
-		return nil, "", fmt.Errorf("mem get %q: %w", key, err)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	o, ok := s.objects[key]
-	if !ok {
-		return nil, "", fmt.Errorf("mem get %q: %w", key, objstore.ErrNotFound)
+	o, err := s.lookup(ctx, key)
+	if err != nil {
+		return nil, "", err
 	}
 	return slices.Clone(o.body), o.etag, nil
 }
@@ -63,16 +58,25 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, string, error) {
 // GetReader implements objstore.Store. Stored bodies are never modified
 // (writes replace them), so the stream reads the stored body directly.
 func (s *Store) GetReader(ctx context.Context, key string) (io.ReadCloser, string, error) {
+	o, err := s.lookup(ctx, key)
+	if err != nil {
+		return nil, "", err
+	}
+	return io.NopCloser(bytes.NewReader(o.body)), o.etag, nil
+}
+
+// lookup returns the object at key for Get and GetReader.
+func (s *Store) lookup(ctx context.Context, key string) (object, error) {
 	if err := check(ctx, key); err != nil {
-		return nil, "", fmt.Errorf("mem get %q: %w", key, err)
+		return object{}, fmt.Errorf("mem get %q: %w", key, err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	o, ok := s.objects[key]
 	if !ok {
-		return nil, "", fmt.Errorf("mem get %q: %w", key, objstore.ErrNotFound)
+		return object{}, fmt.Errorf("mem get %q: %w", key, objstore.ErrNotFound)
 	}
-	return io.NopCloser(bytes.NewReader(o.body)), o.etag, nil
+	return o, nil
 }
 
 // PutIfAbsent implements objstore.Store.
