@@ -436,3 +436,23 @@ func (w testWriter) Write(p []byte) (int, error) {
 }
 
 func isFenced(err error) bool { return errors.Is(err, ErrFenced) }
+
+// leaveLocalTail leaves in dir the log of a closed sync-mode node tagged
+// "a" whose entries 1..uploaded are in the bucket and uploaded+1..last only
+// on local disk: the store refuses the chunk carrying them and Close gives
+// up on it.
+func (e *env) leaveLocalTail(dir string, uploaded, last uint64) {
+	e.t.Helper()
+	a := e.node(dir, ModeSync, nil).open()
+	a.appendRange(1, uploaded, "a")
+	if err := a.rec.wait(e.t, uploaded); err != nil {
+		e.t.Fatal(err)
+	}
+	a.store.Fail(faulty.PutIfAbsent, walPrefix)
+	a.appendRange(uploaded+1, last, "a")
+	if err := a.l.wal.WaitSynced(e.t.Context(), last); err != nil {
+		e.t.Fatal(err)
+	}
+	a.nextPut()
+	a.close()
+}

@@ -326,18 +326,7 @@ func TestRestoreOntoEmptyDir(t *testing.T) {
 func TestConflictingLocalTailIsTruncated(t *testing.T) {
 	e := newEnv(t)
 	dirA := t.TempDir()
-	a := e.node(dirA, ModeSync, nil).open()
-	a.appendRange(1, 3, "a")
-	if err := a.rec.wait(t, 3); err != nil {
-		t.Fatal(err)
-	}
-	a.store.Fail(faulty.PutIfAbsent, walPrefix)
-	a.appendRange(4, 5, "a")
-	if err := a.l.wal.WaitSynced(t.Context(), 5); err != nil {
-		t.Fatal(err)
-	}
-	a.nextPut()
-	a.close() // gives up on the failing store: 4..5 stay local only
+	e.leaveLocalTail(dirA, 3, 5)
 
 	b := e.node("", ModeSync, nil).open()
 	b.appendRange(4, 6, "b")
@@ -642,18 +631,7 @@ func TestSeedAndRefuseMerge(t *testing.T) {
 func TestDeposedNodeCatchesUpAfterGC(t *testing.T) {
 	e := newEnv(t)
 	dirA := t.TempDir()
-	a := e.node(dirA, ModeSync, nil).open()
-	a.appendRange(1, 3, "a")
-	if err := a.rec.wait(t, 3); err != nil {
-		t.Fatal(err)
-	}
-	a.store.Fail(faulty.PutIfAbsent, walPrefix)
-	a.appendRange(4, 6, "a")
-	if err := a.l.wal.WaitSynced(t.Context(), 6); err != nil {
-		t.Fatal(err)
-	}
-	a.nextPut()
-	a.close()
+	e.leaveLocalTail(dirA, 3, 6)
 
 	b := e.node("", ModeSync, func(o *Options) { o.SnapshotKeep = 1 }).open()
 	b.appendRange(4, 10, "b")
