@@ -15,17 +15,21 @@ const (
 	DefaultMinHeadroom = 64 << 20
 )
 
-// Tuner moves the soft memory limit after every garbage collection.
+// maxPercent caps the GC percent of a nearly empty heap, whose minimum
+// headroom is many times its live data.
+const maxPercent = 10000
+
+// Tuner moves the GC percent after every garbage collection.
 type Tuner struct {
 	ratio       float64
 	minHeadroom int64
-	// afterTune, if set, receives every limit set (tests).
-	afterTune func(limit int64)
+	// afterTune, if set, receives every GC percent set (tests).
+	afterTune func(percent int)
 
-	mu      sync.Mutex
-	stopped bool
-	prev    int64 // the limit before Start, restored by Stop
-	samples []metrics.Sample
+	mu       sync.Mutex
+	stopped  bool
+	prevGOGC int // the GC percent before Start, restored by Stop
+	samples  []metrics.Sample
 }
 
 // Start starts a Tuner with the defaults unless getenv shows GOGC or
@@ -37,26 +41,23 @@ func Start(getenv func(string) string) *Tuner {
 	return start(DefaultRatio, DefaultMinHeadroom, nil)
 }
 
-func start(ratio float64, minHeadroom int64, afterTune func(int64)) *Tuner {
+func start(ratio float64, minHeadroom int64, afterTune func(int)) *Tuner {
 	t := &Tuner{
 		ratio:       ratio,
 		minHeadroom: minHeadroom,
 		afterTune:   afterTune,
-		prev:        debug.SetMemoryLimit(-1),
-		samples: []metrics.Sample{
-			{Name: "/gc/heap/live:bytes"},
-			{Name: "/memory/classes/total:bytes"},
-			{Name: "/memory/classes/heap/released:bytes"},
-			{Name: "/memory/classes/heap/free:bytes"},
-			{Name: "/memory/classes/heap/objects:bytes"},
-		},
+		samples:     []metrics.Sample{{Name: "/gc/heap/live:bytes"}},
 	}
+	// SetGCPercent is the only way to read the current value; put it back
+	// at once, the first collection sets the tuned one.
+	t.prevGOGC = debug.SetGCPercent(100)
+	debug.SetGCPercent(t.prevGOGC)
 	t.arm()
 	return t
 }
 
-// Stop stops tuning and restores the limit in force before Start. A nil
-// Tuner (opted out) is fine.
+// Stop stops tuning and restores the GC percent in force before Start. A
+// nil Tuner (opted out) is fine.
 func (t *Tuner) Stop() {
 	if t == nil {
 		return
@@ -64,7 +65,7 @@ func (t *Tuner) Stop() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.stopped = true
-	debug.SetMemoryLimit(t.prev)
+	debug.SetGCPercent(t.prevGOGC)
 }
 
 // sentinel is garbage from birth; its cleanup marks the end of a
@@ -86,45 +87,29 @@ func (t *Tuner) afterGC() {
 		return
 	}
 	metrics.Read(t.samples)
-	limit := limitFor(t.ratio, t.minHeadroom, usage{
-		live:     t.value(0),
-		total:    t.value(1),
-		released: t.value(2),
-		free:     t.value(3),
-		objects:  t.value(4),
-	})
-	debug.SetMemoryLimit(limit)
+	var live int64
+	if v := t.samples[0].Value; v.Kind() == metrics.KindUint64 {
+		live = int64(min(v.Uint64(), math.MaxInt64))
+	}
+	percent := percentFor(t.ratio, t.minHeadroom, live)
+	debug.SetGCPercent(percent)
 	notify := t.afterTune
 	t.mu.Unlock()
 	if notify != nil {
-		notify(limit)
+		notify(percent)
 	}
 	t.arm()
 }
 
-func (t *Tuner) value(i int) int64 {
-	v := t.samples[i].Value
-	if v.Kind() != metrics.KindUint64 {
-		return 0 // a metric this runtime does not have; Limit copes
+// percentFor returns the GC percent that lets a heap with live bytes of
+// reachable data grow by its headroom (ratio of live, at least
+// minHeadroom) before the next collection. A heap the runtime reports no
+// live data for gets the cap.
+func percentFor(ratio float64, minHeadroom, live int64) int {
+	if live <= 0 {
+		return maxPercent
 	}
-	return int64(min(v.Uint64(), math.MaxInt64))
-}
-
-// usage is what the runtime reports after a collection, in bytes.
-type usage struct {
-	live     int64 // heap objects the collection found reachable
-	total    int64 // all memory the runtime has mapped
-	released int64 // heap memory returned to the OS
-	free     int64 // heap memory free and not yet returned
-	objects  int64 // heap objects, reachable or not yet swept
-}
-
-// limitFor returns the soft memory limit for u: the memory the live data
-// needs (everything mapped and in use, less the objects that are dead or
-// newer than the collection) plus the headroom.
-func limitFor(ratio float64, minHeadroom int64, u usage) int64 {
-	needed := u.total - u.released - u.free - u.objects + u.live
-	needed = max(needed, u.live)
-	headroom := max(minHeadroom, int64(float64(u.live)*ratio))
-	return needed + headroom
+	headroom := max(minHeadroom, int64(float64(live)*ratio))
+	p := math.Ceil(float64(headroom) * 100 / float64(live))
+	return int(min(max(p, 1), maxPercent))
 }

@@ -6,41 +6,24 @@ import (
 	"testing"
 )
 
-func TestLimit(t *testing.T) {
+func TestPercent(t *testing.T) {
 	const mib = 1 << 20
 	for _, tc := range []struct {
 		name string
-		u    usage
-		want int64
+		live int64
+		want int
 	}{
-		{
-			// 10 MiB live: GOGC's own doubling is below the minimum
-			// headroom, so the limit sits well above what GOGC allows.
-			name: "small heap gets the minimum headroom",
-			u:    usage{live: 10 * mib, total: 40 * mib, released: 5 * mib, free: 10 * mib, objects: 12 * mib},
-			want: (40-5-10-12+10)*mib + 64*mib,
-		},
-		{
-			name: "large heap gets a quarter of its live data",
-			u:    usage{live: 1024 * mib, total: 1300 * mib, released: 100 * mib, free: 50 * mib, objects: 1100 * mib},
-			want: (1300-100-50-1100+1024)*mib + 256*mib,
-		},
-		{
-			// Fragmentation and the runtime's own memory are needed by
-			// the live data too: here 30 MiB of each.
-			name: "fragmentation and runtime memory count as needed",
-			u:    usage{live: 500 * mib, total: 600 * mib, released: 10 * mib, free: 30 * mib, objects: 500 * mib},
-			want: (500+30+30)*mib + 125*mib,
-		},
-		{
-			name: "never below the live data",
-			u:    usage{live: 300 * mib, total: 100 * mib, objects: 400 * mib},
-			want: 300*mib + 75*mib,
-		},
+		// GOGC=100 would collect a 10 MiB heap every 10 MiB of garbage.
+		{"small heap gets the minimum headroom", 10 * mib, 640},
+		{"large heap gets a quarter of its live data", 1024 * mib, 25},
+		{"the crossover", 256 * mib, 25},
+		{"just below the crossover", 200 * mib, 32},
+		{"an unmeasured heap gets the cap", 0, maxPercent},
+		{"a tiny heap is capped", 1024, maxPercent},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := limitFor(DefaultRatio, DefaultMinHeadroom, tc.u); got != tc.want {
-				t.Fatalf("limit = %d MiB, want %d MiB", got/mib, tc.want/mib)
+			if got := percentFor(DefaultRatio, DefaultMinHeadroom, tc.live); got != tc.want {
+				t.Fatalf("percent for %d MiB live = %d, want %d", tc.live/mib, got, tc.want)
 			}
 		})
 	}
@@ -58,37 +41,39 @@ func TestOperatorSettingsWin(t *testing.T) {
 }
 
 func TestTunesAfterEveryCollection(t *testing.T) {
-	before := debug.SetMemoryLimit(-1)
-	limits := make(chan int64, 16)
-	tu := start(DefaultRatio, 1<<20, func(l int64) {
+	before := debug.SetGCPercent(100)
+	debug.SetGCPercent(before)
+	percents := make(chan int, 16)
+	tu := start(DefaultRatio, 1<<20, func(p int) {
 		select {
-		case limits <- l:
+		case percents <- p:
 		default:
 		}
 	})
 	for range 2 {
 		runtime.GC()
-		var l int64
+		var p int
 		select {
-		case l = <-limits:
+		case p = <-percents:
 		case <-t.Context().Done():
-			t.Fatal("no limit set after a collection")
+			t.Fatal("no GC percent set after a collection")
 		}
-		if cur := debug.SetMemoryLimit(-1); cur != l {
-			t.Fatalf("runtime limit %d, tuner set %d", cur, l)
+		cur := debug.SetGCPercent(p)
+		if cur != p {
+			t.Fatalf("runtime GC percent %d, tuner set %d", cur, p)
 		}
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		if l < int64(ms.HeapAlloc) || l > int64(ms.Sys)+64<<20 {
-			t.Fatalf("limit %d outside [heap in use %d, mapped %d + headroom]", l, ms.HeapAlloc, ms.Sys)
+		// This test binary's live heap is a few MiB: 1 MiB of headroom
+		// is a large share of it, and never a percent below the ratio.
+		if p < 25 || p > maxPercent {
+			t.Fatalf("GC percent %d outside [25, %d]", p, maxPercent)
 		}
 	}
 	tu.Stop()
-	if cur := debug.SetMemoryLimit(-1); cur != before {
-		t.Fatalf("limit after Stop = %d, want the original %d", cur, before)
+	if cur := debug.SetGCPercent(before); cur != before {
+		t.Fatalf("GC percent after Stop = %d, want the original %d", cur, before)
 	}
 	runtime.GC()
-	if cur := debug.SetMemoryLimit(-1); cur != before {
-		t.Fatalf("a collection after Stop set the limit to %d", cur)
+	if cur := debug.SetGCPercent(before); cur != before {
+		t.Fatalf("a collection after Stop set the GC percent to %d", cur)
 	}
 }
