@@ -335,29 +335,27 @@ func (l *Log) Replay(from uint64, fn func(*netsyv1.Entry) error) error {
 // Append queues e for the local fsync and the next upload without waiting
 // for either.
 func (l *Log) Append(e *netsyv1.Entry) error {
-	l.mu.Lock()
-	err := l.refuseLocked()
-	l.mu.Unlock()
-	if err != nil {
-		return err
-	}
-	// The wal checks the index; it goes first so a refused entry is never
-	// queued for upload.
-	if err := l.wal.Append(e); err != nil {
-		return fmt.Errorf("objwal append: %w", err)
-	}
 	now := l.clk.Now()
 	l.mu.Lock()
-	off := len(l.pendBuf)
-	buf, err := datafile.FrameEntry(l.pendBuf, e)
-	l.pendBuf = buf
-	if err != nil {
-		// The wal framed the same entry a moment ago, so this cannot happen;
-		// if it does, the upload queue no longer matches the local log.
-		l.failLocked(fmt.Errorf("objwal append %d: %w", e.Index, err))
+	if err := l.refuseLocked(); err != nil {
 		l.mu.Unlock()
 		return err
 	}
+	// One framing serves the local log and the upload queue. The wal
+	// checks the index and takes the record first, so a refused entry is
+	// never queued for upload. (The wal never calls back into objwal while
+	// holding its own lock, so holding l.mu across it is safe.)
+	off := len(l.pendBuf)
+	buf, err := datafile.FrameEntry(l.pendBuf, e)
+	if err == nil {
+		err = l.wal.AppendFramed(e.Index, e.Revision, buf[off:])
+	}
+	if err != nil {
+		l.pendBuf = buf[:off]
+		l.mu.Unlock()
+		return fmt.Errorf("objwal append: %w", err)
+	}
+	l.pendBuf = buf
 	l.pend = append(l.pend, pendEntry{index: e.Index, revision: e.Revision, off: off, end: len(l.pendBuf), at: now})
 	l.pendBytes += int64(len(l.pendBuf) - off)
 	l.mu.Unlock()

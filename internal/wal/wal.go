@@ -434,17 +434,8 @@ func (w *WAL) LastIndex() uint64 {
 func (w *WAL) Append(e *netsyv1.Entry) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	switch {
-	case w.err != nil:
-		return w.err
-	case w.closed:
-		return ErrClosed
-	case e.GetIndex() == 0:
-		return errors.New("wal append: index 0 is not a log position")
-	case w.last != 0 && e.Index != w.last+1:
-		return fmt.Errorf("wal append: index %d does not follow last index %d", e.Index, w.last)
-	case w.last == 0 && e.Index <= w.synced:
-		return fmt.Errorf("wal append: index %d is at or below the already synced index %d", e.Index, w.synced)
+	if err := w.checkAppendLocked(e.GetIndex()); err != nil {
+		return err
 	}
 	off := len(w.pend)
 	pend, err := datafile.FrameEntry(w.pend, e)
@@ -452,17 +443,56 @@ func (w *WAL) Append(e *netsyv1.Entry) error {
 	if err != nil {
 		return fmt.Errorf("wal append: %w", err)
 	}
-	w.pendMeta = append(w.pendMeta, frameMeta{index: e.Index, revision: e.Revision, off: off, end: len(w.pend)})
-	if w.first == 0 {
-		w.first = e.Index
+	w.queuedLocked(e.Index, e.Revision, off)
+	return nil
+}
+
+// AppendFramed is Append for an entry the caller has already framed with
+// datafile.FrameEntry (objwal frames each entry once for both the local
+// log and its upload queue). frame must be exactly that one record, for
+// the entry at index with revision; it is copied.
+func (w *WAL) AppendFramed(index uint64, revision int64, frame []byte) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.checkAppendLocked(index); err != nil {
+		return err
 	}
-	w.last = e.Index
-	w.appended = max(w.appended, e.Index)
+	off := len(w.pend)
+	w.pend = append(w.pend, frame...)
+	w.queuedLocked(index, revision, off)
+	return nil
+}
+
+// checkAppendLocked refuses an append the log cannot take at index.
+func (w *WAL) checkAppendLocked(index uint64) error {
+	switch {
+	case w.err != nil:
+		return w.err
+	case w.closed:
+		return ErrClosed
+	case index == 0:
+		return errors.New("wal append: index 0 is not a log position")
+	case w.last != 0 && index != w.last+1:
+		return fmt.Errorf("wal append: index %d does not follow last index %d", index, w.last)
+	case w.last == 0 && index <= w.synced:
+		return fmt.Errorf("wal append: index %d is at or below the already synced index %d", index, w.synced)
+	}
+	return nil
+}
+
+// queuedLocked records the record framed at w.pend[off:] and wakes the
+// writer.
+func (w *WAL) queuedLocked(index uint64, revision int64, off int) {
+	w.pendMeta = append(w.pendMeta, frameMeta{index: index, revision: revision, off: off, end: len(w.pend)})
+	if w.first == 0 {
+		w.first = index
+	}
+	w.last = index
+	w.appended = max(w.appended, index)
 	select {
 	case w.kick <- struct{}{}:
 	default:
 	}
-	return nil
 }
 
 // WaitSynced blocks until index is durable, the WAL fails, or ctx ends. A

@@ -796,3 +796,31 @@ func BenchmarkAppendSync(b *testing.B) {
 		})
 	}
 }
+
+// AppendFramed takes the record datafile.FrameEntry makes and stores what
+// Append would; it refuses the same indices.
+func TestAppendFramed(t *testing.T) {
+	var log syncLog
+	w := open(t, Options{Dir: t.TempDir(), SegmentBytes: 1024, OnSync: log.onSync})
+	defer w.Close()
+	appendRange(t, w, 1, 10)
+	for i := uint64(11); i <= 40; i++ {
+		frame, err := datafile.FrameEntry(nil, entry(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.AppendFramed(i, entry(i).Revision, frame); err != nil {
+			t.Fatalf("append framed %d: %v", i, err)
+		}
+	}
+	appendRange(t, w, 41, 50)
+	frame, err := datafile.FrameEntry(nil, entry(52))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.AppendFramed(52, entry(52).Revision, frame); err == nil {
+		t.Fatal("AppendFramed accepted an index that skips one")
+	}
+	waitSynced(t, w, 50)
+	checkReplay(t, w, 1, 50)
+}
