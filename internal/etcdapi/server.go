@@ -142,9 +142,10 @@ func (s *Server) ServerOptions() []grpc.ServerOption {
 	}
 }
 
-// Register adds every etcd service and a health service reporting SERVING
-// to g.
-func (s *Server) Register(g *grpc.Server) {
+// register adds every etcd service and a health service reporting SERVING
+// to g, which must have been built with ServerOptions: the watch stream
+// sends responses only its codec knows how to write.
+func (s *Server) register(g *grpc.Server) {
 	pb.RegisterKVServer(g, &kvServer{s})
 	pb.RegisterWatchServer(g, &watchServer{s})
 	pb.RegisterLeaseServer(g, &leaseServer{s})
@@ -160,7 +161,7 @@ func (s *Server) Register(g *grpc.Server) {
 // credentials, interceptors) and every service registered.
 func (s *Server) NewGRPCServer(extra ...grpc.ServerOption) *grpc.Server {
 	g := grpc.NewServer(append(s.ServerOptions(), extra...)...)
-	s.Register(g)
+	s.register(g)
 	return g
 }
 

@@ -106,7 +106,9 @@ type watchStream struct {
 	cur int64
 	hdr *pb.ResponseHeader
 
-	cursors []int64 // scratch for sync
+	cursors []int64    // scratch for sync
+	sel     []eventSel // scratch for deliver
+	enc     watchEncoder
 }
 
 // closedChan makes the loop's select non-blocking while watchers lag.
@@ -313,6 +315,7 @@ func (ws *watchStream) sync() (bool, error) {
 		// A watcher moved forward here may meet a later cursor of this
 		// same pass and move on again; it never sees an event twice
 		// because each read starts at its cursor.
+		ws.enc.reset()
 		for _, w := range ws.order {
 			if w.next != c {
 				continue
@@ -357,30 +360,40 @@ func (ws *watchStream) compacted(c int64) error {
 // deliver sends w the events of evs it watches, all in one response so
 // events of one revision are never split (fragmenting aside).
 func (ws *watchStream) deliver(w *watcher, evs []*mvccpb.Event) error {
-	var out []*mvccpb.Event
-	for _, ev := range evs {
+	sel := ws.sel[:0]
+	for i, ev := range evs {
 		if ev.Kv == nil || !w.matches(ev.Kv.Key) {
 			continue
 		}
 		if (ev.Type == mvccpb.PUT && w.noPut) || (ev.Type == mvccpb.DELETE && w.noDelete) {
 			continue
 		}
-		if ev.PrevKv != nil && !w.prevKV {
-			// Events are shared with the Backend: copy, never modify.
-			ev = &mvccpb.Event{Type: ev.Type, Kv: ev.Kv}
-		}
-		out = append(out, ev)
+		sel = append(sel, eventSel{i: i, prev: w.prevKV && ev.PrevKv != nil})
 	}
-	if len(out) == 0 {
+	ws.sel = sel
+	if len(sel) == 0 {
 		return nil
 	}
 	w.sent = true
-	ws.s.watchEventsSent.Add(int64(len(out)))
-	resp := &pb.WatchResponse{Header: ws.hdr, WatchId: w.id, Events: out}
-	if w.fragment {
-		return sendFragments(resp, ws.s.cfg.MaxRequestBytes, ws.stream.Send)
+	ws.s.watchEventsSent.Add(int64(len(sel)))
+	if !w.fragment {
+		resp, err := ws.enc.response(ws.hdr, w.id, evs, sel)
+		if err != nil {
+			return status.Errorf(codes.Internal, "netsy: encode watch response: %v", err)
+		}
+		return ws.stream.SendMsg(resp)
 	}
-	return ws.stream.Send(resp)
+	out := make([]*mvccpb.Event, len(sel))
+	for j, s := range sel {
+		ev := evs[s.i]
+		if !s.prev && ev.PrevKv != nil {
+			// Events are shared with the Backend: copy, never modify.
+			ev = &mvccpb.Event{Type: ev.Type, Kv: ev.Kv}
+		}
+		out[j] = ev
+	}
+	resp := &pb.WatchResponse{Header: ws.hdr, WatchId: w.id, Events: out}
+	return sendFragments(resp, ws.s.cfg.MaxRequestBytes, ws.stream.Send)
 }
 
 // progressTick sends the periodic notification to watchers that asked for
