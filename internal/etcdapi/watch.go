@@ -385,12 +385,7 @@ func (ws *watchStream) deliver(w *watcher, evs []*mvccpb.Event) error {
 	}
 	out := make([]*mvccpb.Event, len(sel))
 	for j, s := range sel {
-		ev := evs[s.i]
-		if !s.prev && ev.PrevKv != nil {
-			// Events are shared with the Backend: copy, never modify.
-			ev = &mvccpb.Event{Type: ev.Type, Kv: ev.Kv}
-		}
-		out[j] = ev
+		out[j] = s.event(evs)
 	}
 	resp := &pb.WatchResponse{Header: ws.hdr, WatchId: w.id, Events: out}
 	return sendFragments(resp, ws.s.cfg.MaxRequestBytes, ws.stream.Send)

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -22,6 +23,16 @@ const (
 type eventSel struct {
 	i    int
 	prev bool
+}
+
+// event returns the chosen event of evs, without its prev_kv unless that
+// goes along. Events are shared with the Backend: copy, never modify.
+func (s eventSel) event(evs []*mvccpb.Event) *mvccpb.Event {
+	ev := evs[s.i]
+	if !s.prev && ev.PrevKv != nil {
+		ev = &mvccpb.Event{Type: ev.Type, Kv: ev.Kv}
+	}
+	return ev
 }
 
 // watchEncoder encodes the parts of event responses that watchers of one
@@ -51,14 +62,10 @@ func (e *watchEncoder) response(hdr *pb.ResponseHeader, id int64, evs []*mvccpb.
 		}
 		e.hdr, e.hdrFor = b, hdr
 	}
-	if !e.valid || !equalSel(e.sel, sel) {
+	if !e.valid || !slices.Equal(e.sel, sel) {
 		e.events = e.events[:0]
 		for _, s := range sel {
-			ev := evs[s.i]
-			if !s.prev && ev.PrevKv != nil {
-				ev = &mvccpb.Event{Type: ev.Type, Kv: ev.Kv}
-			}
-			b, err := appendField(e.events, tagEvents, ev)
+			b, err := appendField(e.events, tagEvents, s.event(evs))
 			if err != nil {
 				return nil, err
 			}
@@ -70,25 +77,13 @@ func (e *watchEncoder) response(hdr *pb.ResponseHeader, id int64, evs []*mvccpb.
 	return &encodedWatchResponse{hdr: e.hdr, id: id, events: e.events}, nil
 }
 
-func equalSel(a, b []eventSel) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // appendField appends m as length-delimited field tag.
 func appendField(b []byte, tag uint64, m generatedMessage) ([]byte, error) {
 	size := m.Size()
 	b = binary.AppendUvarint(b, tag)
 	b = binary.AppendUvarint(b, uint64(size))
 	n := len(b)
-	b = append(b, make([]byte, size)...)
+	b = slices.Grow(b, size)[:n+size]
 	if err := marshalInto(m, b[n:]); err != nil {
 		return nil, err
 	}
