@@ -358,15 +358,7 @@ func (e *Engine) commitUpTo(idx uint64) {
 		e.pending = nil
 	}
 	// Read-only and no-op requests waiting for everything before them.
-	kept := e.noopWaiters[:0]
-	for _, p := range e.noopWaiters {
-		if p.waitIdx <= last.index {
-			p.finish(nil)
-		} else {
-			kept = append(kept, p)
-		}
-	}
-	e.noopWaiters = kept
+	e.answerNoopWaiters(func(p *proposal) (bool, error) { return p.waitIdx <= last.index, nil })
 	e.maybeSnapshot()
 }
 
@@ -420,10 +412,16 @@ func (e *Engine) expireWaits(now time.Time) {
 			p.finish(ErrTimeout)
 		}
 	}
+	e.answerNoopWaiters(func(p *proposal) (bool, error) { return !now.Before(p.deadline), ErrTimeout })
+}
+
+// answerNoopWaiters answers, with the error due returns, every read-only
+// or no-op request for which due says it is time, and keeps the rest.
+func (e *Engine) answerNoopWaiters(due func(*proposal) (bool, error)) {
 	kept := e.noopWaiters[:0]
 	for _, p := range e.noopWaiters {
-		if !now.Before(p.deadline) {
-			p.finish(ErrTimeout)
+		if ok, err := due(p); ok {
+			p.finish(err)
 		} else {
 			kept = append(kept, p)
 		}
