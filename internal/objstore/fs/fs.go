@@ -230,10 +230,7 @@ func (s *Store) PutIfAbsent(ctx context.Context, key string, body []byte) (strin
 	path := s.objectPath(key)
 	var etag string
 	err := s.withLock(ctx, key, func() error {
-		switch _, err := os.Lstat(path); {
-		case err == nil:
-			return objstore.ErrPreconditionFailed
-		case !errors.Is(err, fs.ErrNotExist):
+		if err := absent(path); err != nil {
 			return err
 		}
 		var err error
@@ -246,6 +243,18 @@ func (s *Store) PutIfAbsent(ctx context.Context, key string, body []byte) (strin
 	return etag, nil
 }
 
+// absent returns nil if no object is at path, ErrPreconditionFailed if
+// one is, or the error that keeps it from telling.
+func absent(path string) error {
+	switch _, err := os.Lstat(path); {
+	case err == nil:
+		return objstore.ErrPreconditionFailed
+	case !errors.Is(err, fs.ErrNotExist):
+		return err
+	}
+	return nil
+}
+
 // PutIfAbsentFrom implements objstore.Store. The body is streamed into a
 // temp file before the key's lock is taken, so a large body never holds up
 // writers of other keys in its stripe; the lock covers only the check and
@@ -255,18 +264,9 @@ func (s *Store) PutIfAbsentFrom(ctx context.Context, key string, r io.ReadSeeker
 		return "", fmt.Errorf("fs put-if-absent %q: %w", key, err)
 	}
 	path := s.objectPath(key)
-	exists := func() error {
-		switch _, err := os.Lstat(path); {
-		case err == nil:
-			return objstore.ErrPreconditionFailed
-		case !errors.Is(err, fs.ErrNotExist):
-			return err
-		}
-		return nil
-	}
 	// A cheap early refusal, before the body is copied; checked again
 	// under the lock.
-	if err := exists(); err != nil {
+	if err := absent(path); err != nil {
 		return "", fmt.Errorf("fs put-if-absent %q: %w", key, err)
 	}
 	if err := objstore.CheckBody(r, size); err != nil {
@@ -278,7 +278,7 @@ func (s *Store) PutIfAbsentFrom(ctx context.Context, key string, r io.ReadSeeker
 	}
 	defer tmp.close()
 	err = s.withLock(ctx, key, func() error {
-		if err := exists(); err != nil {
+		if err := absent(path); err != nil {
 			return err
 		}
 		return s.install(tmp, path)
