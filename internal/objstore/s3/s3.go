@@ -197,22 +197,9 @@ func (s *Store) PutIfAbsentFrom(ctx context.Context, key string, r io.ReadSeeker
 	return unquote(out.ETag), nil
 }
 
-// PutIfAbsent implements objstore.Store.
+// PutIfAbsent implements objstore.Store: PutIfAbsentFrom over the bytes.
 func (s *Store) PutIfAbsent(ctx context.Context, key string, body []byte) (string, error) {
-	if err := objstore.ValidateKey(key); err != nil {
-		return "", fmt.Errorf("s3 put-if-absent %q: %w", key, err)
-	}
-	out, err := s.client.PutObject(ctx, &awss3.PutObjectInput{
-		Bucket:        &s.bucket,
-		Key:           aws.String(s.prefix + key),
-		Body:          bytes.NewReader(body),
-		ContentLength: aws.Int64(int64(len(body))),
-		IfNoneMatch:   aws.String("*"),
-	})
-	if err != nil {
-		return "", fmt.Errorf("s3 put-if-absent %q: %w", key, mapErr(opPutIfAbsent, err))
-	}
-	return unquote(out.ETag), nil
+	return s.PutIfAbsentFrom(ctx, key, bytes.NewReader(body), int64(len(body)))
 }
 
 // PutIfMatch implements objstore.Store.
