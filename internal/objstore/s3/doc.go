@@ -20,7 +20,14 @@
 //
 // Request checksums are sent only when the service requires them, because
 // several S3-compatible services reject the SDK's default trailing
-// checksums; Netsy's data files carry their own CRC.
+// checksums; Netsy's data files carry their own CRC. For the same reason of
+// per-request cost, the SigV4 payload hash is sent as UNSIGNED-PAYLOAD where
+// the channel already protects the body: over HTTPS (the SDK's own choice)
+// and to a plain-HTTP loopback endpoint. Plain HTTP to any other host keeps
+// the SHA-256 payload hash, the only thing there that stops a body being
+// altered in flight (a CRC catches corruption, not tampering). Each request
+// also goes without the SDK's User-Agent and invocation-id headers, which
+// cost allocations on every call and serve only AWS-side telemetry.
 //
 // This package must never issue a conditional DELETE (MinIO ignores If-Match
 // there) or a multipart upload (its ETag is not the body's MD5 and it cannot

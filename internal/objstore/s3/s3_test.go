@@ -3,6 +3,7 @@ package s3
 import (
 	"context"
 	"crypto/md5"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -316,5 +317,100 @@ func TestOpenValidation(t *testing.T) {
 	defer s.Close()
 	if s.Prefix() != "x/y/" || s.Bucket() != "b" || s.client.Options().Region != "eu-west-1" {
 		t.Errorf("store = %q %q %q", s.Bucket(), s.Prefix(), s.client.Options().Region)
+	}
+}
+
+func TestLoopbackHTTP(t *testing.T) {
+	for endpoint, want := range map[string]bool{
+		"http://127.0.0.1:9000":       true,
+		"http://127.8.9.10":           true,
+		"http://[::1]:9000":           true,
+		"http://LOCALHOST:9000":       true,
+		"https://127.0.0.1:9000":      false, // the SDK already sends UNSIGNED-PAYLOAD over TLS
+		"http://10.0.0.5:9000":        false,
+		"http://minio.internal:9000":  false,
+		"http://localhost.evil.com":   false,
+		"":                            false,
+		"://bad":                      false,
+		"http://127.0.0.1.nip.io:900": false,
+	} {
+		if got := loopbackHTTP(endpoint); got != want {
+			t.Errorf("loopbackHTTP(%q) = %v, want %v", endpoint, got, want)
+		}
+	}
+}
+
+// cannedTransport answers every request with 200 and an ETag without any
+// network, recording the last request's headers.
+type cannedTransport struct{ header http.Header }
+
+func (c *cannedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.header = r.Header.Clone()
+	if r.Body != nil {
+		_, _ = io.Copy(io.Discard, r.Body)
+		_ = r.Body.Close()
+	}
+	h := http.Header{}
+	h.Set("ETag", `"0123456789abcdef0123456789abcdef"`)
+	return &http.Response{StatusCode: http.StatusOK, Header: h, Body: http.NoBody, Request: r}, nil
+}
+
+// openCanned opens a store on endpoint whose requests go to a cannedTransport.
+func openCanned(tb testing.TB, endpoint string) (*Store, *cannedTransport) {
+	tb.Helper()
+	s, err := Open(context.Background(), Options{Bucket: "b", Endpoint: endpoint, PathStyle: true,
+		Region: "us-east-1", AccessKeyID: "id", SecretAccessKey: "secret"})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	rt := &cannedTransport{}
+	s.client = awss3.New(s.client.Options(), func(o *awss3.Options) { o.HTTPClient = &http.Client{Transport: rt} })
+	return s, rt
+}
+
+// TestRequestHeaders pins what a PUT carries: no per-call User-Agent or
+// invocation id, and a signed payload hash except on loopback.
+func TestRequestHeaders(t *testing.T) {
+	body := []byte("chunk")
+	sum := sha256.Sum256(body)
+	for endpoint, wantHash := range map[string]string{
+		"http://127.0.0.1:9000": "UNSIGNED-PAYLOAD",
+		"http://10.0.0.5:9000":  hex.EncodeToString(sum[:]),
+	} {
+		s, rt := openCanned(t, endpoint)
+		if _, err := s.PutIfAbsent(t.Context(), "wal/1", body); err != nil {
+			t.Fatal(err)
+		}
+		if got := rt.header.Get("X-Amz-Content-Sha256"); got != wantHash {
+			t.Errorf("%s: X-Amz-Content-Sha256 = %q, want %q", endpoint, got, wantHash)
+		}
+		if got := rt.header.Get("Authorization"); !strings.Contains(got, "x-amz-content-sha256") {
+			t.Errorf("%s: payload hash header not signed: %q", endpoint, got)
+		}
+		if got := rt.header.Get("Amz-Sdk-Invocation-Id"); got != "" {
+			t.Errorf("%s: amz-sdk-invocation-id sent: %q", endpoint, got)
+		}
+		if got := rt.header.Get("User-Agent"); strings.Contains(got, "aws-sdk-go") {
+			t.Errorf("%s: SDK User-Agent sent: %q", endpoint, got)
+		}
+		if rt.header.Get("If-None-Match") != "*" {
+			t.Errorf("%s: If-None-Match = %q", endpoint, rt.header.Get("If-None-Match"))
+		}
+		s.Close()
+	}
+}
+
+// BenchmarkPutIfAbsent measures the client side of one WAL-chunk-sized
+// PutIfAbsent to a loopback endpoint, without network or server.
+func BenchmarkPutIfAbsent(b *testing.B) {
+	s, _ := openCanned(b, "http://127.0.0.1:9000")
+	defer s.Close()
+	body := make([]byte, 16<<10)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		if _, err := s.PutIfAbsent(b.Context(), fmt.Sprintf("wal/%020d", i), body); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
