@@ -30,11 +30,57 @@ func (s *Store) Compact(rev int64) error {
 	if rev > s.rev.Load() {
 		return ErrFutureRev
 	}
-	s.compact(rev, func() {
+	pause := func() {
 		s.mu.Unlock()
 		s.mu.Lock()
-	})
+	}
+	s.compact(rev, pause)
+	if s.sp != nil && s.sp.needsRewrite() {
+		s.rewriteSpill(pause)
+	}
 	return nil
+}
+
+// rewriteSpill copies every spilled value into a new file, so the old
+// files, which hold mostly dropped values, are deleted as they empty. It
+// calls pause between batches. Should the new file fail, the values not
+// yet moved stay where they are.
+func (s *Store) rewriteSpill(pause func()) {
+	sp := s.sp
+	nf, err := sp.newFile()
+	if err != nil {
+		return
+	}
+	old := sp.cur
+	sp.cur = nf
+	if old.live == 0 {
+		sp.retire(old)
+	}
+	var buf []byte
+	n := 0
+	for kv, r := range s.spilled {
+		if r.f == nf {
+			continue
+		}
+		if cap(buf) < r.n {
+			buf = make([]byte, r.n)
+		}
+		v, err := r.readInto(buf[:r.n])
+		if err != nil {
+			s.setFault(err)
+			return
+		}
+		nr, err := sp.put(v)
+		if err != nil {
+			return
+		}
+		// Updating an existing key while ranging over a map is allowed.
+		s.spilled[kv] = nr
+		sp.drop(r)
+		if n++; n%s.compactBatch == 0 && pause != nil {
+			pause()
+		}
+	}
 }
 
 // compact raises the floor to rev and drops what that makes unreachable,
@@ -94,7 +140,8 @@ func (s *Store) trim(ki *keyIndex, rev int64) {
 		return
 	}
 	for _, kv := range h[:drop] {
-		s.bytes -= int64(len(kv.Value))
+		s.bytes -= int64(s.valueLen(kv))
+		s.unspill(kv)
 	}
 	s.versions -= int64(drop)
 	n := len(h) - drop

@@ -3,18 +3,28 @@
 // versions since the compaction floor, and the revision log of events.
 //
 // Invariants the package enforces:
+//
 //   - One writer, many readers. Revisions only move forward through Put and
 //     Delete (one revision per write transaction, its ops numbered by sub)
 //     and backward only through Rollback of writes that never became
 //     durable.
+//
 //   - A stored *mvccpb.KeyValue is never modified after it is published:
 //     histories, the log, events and range results share the pointers, so
 //     values are held once and results need no copying.
+//
 //   - Reads name their revision. The store does not know which writes are
 //     committed; the engine passes its committed revision.
+//
 //   - Compaction keeps every reachable version: a read at or above the
 //     floor, and an event replay from the floor, answer as before it.
 //
-// The package never does I/O, never reads the clock, never logs and never
-// decides durability or commit order: the engine does.
+//   - A value is in memory or, when the store was opened with a spill
+//     directory, in the spill files (see spill): never both for long, and
+//     every read path (Range, Events, the events Put and Delete return,
+//     Capture, HashKV) reads spilled values back.
+//
+// The only I/O the package does is to its spill files, a cache it deletes
+// at open and close and never fsyncs. It never reads the clock, never logs
+// and never decides durability or commit order: the engine does.
 package mvcc

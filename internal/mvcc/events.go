@@ -11,6 +11,7 @@ import "go.etcd.io/etcd/api/v3/mvccpb"
 //
 // The events are built per call from the shared log, so callers may keep
 // them; the KeyValues they point to are shared and must not be modified.
+// A spilled value that cannot be read back fails the call with that error.
 func (s *Store) Events(from, to int64, limit int) ([]*mvccpb.Event, int64, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -54,6 +55,9 @@ func (s *Store) Events(from, to int64, limit int) ([]*mvccpb.Event, int64, error
 			ev.Type = mvccpb.DELETE
 		}
 		out[i] = ev
+	}
+	if err := s.resolveEvents(out); err != nil {
+		return nil, from, err
 	}
 	return out, next, nil
 }

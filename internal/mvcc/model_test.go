@@ -237,14 +237,16 @@ func randKey(rng *rand.Rand) string {
 }
 
 func TestModel(t *testing.T) {
-	for seed := range uint64(3) {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) { runModel(t, seed, 2500) })
-	}
+	eachKind(t, func(t *testing.T, s *Store) {
+		for seed := range uint64(3) {
+			t.Run(fmt.Sprint(seed), func(t *testing.T) { runModel(t, like(t, s), seed, 2500) })
+		}
+	})
 }
 
-func runModel(t *testing.T, seed uint64, steps int) {
+func runModel(t *testing.T, s *Store, seed uint64, steps int) {
 	rng := rand.New(rand.NewPCG(seed, 99))
-	s, m := New(), newRef()
+	m := newRef()
 	// Small batches make compactions pause, as large stores do.
 	s.compactBatch = 3
 	// Seed 0 compacts rarely, so historic counts take the range walk.

@@ -26,8 +26,7 @@ type RangeOptions struct {
 
 // RangeResult is the answer to a Range.
 type RangeResult struct {
-	// KVs are shared with the store unless KeysOnly was set: callers must
-	// not modify them.
+	// KVs may be shared with the store: callers must not modify them.
 	KVs []*mvccpb.KeyValue
 	// Count is the number of keys live in the range at the revision, before
 	// limit and filters (as etcd counts).
@@ -38,7 +37,8 @@ type RangeResult struct {
 
 // Range reads [key, end) at opt.Rev with etcd's RangeRequest semantics:
 // an empty end reads key alone, end "\x00" reads every key >= key. It returns
-// ErrFutureRev above Rev() and ErrCompacted below CompactRev().
+// ErrFutureRev above Rev() and ErrCompacted below CompactRev(), and Err()
+// when a spilled value cannot be read back.
 func (s *Store) Range(key, end []byte, opt RangeOptions) (RangeResult, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -111,13 +111,24 @@ func (s *Store) Range(key, end []byte, opt RangeOptions) (RangeResult, error) {
 				opt.MinCreateRev != 0 && kv.CreateRevision < opt.MinCreateRev
 		})
 	}
+	if opt.SortTarget == pb.RangeRequest_VALUE && order != pb.RangeRequest_NONE {
+		if err := s.resolve(res.KVs); err != nil {
+			return RangeResult{}, err
+		}
+	}
 	sortKVs(res.KVs, order, opt.SortTarget)
 	if opt.Limit > 0 && int64(len(res.KVs)) > opt.Limit {
 		clear(res.KVs[opt.Limit:])
 		res.KVs = res.KVs[:opt.Limit]
 		res.More = true
 	}
-	return finish(res, opt), nil
+	res = finish(res, opt)
+	if !opt.KeysOnly {
+		if err := s.resolve(res.KVs); err != nil {
+			return RangeResult{}, err
+		}
+	}
+	return res, nil
 }
 
 // finish applies the options that only shape the returned values.

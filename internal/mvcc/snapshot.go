@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"slices"
+	"sync"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 
@@ -16,25 +18,136 @@ import (
 
 // Snapshot calls fn for every version the store keeps, tombstones included,
 // in (mod_revision, sub) order: what Restore needs to rebuild this store,
-// history above the compaction floor included. Versions a compaction in
-// progress has yet to drop are left out. It stops at the first error fn
-// returns.
-//
-// The lock is held only to copy pointers, so fn may do I/O without stalling
-// the writer; the output is the state at the moment of the call, writes not
-// yet committed included.
+// history above the compaction floor included. It is Capture read in full;
+// fn may keep what it is given. It stops at the first error fn returns.
+func (s *Store) Snapshot(fn func(*netsyv1.KeyVersion) error) error {
+	c := s.Capture()
+	defer c.Release()
+	for i := range c.Len() {
+		kv, err := c.At(i)
+		if err != nil {
+			return err
+		}
+		if err := fn(kv); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Capture is the store's versions at one moment, as Snapshot yields them,
+// kept as pointers to the store's immutable versions: a capture of a large
+// store costs a few words per version, and values are read from the spill
+// files only when At asks for them. It keeps the files it may read until
+// Release. It implements datafile.Source.
+type Capture struct {
+	vs []captured
+
+	mu     sync.Mutex
+	pinned []*spillFile
+	// ahead holds the bytes of file at [aheadOff, aheadOff+len(ahead)):
+	// values are captured in the order they were written, so reading a
+	// block at a time serves a whole snapshot with few syscalls.
+	ahead    []byte
+	aheadF   *spillFile
+	aheadOff int64
+}
+
+// captureReadAhead is the block At reads from a spill file.
+const captureReadAhead = 256 << 10
+
+// captured is one version, its sub and, if spilled, where its value is.
+type captured struct {
+	kv  *mvccpb.KeyValue
+	r   spillRef
+	sub int64
+}
+
+// Len is the number of versions captured.
+func (c *Capture) Len() int { return len(c.vs) }
+
+// At returns version i as a new KeyVersion. It is safe to call from any
+// goroutine until Release.
+func (c *Capture) At(i int) (*netsyv1.KeyVersion, error) {
+	e := c.vs[i]
+	kv := keyVersion(e.kv, e.sub)
+	if e.r.f != nil {
+		v, err := c.read(e.r)
+		if err != nil {
+			return nil, err
+		}
+		kv.Value = v
+	}
+	return kv, nil
+}
+
+// read returns the value r locates in a new slice. Capture flushed
+// everything it refers to, so the file alone serves it: the spill buffer
+// belongs to the writer.
+func (c *Capture) read(r spillRef) ([]byte, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v := make([]byte, r.n)
+	if r.f != c.aheadF || r.off < c.aheadOff || r.off+int64(r.n) > c.aheadOff+int64(len(c.ahead)) {
+		if r.n > captureReadAhead {
+			if _, err := r.f.f.ReadAt(v, r.off); err != nil {
+				return nil, fmt.Errorf("mvcc: read value file %s at %d: %w", r.f.path, r.off, err)
+			}
+			return v, nil
+		}
+		if c.ahead == nil {
+			c.ahead = make([]byte, captureReadAhead)
+		}
+		// A short read at the end of the file is fine as long as it
+		// covers the value.
+		n, err := r.f.f.ReadAt(c.ahead[:cap(c.ahead)], r.off)
+		if n < r.n {
+			if err == nil || err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			c.aheadF = nil
+			return nil, fmt.Errorf("mvcc: read value file %s at %d: %w", r.f.path, r.off, err)
+		}
+		c.ahead, c.aheadF, c.aheadOff = c.ahead[:n], r.f, r.off
+	}
+	copy(v, c.ahead[r.off-c.aheadOff:])
+	return v, nil
+}
+
+// Release lets the store delete the files the capture kept. It may be
+// called from any goroutine; calls after the first do nothing.
+func (c *Capture) Release() {
+	c.mu.Lock()
+	pinned := c.pinned
+	c.pinned, c.ahead, c.aheadF = nil, nil, nil
+	c.mu.Unlock()
+	for _, f := range pinned {
+		f.unpin()
+	}
+}
+
+// Capture copies the store's versions; versions a compaction in progress
+// has yet to drop are left out, and writes not yet committed are included.
+// The lock is held only to copy pointers.
 //
 // Versions below the floor have left the log and with it their sub; they
 // are at most one per key and nothing reads their sub, so they are numbered
 // in key order within their revision, which Restore reproduces exactly.
-func (s *Store) Snapshot(fn func(*netsyv1.KeyVersion) error) error {
-	s.mu.RLock()
+func (s *Store) Capture() *Capture {
+	c := &Capture{}
+	// The write lock, because values still in the spill buffer are
+	// written out (or copied) here.
+	s.mu.Lock()
 	floor := s.compactRev.Load()
-	var old []*mvccpb.KeyValue
+	grab := func(kv *mvccpb.KeyValue) captured {
+		r, _ := s.spillRef(kv)
+		return captured{kv: kv, r: r}
+	}
+	var old []captured
 	if floor > 0 {
 		s.idx.ascend(nil, nil, func(ki *keyIndex) bool {
 			if k := ki.kept(floor); len(k) > 0 && k[0].ModRevision < floor {
-				old = append(old, k[0])
+				old = append(old, grab(k[0]))
 			}
 			return true
 		})
@@ -42,32 +155,50 @@ func (s *Store) Snapshot(fn func(*netsyv1.KeyVersion) error) error {
 	// A compaction in progress may not have dropped its part of the log
 	// yet.
 	tail := s.log[s.logSearch(floor):]
-	log := make([]*mvccpb.KeyValue, len(tail))
-	for i, e := range tail {
-		log[i] = e.kv
+	c.vs = make([]captured, len(old), len(old)+len(tail))
+	copy(c.vs, old)
+	for _, e := range tail {
+		c.vs = append(c.vs, grab(e.kv))
 	}
-	s.mu.RUnlock()
+	if s.sp != nil {
+		if err := s.sp.cur.flush(); err != nil && s.sp.err == nil {
+			s.sp.err = err
+		}
+		for _, f := range s.sp.files {
+			f.pin()
+			c.pinned = append(c.pinned, f)
+		}
+		// Whatever a failed flush left in the buffer is copied now.
+		for i, e := range c.vs {
+			if r := e.r; r.f != nil && r.off >= r.f.flushed {
+				v, _ := r.read() // from memory: cannot fail
+				kv := *e.kv
+				kv.Value = v
+				c.vs[i] = captured{kv: &kv}
+			}
+		}
+	}
+	s.mu.Unlock()
 
 	// Key order within a revision; old has one version per key.
-	slices.SortFunc(old, func(a, b *mvccpb.KeyValue) int {
-		if c := cmp.Compare(a.ModRevision, b.ModRevision); c != 0 {
+	old = c.vs[:len(old)]
+	slices.SortFunc(old, func(a, b captured) int {
+		if c := cmp.Compare(a.kv.ModRevision, b.kv.ModRevision); c != 0 {
 			return c
 		}
-		return bytes.Compare(a.Key, b.Key)
+		return bytes.Compare(a.kv.Key, b.kv.Key)
 	})
-	for _, part := range [][]*mvccpb.KeyValue{old, log} {
+	for _, part := range [][]captured{old, c.vs[len(old):]} {
 		var rev, sub int64
-		for _, kv := range part {
-			if kv.ModRevision != rev {
-				rev, sub = kv.ModRevision, 0
+		for i := range part {
+			if part[i].kv.ModRevision != rev {
+				rev, sub = part[i].kv.ModRevision, 0
 			}
-			if err := fn(keyVersion(kv, sub)); err != nil {
-				return err
-			}
+			part[i].sub = sub
 			sub++
 		}
 	}
-	return nil
+	return c
 }
 
 func keyVersion(kv *mvccpb.KeyValue, sub int64) *netsyv1.KeyVersion {
@@ -99,6 +230,10 @@ func (s *Store) Restore(rev, compactRev int64, versions []*netsyv1.KeyVersion) e
 	if err := s.load(rev, versions); err != nil {
 		// Leave the store empty rather than half loaded.
 		s.idx, s.keys, s.log, s.versions, s.bytes = newTree(), map[string]*keyIndex{}, nil, 0, 0
+		for kv, r := range s.spilled {
+			delete(s.spilled, kv)
+			s.sp.drop(r)
+		}
 		return err
 	}
 	s.rev.Store(rev)
@@ -143,6 +278,7 @@ func (s *Store) load(rev int64, versions []*netsyv1.KeyVersion) error {
 		kv := &mvccpb.KeyValue{Key: ki.key, ModRevision: v.ModRevision}
 		if !v.Tombstone {
 			kv.CreateRevision, kv.Version, kv.Value, kv.Lease = v.CreateRevision, v.Version, v.Value, v.Lease
+			kv = s.stored(kv)
 		}
 		s.append(ki, kv, prev)
 	}
@@ -168,7 +304,8 @@ func (s *Store) HashKV(rev int64) (uint32, int64, error) {
 		return 0, floor, ErrCompacted
 	}
 	h := crc32.New(crc32.MakeTable(crc32.Castagnoli))
-	var buf []byte
+	var buf, val []byte
+	var err error
 	s.idx.ascend(nil, nil, func(ki *keyIndex) bool {
 		// Only what compaction keeps, so a compaction in progress does
 		// not show.
@@ -176,17 +313,30 @@ func (s *Store) HashKV(rev int64) (uint32, int64, error) {
 			if kv.ModRevision > rev {
 				break
 			}
+			value := kv.Value
+			if r, ok := s.spillRef(kv); ok {
+				if cap(val) < r.n {
+					val = make([]byte, r.n)
+				}
+				if value, err = r.readInto(val[:r.n]); err != nil {
+					s.setFault(err)
+					return false
+				}
+			}
 			buf = binary.AppendUvarint(buf[:0], uint64(len(kv.Key)))
 			buf = append(buf, kv.Key...)
 			buf = binary.AppendVarint(buf, kv.CreateRevision)
 			buf = binary.AppendVarint(buf, kv.ModRevision)
 			buf = binary.AppendVarint(buf, kv.Version)
 			buf = binary.AppendVarint(buf, kv.Lease)
-			buf = binary.AppendUvarint(buf, uint64(len(kv.Value)))
+			buf = binary.AppendUvarint(buf, uint64(len(value)))
 			h.Write(buf)
-			h.Write(kv.Value)
+			h.Write(value)
 		}
 		return true
 	})
+	if err != nil {
+		return 0, floor, err
+	}
 	return h.Sum32(), floor, nil
 }

@@ -35,6 +35,183 @@ type Store struct {
 	// compactBatch is how many log entries Compact works through per
 	// hold of the lock.
 	compactBatch int
+
+	// sp, when not nil, holds values of at least spillMin bytes; spilled
+	// maps each stored version whose Value it holds (nil in the version)
+	// to where.
+	sp       *spill
+	spilled  map[*mvccpb.KeyValue]spillRef
+	spillMin int
+	// fault is the first error reading a spilled value.
+	fault atomic.Pointer[error]
+}
+
+// Options configure Open.
+type Options struct {
+	// SpillDir, when not empty, is a directory the store owns for values
+	// of at least SpillMin bytes, which then stay out of the Go heap: see
+	// spill. Its files are a cache, removed at Open and Close.
+	SpillDir string
+	// SpillMin is the smallest value spilled (default 128 bytes).
+	SpillMin int
+}
+
+// DefaultSpillMin is Options.SpillMin's default: below it a value costs
+// less in memory than its place in the spill index.
+const DefaultSpillMin = 128
+
+// Open returns an empty store at revision 0 configured by o. Close
+// releases what it holds.
+func Open(o Options) (*Store, error) {
+	s := New()
+	if o.SpillDir == "" {
+		return s, nil
+	}
+	sp, err := openSpill(o.SpillDir)
+	if err != nil {
+		return nil, err
+	}
+	s.sp, s.spilled, s.spillMin = sp, map[*mvccpb.KeyValue]spillRef{}, o.SpillMin
+	if s.spillMin <= 0 {
+		s.spillMin = DefaultSpillMin
+	}
+	return s, nil
+}
+
+// Close deletes the spill files. Reads of spilled values fail afterwards;
+// every Capture must have been released.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sp != nil {
+		s.sp.close()
+		s.sp = nil
+		s.setFault(ErrClosed)
+	}
+	return nil
+}
+
+// Err returns the error that made a spilled value unreadable, or nil. The
+// store's answers are then incomplete, and the engine stops taking writes:
+// a restart rebuilds the spill files from the log.
+func (s *Store) Err() error {
+	if p := s.fault.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func (s *Store) setFault(err error) {
+	s.fault.CompareAndSwap(nil, &err)
+}
+
+// spillRef reports where kv's value is when the store spilled it.
+func (s *Store) spillRef(kv *mvccpb.KeyValue) (spillRef, bool) {
+	if s.spilled == nil || kv == nil || len(kv.Value) != 0 || tombstone(kv) {
+		return spillRef{}, false
+	}
+	r, ok := s.spilled[kv]
+	return r, ok
+}
+
+// valueLen is the length of kv's value wherever it is held.
+func (s *Store) valueLen(kv *mvccpb.KeyValue) int {
+	if r, ok := s.spillRef(kv); ok {
+		return r.n
+	}
+	return len(kv.Value)
+}
+
+// stored returns the version to keep for kv: kv itself, or a copy without
+// its value when the value went to the spill files.
+func (s *Store) stored(kv *mvccpb.KeyValue) *mvccpb.KeyValue {
+	if s.sp == nil || len(kv.Value) < s.spillMin {
+		return kv
+	}
+	r, err := s.sp.put(kv.Value)
+	if err != nil {
+		// The file cannot take more: the value stays in memory.
+		return kv
+	}
+	cp := &mvccpb.KeyValue{Key: kv.Key, CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision, Version: kv.Version, Lease: kv.Lease}
+	s.spilled[cp] = r
+	return cp
+}
+
+// unspill forgets kv's spilled value, if any, as kv leaves the store.
+func (s *Store) unspill(kv *mvccpb.KeyValue) {
+	if r, ok := s.spillRef(kv); ok {
+		delete(s.spilled, kv)
+		s.sp.drop(r)
+	}
+}
+
+// resolve replaces each version in kvs whose value is spilled by a copy
+// with the value read back; nil entries are skipped. The caller holds the
+// lock.
+func (s *Store) resolve(kvs []*mvccpb.KeyValue) error {
+	if len(s.spilled) == 0 {
+		return nil
+	}
+	n, size := 0, 0
+	for _, kv := range kvs {
+		if r, ok := s.spillRef(kv); ok {
+			n++
+			size += r.n
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	cps := make([]mvccpb.KeyValue, n)
+	buf := make([]byte, size)
+	for i, kv := range kvs {
+		r, ok := s.spillRef(kv)
+		if !ok {
+			continue
+		}
+		v, err := r.readInto(buf[:r.n:r.n])
+		if err != nil {
+			s.setFault(err)
+			return err
+		}
+		buf = buf[r.n:]
+		cp := &cps[0]
+		cps = cps[1:]
+		*cp = mvccpb.KeyValue{Key: kv.Key, CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision, Version: kv.Version, Value: v, Lease: kv.Lease}
+		kvs[i] = cp
+	}
+	return nil
+}
+
+// resolveOne is resolve for a single version.
+func (s *Store) resolveOne(kv *mvccpb.KeyValue) (*mvccpb.KeyValue, error) {
+	if _, ok := s.spillRef(kv); !ok {
+		return kv, nil
+	}
+	one := []*mvccpb.KeyValue{kv}
+	if err := s.resolve(one); err != nil {
+		return kv, err
+	}
+	return one[0], nil
+}
+
+// resolveEvents resolves the versions events carry.
+func (s *Store) resolveEvents(evs []*mvccpb.Event) error {
+	if len(s.spilled) == 0 {
+		return nil
+	}
+	kvs := make([]*mvccpb.KeyValue, 0, 2*len(evs))
+	for _, ev := range evs {
+		kvs = append(kvs, ev.Kv, ev.PrevKv)
+	}
+	if err := s.resolve(kvs); err != nil {
+		return err
+	}
+	for i, ev := range evs {
+		ev.Kv, ev.PrevKv = kvs[2*i], kvs[2*i+1]
+	}
+	return nil
 }
 
 // logEntry is one event: kv is the new version (a tombstone for a delete)
@@ -132,13 +309,21 @@ type Stats struct {
 	// Bytes approximates the key and value bytes held: each key once,
 	// each version's value.
 	Bytes int64
+	// Spilled is the part of Bytes held in the spill files rather than in
+	// memory, and SpillGarbage the bytes of dropped values those files
+	// still occupy.
+	Spilled, SpillGarbage int64
 }
 
 // Stats reports the current size of the store.
 func (s *Store) Stats() Stats {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return Stats{Keys: int64(s.idx.live), Versions: s.versions, Bytes: s.bytes}
+	st := Stats{Keys: int64(s.idx.live), Versions: s.versions, Bytes: s.bytes}
+	if s.sp != nil {
+		st.Spilled, st.SpillGarbage = s.sp.live, s.sp.garbage
+	}
+	return st
 }
 
 // checkWriteRev panics unless rev opens the next revision or continues the
@@ -154,7 +339,8 @@ func (s *Store) checkWriteRev(rev int64) {
 // Put sets key to value at revision rev and returns the PUT event. rev must
 // be Rev()+1 (the first op of a new revision) or Rev() (a further op of the
 // same revision); any other rev panics. The store keeps key and value: callers
-// must not modify them afterwards.
+// must not modify them afterwards. A spilled value is copied out, so the
+// event's Kv is then not the version the store keeps.
 func (s *Store) Put(rev int64, key, value []byte, lease int64) *mvccpb.Event {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -172,9 +358,16 @@ func (s *Store) Put(rev int64, key, value []byte, lease int64) *mvccpb.Event {
 	} else if len(ki.hist) > 0 {
 		s.idx.setLive(key, true)
 	}
-	s.append(ki, kv, prev)
+	s.append(ki, s.stored(kv), prev)
 	s.rev.Store(rev)
-	return &mvccpb.Event{Type: mvccpb.PUT, Kv: kv, PrevKv: prev}
+	return &mvccpb.Event{Type: mvccpb.PUT, Kv: kv, PrevKv: s.eventPrev(prev)}
+}
+
+// eventPrev is prev as an event reports it, its value read back if
+// spilled. A read failure is recorded in Err, which fails the write.
+func (s *Store) eventPrev(prev *mvccpb.KeyValue) *mvccpb.KeyValue {
+	kv, _ := s.resolveOne(prev)
+	return kv
 }
 
 // Delete writes a tombstone for key at revision rev (same rule as Put) and
@@ -196,14 +389,14 @@ func (s *Store) Delete(rev int64, key []byte) *mvccpb.Event {
 	s.idx.setLive(key, false)
 	s.append(ki, kv, prev)
 	s.rev.Store(rev)
-	return &mvccpb.Event{Type: mvccpb.DELETE, Kv: kv, PrevKv: prev}
+	return &mvccpb.Event{Type: mvccpb.DELETE, Kv: kv, PrevKv: s.eventPrev(prev)}
 }
 
 func (s *Store) append(ki *keyIndex, kv, prev *mvccpb.KeyValue) {
 	ki.hist = append(ki.hist, kv)
 	s.log = append(s.log, logEntry{kv: kv, prev: prev})
 	s.versions++
-	s.bytes += int64(len(kv.Value))
+	s.bytes += int64(s.valueLen(kv))
 }
 
 // logSearch returns the position of the first log entry with mod_revision
@@ -252,7 +445,8 @@ func (s *Store) Rollback(rev int64) {
 		ki.hist[len(ki.hist)-1] = nil
 		ki.hist = ki.hist[:len(ki.hist)-1]
 		s.versions--
-		s.bytes -= int64(len(kv.Value))
+		s.bytes -= int64(s.valueLen(kv))
+		s.unspill(kv)
 		if len(ki.hist) == 0 {
 			s.removeKey(ki)
 		} else if live := ki.live(); live != wasLive {

@@ -378,7 +378,7 @@ func snapshotOf(t testing.TB, s *Store) []*netsyv1.KeyVersion {
 
 func restore(t testing.TB, s *Store) *Store {
 	t.Helper()
-	r := New()
+	r := like(t, s)
 	if err := r.Restore(s.Rev(), s.CompactRev(), snapshotOf(t, s)); err != nil {
 		t.Fatal(err)
 	}
@@ -392,7 +392,8 @@ func sameStore(t testing.TB, stats bool, a, b *Store) {
 	if a.Rev() != b.Rev() || a.CompactRev() != b.CompactRev() {
 		t.Fatalf("rev %d/%d floor %d/%d", a.Rev(), b.Rev(), a.CompactRev(), b.CompactRev())
 	}
-	if sa, sb := a.Stats(), b.Stats(); stats && sa != sb {
+	// Spill garbage depends on the path that built a store.
+	if sa, sb := a.Stats(), b.Stats(); stats && (sa.Keys != sb.Keys || sa.Versions != sb.Versions || sa.Bytes != sb.Bytes) {
 		t.Fatalf("stats %+v vs %+v", sa, sb)
 	}
 	for rev := a.CompactRev(); rev <= a.Rev(); rev++ {
@@ -544,7 +545,10 @@ func TestHashKV(t *testing.T) {
 // -race checks the locking, and each reader checks that a revision, once
 // readable, reads the same every time.
 func TestConcurrentReaders(t *testing.T) {
-	s := New()
+	eachKind(t, testConcurrentReaders)
+}
+
+func testConcurrentReaders(t *testing.T, s *Store) {
 	s.compactBatch = 4
 	apply(t, s, []op{put("k0", "v")})
 	var wg sync.WaitGroup

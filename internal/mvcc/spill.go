@@ -1,0 +1,241 @@
+package mvcc
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+)
+
+// spill keeps large values out of the Go heap: the store writes them to
+// append-only files in a directory of their own and holds only a spillRef.
+// Reads pread them back, so they live in the kernel's page cache, which the
+// kernel can drop under memory pressure and which does not count against
+// the process's RSS, as bbolt's pages do for etcd.
+//
+// The files are a cache, not a record: the WAL and the object store hold
+// every value, so the files are deleted at open and at close, and nothing
+// is ever fsync'd. A file that cannot be written stops taking values (they
+// stay in memory instead); one that cannot be read makes the store fail
+// (see Store.Err).
+//
+// Compaction and rollback turn values into garbage. Once garbage outweighs
+// the live values (and a floor), Compact copies the live values into a new
+// file and deletes the old ones when nothing reads them any more.
+//
+// spill is owned by its Store: appends, drops and file switches happen
+// under the store's write lock, reads under its read lock, except reads
+// through a Capture, which pins the files it may read.
+type spill struct {
+	dir string
+	gen int
+	cur *spillFile
+	// files are the files holding live values, cur included.
+	files []*spillFile
+	// live and garbage count value bytes over all files.
+	live, garbage int64
+	// err is set once cur cannot be written; nothing is spilled after.
+	err error
+	// rewriteMin is the least garbage worth a rewrite.
+	rewriteMin int64
+}
+
+// spillRef locates one spilled value.
+type spillRef struct {
+	f   *spillFile
+	off int64
+	n   int
+}
+
+// spillFile is one append-only file. Its newest bytes wait in buf until a
+// whole buffer is written with one syscall.
+type spillFile struct {
+	path    string
+	f       *os.File
+	size    int64 // bytes appended, buffered ones included
+	flushed int64 // bytes on file; buf holds size-flushed more
+	buf     []byte
+	live    int64
+
+	// mu guards pins and retired: a Capture releases its pins from the
+	// goroutine that saves it.
+	mu      sync.Mutex
+	pins    int
+	retired bool
+	closed  bool
+}
+
+const (
+	spillBuf        = 256 << 10
+	spillRewriteMin = 64 << 20
+	spillPrefix     = "values-"
+)
+
+// openSpill clears dir of files an earlier process left and opens the
+// first file.
+func openSpill(dir string) (*spill, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("mvcc: value spill directory: %w", err)
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("mvcc: value spill directory: %w", err)
+	}
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), spillPrefix) {
+			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
+				return nil, fmt.Errorf("mvcc: remove stale value file: %w", err)
+			}
+		}
+	}
+	sp := &spill{dir: dir, rewriteMin: spillRewriteMin}
+	if sp.cur, err = sp.newFile(); err != nil {
+		return nil, err
+	}
+	return sp, nil
+}
+
+func (sp *spill) newFile() (*spillFile, error) {
+	sp.gen++
+	path := filepath.Join(sp.dir, fmt.Sprintf("%s%06d", spillPrefix, sp.gen))
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("mvcc: create value file: %w", err)
+	}
+	sf := &spillFile{path: path, f: f}
+	sp.files = append(sp.files, sf)
+	return sf, nil
+}
+
+// put appends v to the current file. It fails once the file could not be
+// written; the caller then keeps v in memory.
+func (sp *spill) put(v []byte) (spillRef, error) {
+	if sp.err != nil {
+		return spillRef{}, sp.err
+	}
+	f := sp.cur
+	r := spillRef{f: f, off: f.size, n: len(v)}
+	f.buf = append(f.buf, v...)
+	f.size += int64(len(v))
+	f.live += int64(len(v))
+	sp.live += int64(len(v))
+	if len(f.buf) >= spillBuf {
+		sp.err = f.flush()
+	}
+	return r, nil
+}
+
+// flush writes buf to the file. On failure buf is kept: the values in it
+// stay readable from memory.
+func (f *spillFile) flush() error {
+	if len(f.buf) == 0 {
+		return nil
+	}
+	if _, err := f.f.WriteAt(f.buf, f.flushed); err != nil {
+		return fmt.Errorf("mvcc: write value file %s: %w", f.path, err)
+	}
+	f.flushed = f.size
+	if cap(f.buf) > 2*spillBuf {
+		f.buf = nil
+	} else {
+		f.buf = f.buf[:0]
+	}
+	return nil
+}
+
+// read returns the value r locates in a new slice.
+func (r spillRef) read() ([]byte, error) {
+	return r.readInto(make([]byte, r.n))
+}
+
+// readInto fills dst (len r.n) with the value.
+func (r spillRef) readInto(dst []byte) ([]byte, error) {
+	f := r.f
+	if r.off >= f.flushed {
+		copy(dst, f.buf[r.off-f.flushed:])
+		return dst, nil
+	}
+	if _, err := f.f.ReadAt(dst, r.off); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, fmt.Errorf("mvcc: read value file %s at %d: %w", f.path, r.off, err)
+	}
+	return dst, nil
+}
+
+// drop records that the value r locates is no longer referenced; a file
+// other than the current one is deleted once it holds nothing live.
+func (sp *spill) drop(r spillRef) {
+	f := r.f
+	f.live -= int64(r.n)
+	sp.live -= int64(r.n)
+	sp.garbage += int64(r.n)
+	if f.live == 0 && f != sp.cur {
+		sp.retire(f)
+	}
+}
+
+// retire forgets f, whose values are all dropped or moved; it is closed
+// and deleted now, or when the last Capture that pinned it lets go.
+func (sp *spill) retire(f *spillFile) {
+	for i, x := range sp.files {
+		if x == f {
+			sp.files = append(sp.files[:i], sp.files[i+1:]...)
+			break
+		}
+	}
+	sp.garbage -= f.size
+	f.mu.Lock()
+	f.retired = true
+	done := f.pins == 0
+	f.mu.Unlock()
+	if done {
+		f.close()
+	}
+}
+
+func (f *spillFile) pin() {
+	f.mu.Lock()
+	f.pins++
+	f.mu.Unlock()
+}
+
+func (f *spillFile) unpin() {
+	f.mu.Lock()
+	f.pins--
+	done := f.pins == 0 && f.retired
+	f.mu.Unlock()
+	if done {
+		f.close()
+	}
+}
+
+// close closes and deletes f; a second call does nothing. The files are a
+// cache, so errors have no one to go to.
+func (f *spillFile) close() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return
+	}
+	f.closed = true
+	_ = f.f.Close()
+	_ = os.Remove(f.path)
+}
+
+// needsRewrite reports whether the garbage is worth copying the live values
+// into a new file.
+func (sp *spill) needsRewrite() bool {
+	return sp.garbage >= sp.rewriteMin && sp.garbage > sp.live
+}
+
+// close closes and deletes every file; Captures must have been released.
+func (sp *spill) close() {
+	for _, f := range sp.files {
+		f.close()
+	}
+	sp.files, sp.cur = nil, nil
+}

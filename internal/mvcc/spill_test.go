@@ -1,0 +1,293 @@
+package mvcc
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/netsy-io/netsy/proto/netsyv1"
+)
+
+// newSpilling returns a store that spills every non-empty value and
+// rewrites its files at the first garbage, so tests exercise both paths.
+func newSpilling(t testing.TB) *Store {
+	t.Helper()
+	s, err := Open(Options{SpillDir: t.TempDir(), SpillMin: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.sp.rewriteMin = 1
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// like returns an empty store of the same kind as s.
+func like(t testing.TB, s *Store) *Store {
+	if s.sp != nil {
+		return newSpilling(t)
+	}
+	return New()
+}
+
+// eachKind runs fn on an in-memory store and on a spilling one.
+func eachKind(t *testing.T, fn func(*testing.T, *Store)) {
+	t.Run("memory", func(t *testing.T) { fn(t, New()) })
+	t.Run("spill", func(t *testing.T) { fn(t, newSpilling(t)) })
+}
+
+func spillFiles(t *testing.T, s *Store) []string {
+	t.Helper()
+	ents, err := os.ReadDir(s.sp.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		out = append(out, e.Name())
+	}
+	return out
+}
+
+func TestSpillKeepsValuesOutOfMemory(t *testing.T) {
+	dir := t.TempDir()
+	// A file left by an earlier process is a stale cache.
+	if err := os.WriteFile(filepath.Join(dir, "values-000009"), []byte("old"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(Options{SpillDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	big := bytes.Repeat([]byte("v"), DefaultSpillMin)
+	small := []byte("tiny")
+	s.Put(1, []byte("big"), big, 0)
+	s.Put(1, []byte("small"), small, 0)
+	ev := s.Put(2, []byte("big"), append(slices.Clone(big), '2'), 0)
+	if !bytes.Equal(ev.PrevKv.Value, big) || len(ev.Kv.Value) != len(big)+1 {
+		t.Fatalf("event %s", evStr(ev))
+	}
+	if got := spillFilesIn(t, dir); !slices.Equal(got, []string{"values-000001"}) {
+		t.Fatalf("files %q", got)
+	}
+	st := s.Stats()
+	if st.Spilled != int64(2*len(big)+1) || st.Bytes != st.Spilled+int64(len(small))+int64(len("big")+len("small")) {
+		t.Fatalf("stats %+v", st)
+	}
+	// Stored versions hold no copy of a spilled value.
+	for _, kv := range s.lookup([]byte("big")).hist {
+		if kv.Value != nil {
+			t.Fatalf("stored version %d holds its value", kv.ModRevision)
+		}
+	}
+	res, err := s.Range([]byte("big"), nil, RangeOptions{Rev: 1})
+	if err != nil || len(res.KVs) != 1 || !bytes.Equal(res.KVs[0].Value, big) {
+		t.Fatalf("range at 1: %v %v", res.KVs, err)
+	}
+	evs, _, err := s.Events(1, 2, 0)
+	if err != nil || len(evs) != 3 || !bytes.Equal(evs[2].PrevKv.Value, big) {
+		t.Fatalf("events %q %v", evStrs(evs), err)
+	}
+	// Values past the buffer are read from the file.
+	for i := range 2 * spillBuf / len(big) {
+		s.Put(int64(3+i), fmt.Appendf(nil, "k%d", i), big, 0)
+	}
+	if s.sp.cur.flushed == 0 {
+		t.Fatal("buffer never written out")
+	}
+	res, err = s.Range([]byte("k"), []byte("l"), RangeOptions{Rev: s.Rev(), SortTarget: 4, SortOrder: 2})
+	if err != nil || len(res.KVs) != 2*spillBuf/len(big) || !bytes.Equal(res.KVs[0].Value, big) {
+		t.Fatalf("range: %d kvs, %v", len(res.KVs), err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := spillFilesIn(t, dir); len(got) != 0 {
+		t.Fatalf("files left after Close: %q", got)
+	}
+	if _, err := s.Range([]byte("big"), nil, RangeOptions{Rev: 1}); !errors.Is(err, ErrClosed) && err == nil {
+		t.Fatal("read after Close succeeded")
+	}
+}
+
+func spillFilesIn(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		out = append(out, e.Name())
+	}
+	return out
+}
+
+// Compaction leaves garbage; the rewrite moves live values to a new file
+// and deletes the old one, except while a Capture still reads it.
+func TestSpillRewriteWaitsForCapture(t *testing.T) {
+	s := newSpilling(t)
+	s.compactBatch = 2
+	for i := range 20 {
+		s.Put(int64(i+1), []byte("k"), fmt.Appendf(nil, "v%02d", i), 0)
+		s.Put(int64(i+1), fmt.Appendf(nil, "x%d", i%3), fmt.Appendf(nil, "w%02d", i), 0)
+	}
+	c := s.Capture()
+	want := snapshotOf(t, s)
+	if err := s.Compact(20); err != nil {
+		t.Fatal(err)
+	}
+	if files := spillFiles(t, s); len(files) != 2 {
+		t.Fatalf("files after rewrite with a capture open: %q", files)
+	}
+	if st := s.Stats(); st.Spilled != 6*3 || st.Versions != 6 {
+		t.Fatalf("stats after compaction %+v", st)
+	}
+	if c.Len() != len(want) {
+		t.Fatalf("captured %d versions, want %d", c.Len(), len(want))
+	}
+	for i := range c.Len() {
+		kv, err := c.At(i)
+		if err != nil || kv.String() != want[i].String() {
+			t.Fatalf("captured version %d: %v %v, want %v", i, kv, err, want[i])
+		}
+	}
+	c.Release()
+	c.Release()
+	if files := spillFiles(t, s); !slices.Equal(files, []string{"values-000002"}) {
+		t.Fatalf("files after release: %q", files)
+	}
+	res, err := s.Range(nil, []byte{0}, RangeOptions{Rev: 20})
+	if err != nil || !slices.Equal(kvStrs(res.KVs), []string{"k=v19/1/20/20", "x0=w18/1/19/7", "x1=w19/2/20/7", "x2=w17/3/18/6"}) {
+		t.Fatalf("range after rewrite: %q %v", kvStrs(res.KVs), err)
+	}
+}
+
+// A spill file that cannot be written stops taking values; what it held
+// stays readable and new values stay in memory.
+func TestSpillWriteFailureKeepsValuesInMemory(t *testing.T) {
+	s := newSpilling(t)
+	s.Put(1, []byte("a"), []byte("1"), 0)
+	// Closing the descriptor under the store makes the next write fail.
+	_ = s.sp.cur.f.Close()
+	big := bytes.Repeat([]byte("b"), spillBuf)
+	s.Put(2, []byte("b"), big, 0)
+	if s.sp.err == nil {
+		t.Fatal("write failure not noticed")
+	}
+	s.Put(3, []byte("c"), []byte("3"), 0)
+	if kv := s.lookup([]byte("c")).latest(); string(kv.Value) != "3" {
+		t.Fatal("value after the failure was not kept in memory")
+	}
+	res, err := s.Range(nil, []byte{0}, RangeOptions{Rev: 3})
+	if err != nil || len(res.KVs) != 3 || string(res.KVs[0].Value) != "1" || !bytes.Equal(res.KVs[1].Value, big) {
+		t.Fatalf("range: %d kvs %v", len(res.KVs), err)
+	}
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	// A capture copies what the buffer holds.
+	c := s.Capture()
+	defer c.Release()
+	for i := range c.Len() {
+		if kv, err := c.At(i); err != nil || len(kv.Value) == 0 {
+			t.Fatalf("captured version %d: %v", i, err)
+		}
+	}
+}
+
+// A value that cannot be read back fails the read and the store.
+func TestSpillReadFailure(t *testing.T) {
+	s := newSpilling(t)
+	big := bytes.Repeat([]byte("b"), spillBuf)
+	s.Put(1, []byte("a"), big, 0)
+	s.Put(2, []byte("a"), []byte("2"), 0)
+	_ = s.sp.cur.f.Close()
+	if _, err := s.Range([]byte("a"), nil, RangeOptions{Rev: 1}); err == nil {
+		t.Fatal("read of an unreadable value succeeded")
+	}
+	if s.Err() == nil {
+		t.Fatal("Err not set")
+	}
+	if ev := s.Put(3, []byte("a"), []byte("3"), 0); ev == nil || s.Err() == nil {
+		t.Fatal("write after the fault")
+	}
+	if _, _, err := s.HashKV(0); err == nil {
+		t.Fatal("hash over an unreadable value succeeded")
+	}
+}
+
+// Snapshot output restores into either kind of store.
+func TestSpillSnapshotAcrossKinds(t *testing.T) {
+	s := eventHistory(t)
+	sp := newSpilling(t)
+	if err := sp.Restore(s.Rev(), s.CompactRev(), snapshotOf(t, s)); err != nil {
+		t.Fatal(err)
+	}
+	sameStore(t, true, s, sp)
+	var kvs []*netsyv1.KeyVersion
+	c := sp.Capture()
+	defer c.Release()
+	for i := range c.Len() {
+		kv, err := c.At(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kvs = append(kvs, kv)
+	}
+	m := New()
+	if err := m.Restore(sp.Rev(), sp.CompactRev(), kvs); err != nil {
+		t.Fatal(err)
+	}
+	sameStore(t, true, s, m)
+}
+
+// Capture reads the spill files a block at a time; values that straddle a
+// block, values larger than one and values of several files all come back.
+func TestCaptureReadsAhead(t *testing.T) {
+	s := newSpilling(t)
+	s.sp.rewriteMin = spillRewriteMin
+	want := map[string][]byte{}
+	rev := int64(0)
+	put := func(k string, v []byte) {
+		rev++
+		s.Put(rev, []byte(k), v, 0)
+		want[k] = v
+	}
+	for i := range 3000 {
+		put(fmt.Sprintf("k%04d", i), bytes.Repeat([]byte{byte(i)}, 100+i%400))
+	}
+	put("huge", bytes.Repeat([]byte("h"), 3*captureReadAhead))
+	// A second file, as a rewrite leaves before its old file goes.
+	if _, err := s.sp.newFile(); err != nil {
+		t.Fatal(err)
+	}
+	s.sp.cur = s.sp.files[len(s.sp.files)-1]
+	for i := range 500 {
+		put(fmt.Sprintf("m%04d", i), bytes.Repeat([]byte{byte(i + 7)}, 1000))
+	}
+	c := s.Capture()
+	defer c.Release()
+	if c.Len() != len(want) {
+		t.Fatalf("captured %d versions, want %d", c.Len(), len(want))
+	}
+	// Forwards, then a few backwards, which defeats the block.
+	order := make([]int, 0, c.Len()+3)
+	for i := range c.Len() {
+		order = append(order, i)
+	}
+	order = append(order, 5, 3000, 1)
+	for _, i := range order {
+		kv, err := c.At(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(kv.Value, want[string(kv.Key)]) {
+			t.Fatalf("version %d (%s): %d bytes, want %d", i, kv.Key, len(kv.Value), len(want[string(kv.Key)]))
+		}
+	}
+}
