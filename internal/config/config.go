@@ -48,6 +48,10 @@ type Config struct {
 	SnapshotEveryRevisions int64
 	// SnapshotKeep is how many snapshots object storage keeps.
 	SnapshotKeep int
+	// ValueSpillMin is the smallest value kept in files under
+	// <data-dir>/values instead of in memory; 0 keeps every value in
+	// memory.
+	ValueSpillMin int
 }
 
 // Default returns the configuration of `netsy` run with no flags.
@@ -62,6 +66,7 @@ func Default() Config {
 		Name:                   "default",
 		SnapshotEveryRevisions: 100000,
 		SnapshotKeep:           3,
+		ValueSpillMin:          128,
 	}
 }
 
@@ -116,6 +121,9 @@ func (c Config) Validate() error {
 	if c.SnapshotKeep < 1 {
 		return fmt.Errorf("--snapshot-keep: must be at least 1, got %d", c.SnapshotKeep)
 	}
+	if c.ValueSpillMin < 0 {
+		return fmt.Errorf("--value-spill-min: must be 0 (keep values in memory) or a size in bytes, got %d", c.ValueSpillMin)
+	}
 	return nil
 }
 
@@ -154,6 +162,7 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.IntVar(&c.Quorum, "quorum", c.Quorum, "replication quorum: 0 = acknowledge once in object storage, N = N replicas, -1 = majority")
 	fs.Int64Var(&c.SnapshotEveryRevisions, "snapshot-every-revisions", c.SnapshotEveryRevisions, "log entries between snapshots")
 	fs.IntVar(&c.SnapshotKeep, "snapshot-keep", c.SnapshotKeep, "snapshots kept in object storage")
+	fs.IntVar(&c.ValueSpillMin, "value-spill-min", c.ValueSpillMin, "values of at least this many bytes are read from files under <data-dir>/values instead of held in memory (0: hold every value in memory)")
 }
 
 // Parse parses args into a Config: flags first, then NETSY_<NAME>

@@ -14,29 +14,66 @@ import (
 // Snapshot is the full state at Header.Index / Header.Revision.
 type Snapshot struct {
 	Header *netsyv1.SnapshotHeader
-	// KVs are ordered by (ModRevision, Sub).
+	// KVs are ordered by (ModRevision, Sub). Source, when set, holds them
+	// instead.
 	KVs    []*netsyv1.KeyVersion
 	Leases []*netsyv1.SnapshotLease
+	// Source, when not nil, yields the key versions one at a time, for a
+	// snapshot too large to hold in memory (the engine's, whose values
+	// are in files). Whoever ends up holding such a snapshot calls Release
+	// once it is encoded or dropped.
+	Source Source
+}
+
+// Source yields a snapshot's key versions in (ModRevision, Sub) order.
+type Source interface {
+	Len() int
+	// At returns key version i, which the caller may keep.
+	At(i int) (*netsyv1.KeyVersion, error)
+	// Release lets go of what At reads from; it may be called from any
+	// goroutine, more than once.
+	Release()
+}
+
+// Len is the number of key versions.
+func (s *Snapshot) Len() int {
+	if s.Source != nil {
+		return s.Source.Len()
+	}
+	return len(s.KVs)
+}
+
+// At returns key version i.
+func (s *Snapshot) At(i int) (*netsyv1.KeyVersion, error) {
+	if s.Source != nil {
+		return s.Source.At(i)
+	}
+	return s.KVs[i], nil
+}
+
+// Release releases the Source, if any.
+func (s *Snapshot) Release() {
+	if s.Source != nil {
+		s.Source.Release()
+	}
 }
 
 // EncodeSnapshot writes s as a sealed snapshot file. The header written
 // carries the real record counts; a header that already states different
-// counts is rejected as a caller bug. w is buffered internally.
+// counts is rejected as a caller bug, and so are key versions out of
+// order, though only once the file is partly written. w is buffered
+// internally.
 func EncodeSnapshot(w io.Writer, s *Snapshot) error {
 	if s == nil || s.Header == nil {
 		return errors.New("encode snapshot: missing header")
 	}
 	h := proto.Clone(s.Header).(*netsyv1.SnapshotHeader)
-	if err := fillCount(&h.KeyVersions, len(s.KVs), "key versions"); err != nil {
+	n := s.Len()
+	if err := fillCount(&h.KeyVersions, n, "key versions"); err != nil {
 		return fmt.Errorf("encode snapshot %d: %w", h.Index, err)
 	}
 	if err := fillCount(&h.Leases, len(s.Leases), "leases"); err != nil {
 		return fmt.Errorf("encode snapshot %d: %w", h.Index, err)
-	}
-	for i := 1; i < len(s.KVs); i++ {
-		if kvLess(s.KVs[i], s.KVs[i-1]) {
-			return fmt.Errorf("encode snapshot %d: key version %d is out of (mod_revision, sub) order", h.Index, i)
-		}
 	}
 	bw := bufio.NewWriterSize(w, 256<<10)
 	dw, err := NewWriter(bw, KindSnapshot)
@@ -52,8 +89,16 @@ func EncodeSnapshot(w io.Writer, s *Snapshot) error {
 	}
 	kv := &netsyv1.SnapshotRecord_Kv{}
 	rec.Record = kv
-	for i, v := range s.KVs {
-		kv.Kv = v
+	var prev *netsyv1.KeyVersion
+	for i := range n {
+		v, err := s.At(i)
+		if err != nil {
+			return fmt.Errorf("encode snapshot %d key version %d: %w", h.Index, i, err)
+		}
+		if prev != nil && kvLess(v, prev) {
+			return fmt.Errorf("encode snapshot %d: key version %d is out of (mod_revision, sub) order", h.Index, i)
+		}
+		kv.Kv, prev = v, v
 		if err := dw.appendMessage(rec); err != nil {
 			return fmt.Errorf("encode snapshot %d key version %d: %w", h.Index, i, err)
 		}

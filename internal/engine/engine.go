@@ -46,6 +46,11 @@ type Config struct {
 	// MinLeaseTTL is the smallest TTL granted, in seconds (default 2, as
 	// etcd with its default election timeout).
 	MinLeaseTTL int64
+	// SpillDir, when not empty, is a directory the engine owns for values
+	// of at least SpillMin bytes (default mvcc.DefaultSpillMin), kept out
+	// of memory: see mvcc.Options.
+	SpillDir string
+	SpillMin int
 	// WriteTimeout bounds how long a write waits to become durable before
 	// the client gets ErrTimeout (default 7 s, etcd's request timeout).
 	// The write may still commit later, as with etcd. The loop checks the
@@ -134,10 +139,14 @@ func Open(cfg Config) (*Engine, error) {
 	if cfg.Storage == nil {
 		return nil, errors.New("engine: no storage")
 	}
+	store, err := mvcc.Open(mvcc.Options{SpillDir: cfg.SpillDir, SpillMin: cfg.SpillMin})
+	if err != nil {
+		return nil, err
+	}
 	e := &Engine{
 		cfg:       cfg,
 		log:       cfg.Logger.Named("engine"),
-		store:     mvcc.New(),
+		store:     store,
 		lease:     newLessor(cfg.Clock),
 		proposals: make(chan *proposal, 1024),
 		syncKick:  make(chan struct{}, 1),
@@ -145,6 +154,7 @@ func Open(cfg Config) (*Engine, error) {
 		notifyCh:  make(chan struct{}),
 	}
 	if err := e.recover(); err != nil {
+		_ = store.Close()
 		return nil, err
 	}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
@@ -264,7 +274,7 @@ func (e *Engine) OnSync(index uint64, err error) {
 func (e *Engine) Close() error {
 	e.cancel()
 	e.wg.Wait()
-	return nil
+	return e.store.Close()
 }
 
 func (e *Engine) run(ticker clock.Ticker) {

@@ -1,9 +1,11 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/netsy-io/netsy/internal/clock"
+	"github.com/netsy-io/netsy/internal/datafile"
 	"github.com/netsy-io/netsy/internal/engine/enginetest"
 	"github.com/netsy-io/netsy/internal/mvcc"
 )
@@ -363,8 +366,13 @@ func TestLeaseRevokeAndRestart(t *testing.T) {
 }
 
 func TestRestartFromSnapshotAndLog(t *testing.T) {
+	t.Run("memory", func(t *testing.T) { testRestartFromSnapshotAndLog(t, "") })
+	t.Run("spill", func(t *testing.T) { testRestartFromSnapshotAndLog(t, t.TempDir()) })
+}
+
+func testRestartFromSnapshotAndLog(t *testing.T, spillDir string) {
 	st := &enginetest.MemStorage{}
-	h := newHarness(t, st, func(c *Config) { c.SnapshotEntries = 10 })
+	h := newHarness(t, st, func(c *Config) { c.SnapshotEntries, c.SpillDir, c.SpillMin = 10, spillDir, 1 })
 	for i := 0; i < 25; i++ {
 		h.put(fmt.Sprintf("k%02d", i%7), fmt.Sprint(i))
 	}
@@ -387,6 +395,55 @@ func TestRestartFromSnapshotAndLog(t *testing.T) {
 	h.put("new", "x")
 	if h.e.CurrentRevision() != 27 {
 		t.Fatalf("rev after restart+put %d", h.e.CurrentRevision())
+	}
+}
+
+// Values the store keeps in its spill files reach every reader: ranges,
+// prev_kv, watch replay and the snapshot a client downloads.
+func TestSpilledValues(t *testing.T) {
+	h := newHarness(t, nil, func(c *Config) { c.SpillDir, c.SpillMin = t.TempDir(), 4 })
+	h.put("a", "first")
+	h.put("b", "in")
+	resp := h.put("a", "second", func(r *pb.PutRequest) { r.PrevKv = true })
+	if resp.PrevKv == nil || string(resp.PrevKv.Value) != "first" {
+		t.Fatalf("prev_kv %v", resp.PrevKv)
+	}
+	if h.value("a") != "second" || h.value("b") != "in" || string(h.get("a", 2).Kvs[0].Value) != "first" {
+		t.Fatal("range lost a value")
+	}
+	evs, _, err := h.e.Events(2, 100, 0)
+	if err != nil || len(evs) != 3 || evs[2].PrevKv == nil || string(evs[2].PrevKv.Value) != "first" || string(evs[2].Kv.Value) != "second" {
+		t.Fatalf("events %v %v", evs, err)
+	}
+	tr, err := h.e.Txn(ctx(t), &pb.TxnRequest{Compare: []*pb.Compare{{Key: []byte("a"), Target: pb.Compare_VALUE,
+		Result: pb.Compare_EQUAL, TargetUnion: &pb.Compare_Value{Value: []byte("second")}}}})
+	if err != nil || !tr.Succeeded {
+		t.Fatalf("value compare: %v %v", tr, err)
+	}
+	var buf bytes.Buffer
+	if _, err := h.e.Snapshot(ctx(t), &buf); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := datafile.DecodeSnapshot("snapshot", &buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vals []string
+	for _, kv := range snap.KVs {
+		vals = append(vals, string(kv.Value))
+	}
+	if !slices.Equal(vals, []string{"first", "in", "second"}) {
+		t.Fatalf("snapshot values %q", vals)
+	}
+	// A value that can no longer be read back fails the engine's writes.
+	if err := h.e.store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.e.Put(ctx(t), &pb.PutRequest{Key: []byte("a"), Value: []byte("third")}); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("write after losing a spilled value: %v", err)
+	}
+	if _, err := h.e.Put(ctx(t), &pb.PutRequest{Key: []byte("c")}); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("later write: %v", err)
 	}
 }
 

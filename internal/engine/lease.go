@@ -104,7 +104,7 @@ func (l *lessor) reattach(s *mvcc.Store, rev int64) {
 	if rev <= 0 {
 		return
 	}
-	res, err := s.Range([]byte{0}, []byte{0}, mvcc.RangeOptions{Rev: rev})
+	res, err := s.Range([]byte{0}, []byte{0}, mvcc.RangeOptions{Rev: rev, KeysOnly: true})
 	if err != nil {
 		return
 	}

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"runtime"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/netsy-io/netsy/internal/datafile"
+	"github.com/netsy-io/netsy/internal/mvcc"
 	"github.com/netsy-io/netsy/proto/netsyv1"
 )
 
@@ -77,6 +79,7 @@ func (e *Engine) Snapshot(ctx context.Context, w io.Writer) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
+	defer p.snap.Release()
 	cw := &countingWriter{w: w}
 	if err := datafile.EncodeSnapshot(cw, p.snap); err != nil {
 		return cw.n, fmt.Errorf("encode snapshot: %w", err)
@@ -105,23 +108,25 @@ func (e *Engine) MemberList(context.Context) (*pb.MemberListResponse, error) {
 }
 
 // captureSnapshot copies the applied state (pending entries included) in
-// the loop; it may be saved only once its index is durable.
+// the loop; it may be saved only once its index is durable. Values the
+// store spilled stay in its files until the snapshot is encoded: whoever
+// ends up holding the snapshot releases it (datafile.Snapshot.Release).
 func (e *Engine) captureSnapshot() *datafile.Snapshot {
-	s := &datafile.Snapshot{Header: &netsyv1.SnapshotHeader{
-		Index:           e.lastIdx,
-		Revision:        e.lastRev,
-		CompactRevision: e.store.CompactRev(),
-	}}
-	// Sized up front (every version held, an upper bound) so capturing a
-	// large store does not leave a trail of outgrown slices behind.
-	s.KVs = make([]*netsyv1.KeyVersion, 0, e.store.Stats().Versions)
-	_ = e.store.Snapshot(func(kv *netsyv1.KeyVersion) error {
-		s.KVs = append(s.KVs, kv)
-		return nil
-	})
+	c := e.store.Capture()
+	s := &datafile.Snapshot{
+		Header: &netsyv1.SnapshotHeader{
+			Index:           e.lastIdx,
+			Revision:        e.lastRev,
+			CompactRevision: e.store.CompactRev(),
+		},
+		Source: c,
+	}
 	s.Leases = e.lease.snapshot()
-	s.Header.KeyVersions = int64(len(s.KVs))
+	s.Header.KeyVersions = int64(c.Len())
 	s.Header.Leases = int64(len(s.Leases))
+	// Should a holder drop the snapshot without releasing it (a client
+	// that stopped waiting for its Snapshot RPC), the collector does.
+	runtime.AddCleanup(s, func(c *mvcc.Capture) { c.Release() }, c)
 	return s
 }
 
@@ -146,13 +151,15 @@ func (e *Engine) maybeSnapshot() {
 			select {
 			case <-ch:
 			case <-e.ctx.Done():
+				snap.Release()
 				return
 			}
 		}
+		// The storage releases snap.
 		if err := e.cfg.Storage.SaveSnapshot(snap); err != nil {
 			e.log.Error("save snapshot", "index", snap.Header.Index, "error", err)
 			return
 		}
-		e.log.Debug("snapshot saved", "index", snap.Header.Index, "rev", snap.Header.Revision, "versions", len(snap.KVs))
+		e.log.Debug("snapshot saved", "index", snap.Header.Index, "rev", snap.Header.Revision, "versions", snap.Len())
 	}()
 }

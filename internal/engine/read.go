@@ -51,6 +51,9 @@ func (e *Engine) rangeAt(r *pb.RangeRequest, cur, headerRev int64) (*pb.RangeRes
 // readTxn evaluates a transaction without writes at rev.
 func (e *Engine) readTxn(r *pb.TxnRequest, rev int64) (*pb.TxnResponse, error) {
 	ok := txnSucceeds(e.store, rev, r)
+	if err := e.store.Err(); err != nil {
+		return nil, err
+	}
 	ops := r.Success
 	if !ok {
 		ops = r.Failure

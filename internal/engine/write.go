@@ -275,6 +275,15 @@ func (e *Engine) handleWrite(p *proposal) {
 		p.finish(err)
 		return
 	}
+	if ferr := e.store.Err(); ferr != nil {
+		// The store lost a value it spilled, so what it answered may be
+		// incomplete: stop taking writes. A restart rebuilds the store
+		// from the log.
+		w.abort()
+		e.failStorage(fmt.Errorf("value spill: %w", ferr))
+		p.finish(*e.failed.Load())
+		return
+	}
 	hdr := &pb.ResponseHeader{Revision: w.finishRev()}
 	switch r := resp.(type) {
 	case *pb.PutResponse:
@@ -332,7 +341,8 @@ func (w *writeTxn) applyDelete(r *pb.DeleteRangeRequest) (*pb.DeleteRangeRespons
 	if rev == 0 {
 		return resp, nil
 	}
-	res, err := w.e.store.Range(r.Key, r.RangeEnd, mvcc.RangeOptions{Rev: rev})
+	// The keys alone: the delete events carry the previous values.
+	res, err := w.e.store.Range(r.Key, r.RangeEnd, mvcc.RangeOptions{Rev: rev, KeysOnly: true})
 	if err != nil {
 		return nil, err
 	}
@@ -468,7 +478,10 @@ func txnSucceeds(s *mvcc.Store, rev int64, r *pb.TxnRequest) bool {
 func compare(s *mvcc.Store, rev int64, c *pb.Compare) bool {
 	var kvs []*mvccpb.KeyValue
 	if rev > 0 {
-		res, err := s.Range(c.Key, c.RangeEnd, mvcc.RangeOptions{Rev: rev})
+		// Only a value compare needs values; the store may have to read
+		// them back from its spill files. A read that fails sets the
+		// store's Err, which fails the request.
+		res, err := s.Range(c.Key, c.RangeEnd, mvcc.RangeOptions{Rev: rev, KeysOnly: c.Target != pb.Compare_VALUE})
 		if err != nil {
 			return false
 		}

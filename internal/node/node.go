@@ -149,9 +149,15 @@ func Start(ctx context.Context, cfg config.Config, logger hclog.Logger, clk cloc
 		return nil, fmt.Errorf("open log (storage %s): %w", storageURL, err)
 	}
 	clientURL := "http://" + cfg.ClientAddr
+	spillDir := ""
+	if cfg.ValueSpillMin > 0 {
+		spillDir = filepath.Join(cfg.DataDir, "values")
+	}
 	n.eng, err = engine.Open(engine.Config{
 		Storage:         n.objlog,
 		SnapshotEntries: uint64(cfg.SnapshotEveryRevisions),
+		SpillDir:        spillDir,
+		SpillMin:        cfg.ValueSpillMin,
 		Clock:           clk,
 		Logger:          logger,
 		ClusterID:       id.ClusterID,

@@ -94,6 +94,7 @@ func (l *Log) readySnapshot() (*datafile.Snapshot, uint64) {
 		}
 	}
 	l.log.Error("no uploaded chunk ends at or before the snapshot; not uploading it", "index", idx)
+	s.Release()
 	return nil, 0
 }
 
@@ -102,6 +103,7 @@ func (l *Log) readySnapshot() (*datafile.Snapshot, uint64) {
 // must never cover entries a restart could not check against the bucket.
 func (l *Log) publishSnapshot(s *datafile.Snapshot, walSeq uint64) {
 	h := l.saveSnapshot(s, walSeq)
+	s.Release()
 	if h == nil {
 		return
 	}
@@ -157,7 +159,7 @@ func (l *Log) saveSnapshot(s *datafile.Snapshot, walSeq uint64) *netsyv1.Snapsho
 		}
 		l.meta, l.metaWritten = m, l.clk.Now()
 	}
-	if err := l.wal.SaveSnapshot(&datafile.Snapshot{Header: h, KVs: s.KVs, Leases: s.Leases}); err != nil {
+	if err := l.wal.SaveSnapshot(&datafile.Snapshot{Header: h, KVs: s.KVs, Leases: s.Leases, Source: s.Source}); err != nil {
 		l.log.Error("save snapshot locally", "index", h.Index, "error", err)
 		return nil
 	}

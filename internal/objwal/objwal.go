@@ -381,7 +381,8 @@ func (l *Log) refuseLocked() error {
 // background goroutine, which saves it locally and uploads it once every
 // chunk up to its index is in the bucket. It returns without waiting, so a
 // storage outage never blocks the engine; a newer snapshot replaces one
-// still waiting.
+// still waiting. The log releases s (see datafile.Snapshot.Release) once it
+// is saved or dropped.
 func (l *Log) SaveSnapshot(s *datafile.Snapshot) error {
 	if s == nil || s.Header == nil {
 		return errors.New("objwal save snapshot: missing header")
@@ -389,12 +390,17 @@ func (l *Log) SaveSnapshot(s *datafile.Snapshot) error {
 	l.mu.Lock()
 	if l.closing || l.closed {
 		l.mu.Unlock()
+		s.Release()
 		return ErrClosed
 	}
+	drop := s
 	if l.nextSnap == nil || s.Header.Index > l.nextSnap.Header.Index {
-		l.nextSnap = s
+		drop, l.nextSnap = l.nextSnap, s
 	}
 	l.mu.Unlock()
+	if drop != nil {
+		drop.Release()
+	}
 	kick(l.maintKick)
 	return nil
 }
@@ -464,6 +470,10 @@ func (l *Log) Close() error {
 	l.cancel()
 	l.wg.Wait()
 	l.mu.Lock()
+	if l.nextSnap != nil {
+		l.nextSnap.Release()
+		l.nextSnap = nil
+	}
 	if n := len(l.pend); l.err == nil && (n > 0 || l.inflightBytes > 0) {
 		l.log.Warn("closing with entries not in object storage; the next Open uploads them from the local log",
 			"queued", n, "uploaded", l.uploaded)

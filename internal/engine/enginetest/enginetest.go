@@ -105,11 +105,21 @@ func (m *MemStorage) SyncAll() {
 	}
 }
 
-// SaveSnapshot keeps s and drops the entries it covers, as a real log does.
+// SaveSnapshot keeps s, its values read into memory, and drops the entries
+// it covers, as a real log does.
 func (m *MemStorage) SaveSnapshot(s *datafile.Snapshot) error {
+	defer s.Release()
+	keep := &datafile.Snapshot{Header: s.Header, KVs: make([]*netsyv1.KeyVersion, s.Len()), Leases: s.Leases}
+	for i := range keep.KVs {
+		kv, err := s.At(i)
+		if err != nil {
+			return err
+		}
+		keep.KVs[i] = kv
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.snap = s
+	m.snap = keep
 	kept := m.entries[:0]
 	for _, e := range m.entries {
 		if e.Index > s.Header.Index {
