@@ -1,13 +1,16 @@
 // Package gctune bounds how far the Go heap may grow past the data a node
-// holds. Netsy keeps every key and value on the heap, and the Go runtime's
+// holds. Netsy keeps every key and small value on the heap, and the Go runtime's
 // default (GOGC=100) lets the heap grow to twice the live data before it
 // collects: a node holding 4 GiB would use about 8 GiB, while a node
 // holding 10 MiB collects every 10 MiB of garbage, which under write load
 // is a measurable share of its CPU. After every collection the tuner sets
 // the GC percent so that the next collection comes when the heap has grown
-// by a headroom of a quarter of the live data, and at least 64 MiB: large
+// by a headroom of a quarter of the live data, and at least 32 MiB: large
 // heaps run at about 1.25 times their live data, small ones collect once
-// per 64 MiB of garbage. The price is more frequent collections on large
+// per 32 MiB of garbage. (64 MiB was tried first; with values spilled to
+// files the live heap of 100k keys is ~38 MB, and a 64 MiB floor made
+// headroom most of the process's memory, for no put throughput we could
+// measure on 2 cores.) The price is more frequent collections on large
 // heaps, each marking the same live data; values are byte slices without
 // pointers, so marking them is cheap.
 //

@@ -10,7 +10,7 @@ import (
 
 // maxSpare bounds the batch buffer kept for reuse, so one burst does not
 // pin its memory for the life of the process.
-const maxSpare = 16 << 20
+const maxSpare = 1 << 20
 
 // maxHold caps how long a sync-mode batch waits for writers to come back
 // (see holdLocked).
