@@ -232,10 +232,17 @@ func (sp *spill) needsRewrite() bool {
 	return sp.garbage >= sp.rewriteMin && sp.garbage > sp.live
 }
 
-// close closes and deletes every file; Captures must have been released.
+// close closes and deletes every file, or for a file a Capture still
+// reads, lets the Capture's Release do it.
 func (sp *spill) close() {
 	for _, f := range sp.files {
-		f.close()
+		f.mu.Lock()
+		f.retired = true
+		done := f.pins == 0
+		f.mu.Unlock()
+		if done {
+			f.close()
+		}
 	}
 	sp.files, sp.cur = nil, nil
 }

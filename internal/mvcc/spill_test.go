@@ -165,6 +165,19 @@ func TestSpillRewriteWaitsForCapture(t *testing.T) {
 	if err != nil || !slices.Equal(kvStrs(res.KVs), []string{"k=v19/1/20/20", "x0=w18/1/19/7", "x1=w19/2/20/7", "x2=w17/3/18/6"}) {
 		t.Fatalf("range after rewrite: %q %v", kvStrs(res.KVs), err)
 	}
+	// Close leaves a file a capture reads to the capture's Release.
+	c = s.Capture()
+	dir := s.sp.dir
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if kv, err := c.At(c.Len() - 1); err != nil || len(kv.Value) == 0 {
+		t.Fatalf("capture after Close: %v %v", kv, err)
+	}
+	c.Release()
+	if files := spillFilesIn(t, dir); len(files) != 0 {
+		t.Fatalf("files after Close and release: %q", files)
+	}
 }
 
 // A spill file that cannot be written stops taking values; what it held

@@ -78,8 +78,9 @@ func Open(o Options) (*Store, error) {
 	return s, nil
 }
 
-// Close deletes the spill files. Reads of spilled values fail afterwards;
-// every Capture must have been released.
+// Close deletes the spill files. Reads of spilled values fail afterwards,
+// except through a Capture not yet released, which keeps the files it
+// reads until Release.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
