@@ -50,13 +50,16 @@ type spillRef struct {
 }
 
 // spillFile is one append-only file. Its newest bytes wait in buf until a
-// whole buffer is written with one syscall.
+// whole buffer is written with one syscall; the buffer written last stays
+// in prev, so the values watchers read just after they were written come
+// from memory either way.
 type spillFile struct {
 	path    string
 	f       *os.File
 	size    int64 // bytes appended, buffered ones included
 	flushed int64 // bytes on file; buf holds size-flushed more
 	buf     []byte
+	prev    []byte // the file's bytes [flushed-len(prev), flushed)
 	live    int64
 
 	// mu guards pins and retired: a Capture releases its pins from the
@@ -137,11 +140,14 @@ func (f *spillFile) flush() error {
 		return fmt.Errorf("mvcc: write value file %s: %w", f.path, err)
 	}
 	f.flushed = f.size
+	next := f.prev[:0]
 	if cap(f.buf) > 2*spillBuf {
-		f.buf = nil
+		// One huge value: do not keep its buffer around.
+		f.prev, next = nil, nil
 	} else {
-		f.buf = f.buf[:0]
+		f.prev = f.buf
 	}
+	f.buf = next
 	return nil
 }
 
@@ -155,6 +161,10 @@ func (r spillRef) readInto(dst []byte) ([]byte, error) {
 	f := r.f
 	if r.off >= f.flushed {
 		copy(dst, f.buf[r.off-f.flushed:])
+		return dst, nil
+	}
+	if p := f.flushed - int64(len(f.prev)); r.off >= p {
+		copy(dst, f.prev[r.off-p:])
 		return dst, nil
 	}
 	if _, err := f.f.ReadAt(dst, r.off); err != nil {

@@ -218,6 +218,8 @@ func TestSpillReadFailure(t *testing.T) {
 	s := newSpilling(t)
 	big := bytes.Repeat([]byte("b"), spillBuf)
 	s.Put(1, []byte("a"), big, 0)
+	// Two buffers on, the value is only on file.
+	s.Put(2, []byte("b"), big, 0)
 	s.Put(2, []byte("a"), []byte("2"), 0)
 	_ = s.sp.cur.f.Close()
 	if _, err := s.Range([]byte("a"), nil, RangeOptions{Rev: 1}); err == nil {
