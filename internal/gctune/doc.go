@@ -5,12 +5,15 @@
 // holding 10 MiB collects every 10 MiB of garbage, which under write load
 // is a measurable share of its CPU. After every collection the tuner sets
 // the GC percent so that the next collection comes when the heap has grown
-// by a headroom of a quarter of the live data, and at least 32 MiB: large
+// by a headroom of a quarter of the live data, and at least 24 MiB: large
 // heaps run at about 1.25 times their live data, small ones collect once
-// per 32 MiB of garbage. (64 MiB was tried first; with values spilled to
-// files the live heap of 100k keys is ~38 MB, and a 64 MiB floor made
-// headroom most of the process's memory, for no put throughput we could
-// measure on 2 cores.) The price is more frequent collections on large
+// per 24 MiB of garbage. (64 MiB came first; with values spilled to files
+// the live heap of 100k keys × 1 KiB is ~40 MB, and a 64 MiB floor made
+// headroom the larger part of the process's memory. Measured on 2 cores
+// with put-64: 4 collections per 40k puts at 64 MiB, 9–10 at 32, 13–14 at
+// 24, 20 at 16; CPU per put moved within the noise (55–65 µs) for all but
+// 16; RSS after 100k × 1 KiB was 101–115, 95–102 and 91–95 MB at 32, 24
+// and 16.) The price is more frequent collections on large
 // heaps, each marking the same live data; values are byte slices without
 // pointers, so marking them is cheap.
 //

@@ -12,7 +12,7 @@ import (
 // DefaultMinHeadroom bytes.
 const (
 	DefaultRatio       = 0.25
-	DefaultMinHeadroom = 32 << 20
+	DefaultMinHeadroom = 24 << 20
 )
 
 // maxPercent caps the GC percent of a nearly empty heap, whose minimum

@@ -14,10 +14,10 @@ func TestPercent(t *testing.T) {
 		want int
 	}{
 		// GOGC=100 would collect a 10 MiB heap every 10 MiB of garbage.
-		{"small heap gets the minimum headroom", 10 * mib, 320},
+		{"small heap gets the minimum headroom", 10 * mib, 240},
 		{"large heap gets a quarter of its live data", 1024 * mib, 25},
-		{"the crossover", 128 * mib, 25},
-		{"just below the crossover", 100 * mib, 32},
+		{"the crossover", 96 * mib, 25},
+		{"just below the crossover", 75 * mib, 32},
 		{"an unmeasured heap gets the cap", 0, maxPercent},
 		{"a tiny heap is capped", 1024, maxPercent},
 	} {
