@@ -128,16 +128,30 @@ func (c *Capture) Release() {
 
 // Capture copies the store's versions; versions a compaction in progress
 // has yet to drop are left out, and writes not yet committed are included.
-// The lock is held only to copy pointers.
+// Like the writes, it is called by the store's one writer. Readers wait
+// only while the spill buffer is written out; the read lock is held to
+// copy pointers.
 //
 // Versions below the floor have left the log and with it their sub; they
 // are at most one per key and nothing reads their sub, so they are numbered
 // in key order within their revision, which Restore reproduces exactly.
 func (s *Store) Capture() *Capture {
 	c := &Capture{}
-	// The write lock, because values still in the spill buffer are
-	// written out (or copied) here.
-	s.mu.Lock()
+	if s.sp != nil {
+		// The write lock only to write out the spill buffer, which
+		// readers read; the writer itself is the caller, so nothing
+		// changes between this and the read lock below.
+		s.mu.Lock()
+		if err := s.sp.cur.flush(); err != nil && s.sp.err == nil {
+			s.sp.err = err
+		}
+		for _, f := range s.sp.files {
+			f.pin()
+			c.pinned = append(c.pinned, f)
+		}
+		s.mu.Unlock()
+	}
+	s.mu.RLock()
 	floor := s.compactRev.Load()
 	grab := func(kv *mvccpb.KeyValue) captured {
 		r, _ := s.spillRef(kv)
@@ -161,13 +175,6 @@ func (s *Store) Capture() *Capture {
 		c.vs = append(c.vs, grab(e.kv))
 	}
 	if s.sp != nil {
-		if err := s.sp.cur.flush(); err != nil && s.sp.err == nil {
-			s.sp.err = err
-		}
-		for _, f := range s.sp.files {
-			f.pin()
-			c.pinned = append(c.pinned, f)
-		}
 		// Whatever a failed flush left in the buffer is copied now.
 		for i, e := range c.vs {
 			if r := e.r; r.f != nil && r.off >= r.f.flushed {
@@ -178,7 +185,7 @@ func (s *Store) Capture() *Capture {
 			}
 		}
 	}
-	s.mu.Unlock()
+	s.mu.RUnlock()
 
 	// Key order within a revision; old has one version per key.
 	old = c.vs[:len(old)]

@@ -11,7 +11,8 @@ import (
 )
 
 // Store is the multi-version key-value state. One goroutine writes (Put,
-// Delete, Compact, Rollback, Restore); any number read concurrently.
+// Delete, Compact, Rollback, Restore, and Capture, Snapshot and Close,
+// which touch the spill files); any number read concurrently.
 type Store struct {
 	mu sync.RWMutex
 
