@@ -188,8 +188,7 @@ func (sp *spill) drop(r spillRef) {
 	}
 }
 
-// retire forgets f, whose values are all dropped or moved; it is closed
-// and deleted now, or when the last Capture that pinned it lets go.
+// retire forgets f, whose values are all dropped or moved.
 func (sp *spill) retire(f *spillFile) {
 	for i, x := range sp.files {
 		if x == f {
@@ -198,6 +197,12 @@ func (sp *spill) retire(f *spillFile) {
 		}
 	}
 	sp.garbage -= f.size
+	f.retire()
+}
+
+// retire closes and deletes f now, or when the last Capture that pinned
+// it lets go.
+func (f *spillFile) retire() {
 	f.mu.Lock()
 	f.retired = true
 	done := f.pins == 0
@@ -246,13 +251,7 @@ func (sp *spill) needsRewrite() bool {
 // reads, lets the Capture's Release do it.
 func (sp *spill) close() {
 	for _, f := range sp.files {
-		f.mu.Lock()
-		f.retired = true
-		done := f.pins == 0
-		f.mu.Unlock()
-		if done {
-			f.close()
-		}
+		f.retire()
 	}
 	sp.files, sp.cur = nil, nil
 }

@@ -41,15 +41,7 @@ func eachKind(t *testing.T, fn func(*testing.T, *Store)) {
 
 func spillFiles(t *testing.T, s *Store) []string {
 	t.Helper()
-	ents, err := os.ReadDir(s.sp.dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, e := range ents {
-		out = append(out, e.Name())
-	}
-	return out
+	return spillFilesIn(t, s.sp.dir)
 }
 
 func TestSpillKeepsValuesOutOfMemory(t *testing.T) {
