@@ -303,8 +303,14 @@ func (l *Log) openWAL() error {
 		Dir:          l.o.WALDir,
 		SegmentBytes: l.o.SegmentBytes,
 		OnSync:       l.onWALSync,
-		Logger:       l.o.Logger.Named("wal"),
-		Clock:        l.clk,
+		// In sync mode a write waits for its chunk's PUT, which takes far
+		// longer than an fsync: under load the uploader asks for the fsync
+		// as it takes a batch (takeBatch), so one fsync runs alongside
+		// each PUT instead of one per write batch competing with it; an
+		// append to an idle uploader asks at once (Append).
+		SyncOnRequest: l.o.Mode == ModeSync,
+		Logger:        l.o.Logger.Named("wal"),
+		Clock:         l.clk,
 	})
 	if err != nil {
 		return err
@@ -358,6 +364,13 @@ func (l *Log) Append(e *netsyv1.Entry) error {
 	l.pendBuf = buf
 	l.pend = append(l.pend, pendEntry{index: e.Index, revision: e.Revision, off: off, end: len(l.pendBuf), at: now})
 	l.pendBytes += int64(len(l.pendBuf) - off)
+	if l.o.Mode == ModeSync && l.inflightBytes == 0 && !now.Before(l.holdUntil) {
+		// The uploader is idle, so this entry goes up at once: its fsync
+		// should start now too, ahead of the PUT rather than alongside
+		// it (measured: sequential puts lose 10% when the local fsync
+		// and MinIO's write share the disk).
+		l.wal.SyncTo(e.Index)
+	}
 	l.mu.Unlock()
 	// In async mode only the local fsync makes an entry uploadable, and
 	// onWALSync kicks then.

@@ -87,6 +87,11 @@ func (l *Log) takeBatch() (b *batch, wait time.Duration, done bool) {
 	}
 	end := l.pend[take-1].end
 	b = &batch{buf: l.pendBuf[:end], ents: slices.Clone(l.pend[:take]), bytes: int64(size)}
+	if l.o.Mode == ModeSync {
+		// The local fsync of the batch runs while it uploads; the wal
+		// never calls back into objwal holding its own lock.
+		l.wal.SyncTo(l.pend[take-1].index)
+	}
 	// The batch keeps the old buffer; Append continues in the spare one.
 	rest := l.pend[take:]
 	l.pendBuf = append(l.spare[:0], l.pendBuf[end:]...)

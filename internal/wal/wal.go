@@ -51,14 +51,20 @@ type Options struct {
 	// SegmentBytes is the size after which a segment is sealed and a new one
 	// started (default 64 MiB). A segment always holds at least one entry.
 	SegmentBytes int64
-	// OnSync is called on the writer goroutine after every group commit with
-	// the highest index now durable, and once with the error that failed the
+	// OnSync is called on the writer goroutine after every fsync with the
+	// highest index now durable, and once with the error that failed the
 	// WAL (index is then the highest index that did become durable). It must
 	// not block for long, since the next fsync waits for it, and must not
 	// call Close or SaveSnapshot, which wait for the writer goroutine.
 	OnSync func(index uint64, err error)
-	Logger hclog.Logger
-	Clock  clock.Clock
+	// SyncOnRequest makes the writer fsync only up to what SyncTo (or
+	// WaitSynced) asked for, and on seal and Close, instead of after every
+	// batch: for a caller that waits for something slower anyway (an
+	// object-storage PUT) and can ask for the fsync when it starts that,
+	// one fsync then covers everything written meanwhile.
+	SyncOnRequest bool
+	Logger        hclog.Logger
+	Clock         clock.Clock
 
 	hooks *hooks
 }
@@ -102,6 +108,7 @@ type WAL struct {
 	appended uint64      // highest index ever accepted, for WaitSynced
 	sealedTo uint64      // highest index covered by a completed seal request
 	err      error       // sticky failure
+	syncTo   uint64      // with SyncOnRequest: fsync at least this far
 	closed   bool
 	stopped  bool          // the writer goroutine has exited
 	changed  chan struct{} // closed and replaced whenever the fields above move
@@ -116,6 +123,8 @@ type WAL struct {
 	snapMu sync.Mutex // serializes SaveSnapshot
 
 	// Owned by the writer goroutine (and by Open before it starts).
+	lazy         bool   // Options.SyncOnRequest
+	unsynced     uint64 // with lazy: newest index written but not fsync'd
 	active       *segment
 	file         *os.File
 	bw           *bufio.Writer
@@ -160,6 +169,7 @@ func Open(opts Options) (*WAL, error) {
 		snapDir: filepath.Join(opts.Dir, "snap"),
 		segSize: opts.SegmentBytes,
 		onSync:  opts.OnSync,
+		lazy:    opts.SyncOnRequest,
 		log:     opts.Logger,
 		clk:     opts.Clock,
 		kick:    make(chan struct{}, 1),
@@ -498,6 +508,7 @@ func (w *WAL) queuedLocked(index uint64, revision int64, off int) {
 // WaitSynced blocks until index is durable, the WAL fails, or ctx ends. A
 // nil return also means OnSync has been called for index (or a later one).
 func (w *WAL) WaitSynced(ctx context.Context, index uint64) error {
+	w.SyncTo(index)
 	for {
 		w.mu.Lock()
 		synced, err, appended, stopped, ch := w.synced, w.err, w.appended, w.stopped, w.changed
@@ -517,6 +528,23 @@ func (w *WAL) WaitSynced(ctx context.Context, index uint64) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+	}
+}
+
+// SyncTo asks the writer to fsync at least through index; it does not
+// wait (OnSync or WaitSynced report it). Without Options.SyncOnRequest
+// every batch is fsync'd anyway and it does nothing useful.
+func (w *WAL) SyncTo(index uint64) {
+	w.mu.Lock()
+	if index <= w.syncTo {
+		w.mu.Unlock()
+		return
+	}
+	w.syncTo = index
+	w.mu.Unlock()
+	select {
+	case w.kick <- struct{}{}:
+	default:
 	}
 }
 
@@ -574,15 +602,23 @@ func (w *WAL) run() {
 		buf, w.pend = w.pend, buf[:0]
 		meta, w.pendMeta = w.pendMeta, meta[:0]
 		closing := w.closed
+		want := closing || w.syncTo > w.synced
 		w.mu.Unlock()
 		if len(meta) == 0 {
+			if w.unsynced != 0 && want {
+				// A request for entries an earlier batch wrote.
+				if err := w.commit(nil, nil, true); err != nil {
+					return
+				}
+				continue
+			}
 			if closing {
 				return
 			}
 			<-w.kick
 			continue
 		}
-		if err := w.commit(buf, meta); err != nil {
+		if err := w.commit(buf, meta, want); err != nil {
 			return
 		}
 		if cap(buf) > maxIdleBuffer {
@@ -591,18 +627,20 @@ func (w *WAL) run() {
 	}
 }
 
-// commit writes and syncs one batch and reports it. A non-nil error means
+// commit writes one batch, fsyncs unless the WAL syncs on request and
+// none is wanted, and reports what became durable. A non-nil error means
 // the WAL has failed.
-func (w *WAL) commit(buf []byte, meta []frameMeta) error {
-	var last, sealedTo uint64
+func (w *WAL) commit(buf []byte, meta []frameMeta, want bool) error {
+	var durable, sealedTo uint64
 	err := func() error {
-		dirty := false // entries written to the active segment but not synced
 		for _, m := range meta {
 			if m.seal {
 				if err := w.sealActive(); err != nil {
 					return err
 				}
-				sealedTo, dirty = m.index, false
+				// The seal's fsync covered everything written before it.
+				sealedTo, durable = m.index, max(durable, w.unsynced)
+				w.unsynced = 0
 				continue
 			}
 			if err := w.prepare(m.index, m.end-m.off); err != nil {
@@ -611,12 +649,16 @@ func (w *WAL) commit(buf []byte, meta []frameMeta) error {
 			if err := w.dw.AppendFramed(buf[m.off:m.end], m.index, m.revision); err != nil {
 				return fmt.Errorf("segment %s: %w", w.active.path, err)
 			}
-			last, dirty = m.index, true
+			w.unsynced = m.index
 		}
-		if !dirty {
+		if w.unsynced == 0 || w.lazy && !want {
 			return nil
 		}
-		return w.syncActive()
+		if err := w.syncActive(); err != nil {
+			return err
+		}
+		durable, w.unsynced = w.unsynced, 0
+		return nil
 	}()
 
 	if err != nil {
@@ -634,11 +676,11 @@ func (w *WAL) commit(buf []byte, meta []frameMeta) error {
 	}
 	// OnSync runs before waiters are released, so a caller returning from
 	// WaitSynced knows the matching OnSync has been delivered.
-	if last != 0 {
-		w.onSync(last, nil)
+	if durable != 0 {
+		w.onSync(durable, nil)
 	}
 	w.mu.Lock()
-	w.synced = max(w.synced, last)
+	w.synced = max(w.synced, durable)
 	w.sealedTo = max(w.sealedTo, sealedTo)
 	w.broadcast()
 	w.mu.Unlock()

@@ -264,6 +264,51 @@ func TestBurstBatches(t *testing.T) {
 	t.Logf("%d fsyncs for 2000 appends", syncs)
 }
 
+// With SyncOnRequest the writer fsyncs only what SyncTo, WaitSynced or
+// Close ask for, and one fsync covers everything written before it.
+func TestSyncOnRequest(t *testing.T) {
+	dir := t.TempDir()
+	var log syncLog
+	var mu sync.Mutex
+	syncs := 0
+	h := &hooks{beforeSync: func() error {
+		mu.Lock()
+		syncs++
+		mu.Unlock()
+		return nil
+	}}
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return syncs
+	}
+	w := open(t, Options{Dir: dir, OnSync: log.onSync, SyncOnRequest: true, hooks: h})
+	appendRange(t, w, 1, 2000)
+	w.SyncTo(1500)
+	waitSynced(t, w, 1500)
+	// The request may have met the writer part way through the appends:
+	// then a second batch needed its own fsync.
+	if n := count(); n < 1 || n > 2 {
+		t.Fatalf("%d fsyncs to reach 1500", n)
+	}
+	before := count()
+	waitSynced(t, w, 2000)
+	appendRange(t, w, 2001, 3000)
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := count() - before; n < 1 || n > 3 {
+		t.Fatalf("%d fsyncs for WaitSynced(2000) and Close", n)
+	}
+	calls, errs := log.snapshot()
+	if len(errs) != 0 || calls[len(calls)-1] != 3000 || !slices.IsSorted(calls) {
+		t.Fatalf("OnSync %v, errors %v", calls, errs)
+	}
+	w = open(t, Options{Dir: dir})
+	defer w.Close()
+	checkReplay(t, w, 1, 3000)
+}
+
 func TestCloseFlushesQueue(t *testing.T) {
 	dir := t.TempDir()
 	var log syncLog
