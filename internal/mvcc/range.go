@@ -141,7 +141,7 @@ func finish(res RangeResult, opt RangeOptions) RangeResult {
 		// Stored values are shared with other readers: strip copies.
 		cp := make([]mvccpb.KeyValue, len(res.KVs))
 		for i, kv := range res.KVs {
-			cp[i] = mvccpb.KeyValue{Key: kv.Key, CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision, Version: kv.Version, Lease: kv.Lease}
+			cp[i] = withValue(kv, nil)
 			res.KVs[i] = &cp[i]
 		}
 	}

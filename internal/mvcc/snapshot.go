@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"io"
 	"slices"
 	"sync"
 
@@ -90,8 +89,8 @@ func (c *Capture) read(r spillRef) ([]byte, error) {
 	v := make([]byte, r.n)
 	if r.f != c.aheadF || r.off < c.aheadOff || r.off+int64(r.n) > c.aheadOff+int64(len(c.ahead)) {
 		if r.n > captureReadAhead {
-			if _, err := r.f.f.ReadAt(v, r.off); err != nil {
-				return nil, fmt.Errorf("mvcc: read value file %s at %d: %w", r.f.path, r.off, err)
+			if _, err := r.f.readAt(v, r.off, r.n); err != nil {
+				return nil, err
 			}
 			return v, nil
 		}
@@ -100,13 +99,10 @@ func (c *Capture) read(r spillRef) ([]byte, error) {
 		}
 		// A short read at the end of the file is fine as long as it
 		// covers the value.
-		n, err := r.f.f.ReadAt(c.ahead[:cap(c.ahead)], r.off)
-		if n < r.n {
-			if err == nil || err == io.EOF {
-				err = io.ErrUnexpectedEOF
-			}
+		n, err := r.f.readAt(c.ahead[:cap(c.ahead)], r.off, r.n)
+		if err != nil {
 			c.aheadF = nil
-			return nil, fmt.Errorf("mvcc: read value file %s at %d: %w", r.f.path, r.off, err)
+			return nil, err
 		}
 		c.ahead, c.aheadF, c.aheadOff = c.ahead[:n], r.f, r.off
 	}
@@ -154,7 +150,7 @@ func (s *Store) Capture() *Capture {
 	s.mu.RLock()
 	floor := s.compactRev.Load()
 	grab := func(kv *mvccpb.KeyValue) captured {
-		r, _ := s.spillRef(kv)
+		r, _ := s.spilledAt(kv)
 		return captured{kv: kv, r: r}
 	}
 	var old []captured
@@ -179,8 +175,7 @@ func (s *Store) Capture() *Capture {
 		for i, e := range c.vs {
 			if r := e.r; r.f != nil && r.off >= r.f.flushed {
 				v, _ := r.read() // from memory: cannot fail
-				kv := *e.kv
-				kv.Value = v
+				kv := withValue(e.kv, v)
 				c.vs[i] = captured{kv: &kv}
 			}
 		}
@@ -321,7 +316,7 @@ func (s *Store) HashKV(rev int64) (uint32, int64, error) {
 				break
 			}
 			value := kv.Value
-			if r, ok := s.spillRef(kv); ok {
+			if r, ok := s.spilledAt(kv); ok {
 				if cap(val) < r.n {
 					val = make([]byte, r.n)
 				}

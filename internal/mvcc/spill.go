@@ -167,13 +167,23 @@ func (r spillRef) readInto(dst []byte) ([]byte, error) {
 		copy(dst, f.prev[r.off-p:])
 		return dst, nil
 	}
-	if _, err := f.f.ReadAt(dst, r.off); err != nil {
-		if err == io.EOF {
-			err = io.ErrUnexpectedEOF
-		}
-		return nil, fmt.Errorf("mvcc: read value file %s at %d: %w", f.path, r.off, err)
+	if _, err := f.readAt(dst, r.off, len(dst)); err != nil {
+		return nil, err
 	}
 	return dst, nil
+}
+
+// readAt reads the file at off into dst; fewer than need bytes is an
+// error.
+func (f *spillFile) readAt(dst []byte, off int64, need int) (int, error) {
+	n, err := f.f.ReadAt(dst, off)
+	if n >= need {
+		return n, nil
+	}
+	if err == nil || err == io.EOF {
+		err = io.ErrUnexpectedEOF
+	}
+	return n, fmt.Errorf("mvcc: read value file %s at %d: %w", f.path, off, err)
 }
 
 // drop records that the value r locates is no longer referenced; a file

@@ -107,8 +107,8 @@ func (s *Store) setFault(err error) {
 	s.fault.CompareAndSwap(nil, &err)
 }
 
-// spillRef reports where kv's value is when the store spilled it.
-func (s *Store) spillRef(kv *mvccpb.KeyValue) (spillRef, bool) {
+// spilledAt reports where kv's value is when the store spilled it.
+func (s *Store) spilledAt(kv *mvccpb.KeyValue) (spillRef, bool) {
 	if s.spilled == nil || kv == nil || len(kv.Value) != 0 || tombstone(kv) {
 		return spillRef{}, false
 	}
@@ -118,7 +118,7 @@ func (s *Store) spillRef(kv *mvccpb.KeyValue) (spillRef, bool) {
 
 // valueLen is the length of kv's value wherever it is held.
 func (s *Store) valueLen(kv *mvccpb.KeyValue) int {
-	if r, ok := s.spillRef(kv); ok {
+	if r, ok := s.spilledAt(kv); ok {
 		return r.n
 	}
 	return len(kv.Value)
@@ -135,14 +135,19 @@ func (s *Store) stored(kv *mvccpb.KeyValue) *mvccpb.KeyValue {
 		// The file cannot take more: the value stays in memory.
 		return kv
 	}
-	cp := &mvccpb.KeyValue{Key: kv.Key, CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision, Version: kv.Version, Lease: kv.Lease}
-	s.spilled[cp] = r
-	return cp
+	cp := withValue(kv, nil)
+	s.spilled[&cp] = r
+	return &cp
+}
+
+// withValue is a copy of kv with value v.
+func withValue(kv *mvccpb.KeyValue, v []byte) mvccpb.KeyValue {
+	return mvccpb.KeyValue{Key: kv.Key, CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision, Version: kv.Version, Value: v, Lease: kv.Lease}
 }
 
 // unspill forgets kv's spilled value, if any, as kv leaves the store.
 func (s *Store) unspill(kv *mvccpb.KeyValue) {
-	if r, ok := s.spillRef(kv); ok {
+	if r, ok := s.spilledAt(kv); ok {
 		delete(s.spilled, kv)
 		s.sp.drop(r)
 	}
@@ -157,7 +162,7 @@ func (s *Store) resolve(kvs []*mvccpb.KeyValue) error {
 	}
 	n, size := 0, 0
 	for _, kv := range kvs {
-		if r, ok := s.spillRef(kv); ok {
+		if r, ok := s.spilledAt(kv); ok {
 			n++
 			size += r.n
 		}
@@ -168,7 +173,7 @@ func (s *Store) resolve(kvs []*mvccpb.KeyValue) error {
 	cps := make([]mvccpb.KeyValue, n)
 	buf := make([]byte, size)
 	for i, kv := range kvs {
-		r, ok := s.spillRef(kv)
+		r, ok := s.spilledAt(kv)
 		if !ok {
 			continue
 		}
@@ -180,22 +185,10 @@ func (s *Store) resolve(kvs []*mvccpb.KeyValue) error {
 		buf = buf[r.n:]
 		cp := &cps[0]
 		cps = cps[1:]
-		*cp = mvccpb.KeyValue{Key: kv.Key, CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision, Version: kv.Version, Value: v, Lease: kv.Lease}
+		*cp = withValue(kv, v)
 		kvs[i] = cp
 	}
 	return nil
-}
-
-// resolveOne is resolve for a single version.
-func (s *Store) resolveOne(kv *mvccpb.KeyValue) (*mvccpb.KeyValue, error) {
-	if _, ok := s.spillRef(kv); !ok {
-		return kv, nil
-	}
-	one := []*mvccpb.KeyValue{kv}
-	if err := s.resolve(one); err != nil {
-		return kv, err
-	}
-	return one[0], nil
 }
 
 // resolveEvents resolves the versions events carry.
@@ -368,8 +361,12 @@ func (s *Store) Put(rev int64, key, value []byte, lease int64) *mvccpb.Event {
 // eventPrev is prev as an event reports it, its value read back if
 // spilled. A read failure is recorded in Err, which fails the write.
 func (s *Store) eventPrev(prev *mvccpb.KeyValue) *mvccpb.KeyValue {
-	kv, _ := s.resolveOne(prev)
-	return kv
+	if _, ok := s.spilledAt(prev); !ok {
+		return prev
+	}
+	one := []*mvccpb.KeyValue{prev}
+	_ = s.resolve(one) // on failure one[0] is still prev
+	return one[0]
 }
 
 // Delete writes a tombstone for key at revision rev (same rule as Put) and
