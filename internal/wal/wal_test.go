@@ -55,6 +55,27 @@ func (s *syncLog) snapshot() ([]uint64, []error) {
 	return slices.Clone(s.calls), slices.Clone(s.errs)
 }
 
+// syncCounter counts fsyncs through the beforeSync hook.
+type syncCounter struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (c *syncCounter) hooks() *hooks {
+	return &hooks{beforeSync: func() error {
+		c.mu.Lock()
+		c.n++
+		c.mu.Unlock()
+		return nil
+	}}
+}
+
+func (c *syncCounter) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}
+
 func open(t *testing.T, opts Options) *WAL {
 	t.Helper()
 	w, err := Open(opts)
@@ -245,23 +266,16 @@ func TestGroupCommit(t *testing.T) {
 }
 
 func TestBurstBatches(t *testing.T) {
-	var mu sync.Mutex
-	syncs := 0
-	h := &hooks{beforeSync: func() error {
-		mu.Lock()
-		syncs++
-		mu.Unlock()
-		return nil
-	}}
-	w := open(t, Options{Dir: t.TempDir(), hooks: h})
+	var c syncCounter
+	w := open(t, Options{Dir: t.TempDir(), hooks: c.hooks()})
 	appendRange(t, w, 1, 2000)
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if syncs >= 2000 {
+	if syncs := c.count(); syncs >= 2000 {
 		t.Fatalf("%d fsyncs for 2000 appends: no batching", syncs)
 	}
-	t.Logf("%d fsyncs for 2000 appends", syncs)
+	t.Logf("%d fsyncs for 2000 appends", c.count())
 }
 
 // With SyncOnRequest the writer fsyncs only what SyncTo, WaitSynced or
@@ -269,20 +283,9 @@ func TestBurstBatches(t *testing.T) {
 func TestSyncOnRequest(t *testing.T) {
 	dir := t.TempDir()
 	var log syncLog
-	var mu sync.Mutex
-	syncs := 0
-	h := &hooks{beforeSync: func() error {
-		mu.Lock()
-		syncs++
-		mu.Unlock()
-		return nil
-	}}
-	count := func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		return syncs
-	}
-	w := open(t, Options{Dir: dir, OnSync: log.onSync, SyncOnRequest: true, hooks: h})
+	var c syncCounter
+	count := c.count
+	w := open(t, Options{Dir: dir, OnSync: log.onSync, SyncOnRequest: true, hooks: c.hooks()})
 	appendRange(t, w, 1, 2000)
 	w.SyncTo(1500)
 	waitSynced(t, w, 1500)
