@@ -145,7 +145,7 @@ func decodeFooterBody(b []byte) Footer {
 // AppendFrame appends payload framed as one record (length, CRC32C, payload)
 // to dst. Callers that build records off the write path (the WAL frames
 // entries in Append, before its writer goroutine sees them) pass the result
-// to Writer.AppendEntryFrame.
+// to Writer.AppendFramed.
 func AppendFrame(dst, payload []byte) []byte {
 	var h [RecordHeaderSize]byte
 	binary.LittleEndian.PutUint32(h[0:4], uint32(len(payload)))

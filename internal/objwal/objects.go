@@ -1,7 +1,6 @@
 package objwal
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -46,40 +45,33 @@ func parseNum(key, prefix string) uint64 {
 	return n
 }
 
-// encodeChunk builds a chunk object from framed entries. An empty chunk
-// (no entries, a footer with zero ranges) is a valid datafile chunk; it is
-// what a claim carries when there is nothing to upload.
-func encodeChunk(frames []byte, ents []pendEntry) ([]byte, error) {
-	var buf bytes.Buffer
-	buf.Grow(datafile.HeaderSize + len(frames) + datafile.FooterSize)
-	w, err := datafile.NewWriter(&buf, datafile.KindChunk)
-	if err != nil {
-		return nil, err
+// encodeChunk seals file, a chunk header followed by the frames of ents
+// (as pendBuf holds them), into a chunk object, in place when it has room
+// for the footer. An empty chunk (no entries, a footer with zero ranges) is
+// a valid datafile chunk; it is what a claim carries when there is nothing
+// to upload.
+func encodeChunk(file []byte, ents []pendEntry) ([]byte, error) {
+	sum := datafile.Footer{Records: uint64(len(ents))}
+	if n := len(ents); n > 0 {
+		sum.FirstIndex, sum.FirstRevision = ents[0].index, ents[0].revision
+		sum.LastIndex, sum.LastRevision = ents[n-1].index, ents[n-1].revision
 	}
-	for _, p := range ents {
-		if err := w.AppendFramed(frames[p.off:p.end], p.index, p.revision); err != nil {
-			return nil, err
-		}
-	}
-	if _, err := w.Finish(); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
+	return datafile.Seal(file, sum)
 }
 
 // encodeEntries builds a chunk object from decoded entries (Open's claim).
 func encodeEntries(entries []*netsyv1.Entry) ([]byte, error) {
-	var frames []byte
+	file := datafile.AppendHeader(nil, datafile.KindChunk)
 	ents := make([]pendEntry, 0, len(entries))
 	for _, e := range entries {
-		off := len(frames)
+		off := len(file)
 		var err error
-		if frames, err = datafile.FrameEntry(frames, e); err != nil {
+		if file, err = datafile.FrameEntry(file, e); err != nil {
 			return nil, err
 		}
-		ents = append(ents, pendEntry{index: e.Index, revision: e.Revision, off: off, end: len(frames)})
+		ents = append(ents, pendEntry{index: e.Index, revision: e.Revision, off: off, end: len(file)})
 	}
-	return encodeChunk(frames, ents)
+	return encodeChunk(file, ents)
 }
 
 // attemptCtx bounds one object-storage call by timeout on the injected

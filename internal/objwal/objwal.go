@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -190,12 +191,15 @@ type Log struct {
 
 	mu sync.Mutex
 	// Entries appended but not yet taken by the uploader: frames back to
-	// back in pendBuf, described by pend.
+	// back in pendBuf after a chunk header, described by pend. The
+	// uploader seals the buffer into the chunk object in place.
 	pendBuf   []byte
 	pend      []pendEntry
 	pendBytes int64
-	// spare is the buffer of the last uploaded batch, reused for pendBuf.
-	spare []byte
+	// spare is the buffer of the last uploaded batch, reused for pendBuf;
+	// lastBatch is that batch's size, which sizes a new buffer.
+	spare     []byte
+	lastBatch int
 	// The batch being uploaded: its size and its oldest entry's append time.
 	inflightBytes int64
 	inflightAt    time.Time
@@ -272,6 +276,7 @@ func open(ctx context.Context, o Options, h hooks) (*Log, error) {
 		maintKick: make(chan struct{}, 1),
 		upDone:    make(chan struct{}),
 		closingCh: make(chan struct{}),
+		pendBuf:   datafile.AppendHeader(nil, datafile.KindChunk),
 	}
 	var err error
 	if l.meta, err = readMeta(l.metaPath); err != nil {
@@ -352,6 +357,11 @@ func (l *Log) Append(e *netsyv1.Entry) error {
 	// never queued for upload. (The wal never calls back into objwal while
 	// holding its own lock, so holding l.mu across it is safe.)
 	off := len(l.pendBuf)
+	if cap(l.pendBuf)-off < minPendRoom {
+		// Double: append grows a large slice by a quarter at a time,
+		// which leaves about four times the final size as garbage.
+		l.pendBuf = slices.Grow(l.pendBuf, max(off, minPendRoom))
+	}
 	buf, err := datafile.FrameEntry(l.pendBuf, e)
 	if err == nil {
 		err = l.wal.AppendFramed(e.Index, e.Revision, buf[off:])

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/netsy-io/netsy/internal/datafile"
 )
 
 // maxSpare bounds the batch buffer kept for reuse, so one burst does not
@@ -92,18 +94,34 @@ func (l *Log) takeBatch() (b *batch, wait time.Duration, done bool) {
 		// never calls back into objwal holding its own lock.
 		l.wal.SyncTo(l.pend[take-1].index)
 	}
-	// The batch keeps the old buffer; Append continues in the spare one.
+	// The batch keeps the old buffer; Append continues in a new one.
 	rest := l.pend[take:]
-	l.pendBuf = append(l.spare[:0], l.pendBuf[end:]...)
-	l.spare = nil
+	l.pendBuf = append(l.newPendBuf(), l.pendBuf[end:]...)
 	for i := range rest {
-		rest[i].off -= end
-		rest[i].end -= end
+		rest[i].off += datafile.HeaderSize - end
+		rest[i].end += datafile.HeaderSize - end
 	}
 	l.pend = append(l.pend[:0], rest...)
 	l.pendBytes -= int64(size)
 	l.inflightBytes, l.inflightAt = int64(size), b.ents[0].at
 	return b, 0, false
+}
+
+// minPendRoom is the free space Append keeps in pendBuf before framing an
+// entry; below it the buffer doubles.
+const minPendRoom = 16 << 10
+
+// newPendBuf returns an empty pending buffer: the spare, or a new one with
+// room for a batch a quarter larger than the last, so that a busy async log
+// does not grow each buffer from nothing to megabytes, leaving the smaller
+// ones as garbage on a heap kept small on purpose (gctune).
+func (l *Log) newPendBuf() []byte {
+	buf := l.spare
+	l.spare = nil
+	if buf == nil {
+		buf = make([]byte, 0, max(l.lastBatch+l.lastBatch/4, minPendRoom))
+	}
+	return datafile.AppendHeader(buf[:0], datafile.KindChunk)
 }
 
 // holdLocked returns how long a sync-mode batch of the n pending entries
@@ -182,6 +200,7 @@ func (l *Log) upload(b *batch) bool {
 		l.expect = len(b.ents) + len(l.pend)
 		l.holdUntil = done.Add(min(done.Sub(started), maxHold))
 	}
+	l.lastBatch = len(body)
 	if cap(b.buf) <= maxSpare && l.spare == nil {
 		// pendBuf took the spare in takeBatch; this one becomes the next.
 		l.spare = b.buf[:0]
