@@ -27,6 +27,7 @@ import (
 	"github.com/netsy-io/netsy/internal/objstore"
 	objopen "github.com/netsy-io/netsy/internal/objstore/open"
 	"github.com/netsy-io/netsy/internal/objwal"
+	"github.com/netsy-io/netsy/internal/wal"
 )
 
 // Node is one running netsy process.
@@ -306,10 +307,12 @@ var (
 	objwalBytesDesc   = prometheus.NewDesc("netsy_objwal_bytes_uploaded_total", "Bytes of uploaded WAL chunks.", nil, nil)
 	objwalRetriesDesc = prometheus.NewDesc("netsy_objwal_upload_retries_total", "Failed WAL chunk uploads that were retried.", nil, nil)
 	objwalMaxDesc     = prometheus.NewDesc("netsy_objwal_max_entries_per_put", "Most entries one uploaded WAL chunk carried.", nil, nil)
+	walFsyncDesc      = prometheus.NewDesc("netsy_wal_fsync_duration_seconds", "Duration of the local WAL's fsyncs (etcd's etcd_disk_wal_fsync_duration_seconds buckets).", nil, nil)
+	walEntriesDesc    = prometheus.NewDesc("netsy_wal_fsync_entries_total", "Log entries made durable by the local WAL's fsyncs; per fsync, the group-commit size.", nil, nil)
 )
 
 func (c objwalCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{objwalPutsDesc, objwalEntriesDesc, objwalBytesDesc, objwalRetriesDesc, objwalMaxDesc} {
+	for _, d := range []*prometheus.Desc{objwalPutsDesc, objwalEntriesDesc, objwalBytesDesc, objwalRetriesDesc, objwalMaxDesc, walFsyncDesc, walEntriesDesc} {
 		ch <- d
 	}
 }
@@ -321,4 +324,12 @@ func (c objwalCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(objwalBytesDesc, prometheus.CounterValue, float64(st.Bytes))
 	ch <- prometheus.MustNewConstMetric(objwalRetriesDesc, prometheus.CounterValue, float64(st.Retries))
 	ch <- prometheus.MustNewConstMetric(objwalMaxDesc, prometheus.GaugeValue, float64(st.MaxEntries))
+
+	ws := c.l.WALSyncStats()
+	buckets := make(map[float64]uint64, len(ws.Buckets))
+	for i, n := range ws.Buckets {
+		buckets[wal.SyncBuckets[i].Seconds()] = n
+	}
+	ch <- prometheus.MustNewConstHistogram(walFsyncDesc, ws.Syncs, ws.Time.Seconds(), buckets)
+	ch <- prometheus.MustNewConstMetric(walEntriesDesc, prometheus.CounterValue, float64(ws.Entries))
 }

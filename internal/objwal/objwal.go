@@ -468,6 +468,9 @@ func (l *Log) Stats() Stats {
 	return s
 }
 
+// WALSyncStats reports the local log's fsyncs (wal.WAL.SyncStats).
+func (l *Log) WALSyncStats() wal.SyncStats { return l.wal.SyncStats() }
+
 // Close stops accepting entries, keeps uploading what is pending for up to
 // a few seconds (until an upload fails), stops the goroutines and closes
 // the wal. It does not close the Store.

@@ -130,6 +130,8 @@ type WAL struct {
 	bw           *bufio.Writer
 	dw           *datafile.Writer
 	sparePending bool // a spare was requested and its answer not yet taken
+
+	stats syncStats
 }
 
 type frameMeta struct {
@@ -680,6 +682,9 @@ func (w *WAL) commit(buf []byte, meta []frameMeta, want bool) error {
 		w.onSync(durable, nil)
 	}
 	w.mu.Lock()
+	if durable > w.synced {
+		w.stats.durable(durable - w.synced)
+	}
 	w.synced = max(w.synced, durable)
 	w.sealedTo = max(w.sealedTo, sealedTo)
 	w.broadcast()
@@ -817,7 +822,9 @@ func (w *WAL) fsync(f *os.File) error {
 	}
 	start := w.clk.Now()
 	err := f.Sync()
-	if d := w.clk.Since(start); d > slowSync {
+	d := w.clk.Since(start)
+	w.stats.observe(d)
+	if d > slowSync {
 		w.log.Warn("slow fsync", "path", f.Name(), "duration", d)
 	}
 	return err

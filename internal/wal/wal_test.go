@@ -276,6 +276,32 @@ func TestBurstBatches(t *testing.T) {
 		t.Fatalf("%d fsyncs for 2000 appends: no batching", syncs)
 	}
 	t.Logf("%d fsyncs for 2000 appends", c.count())
+
+	// The metrics see the same fsyncs and every entry once.
+	st := w.SyncStats()
+	if int(st.Syncs) != c.count() || st.Entries != 2000 || st.Buckets[len(st.Buckets)-1] > st.Syncs {
+		t.Fatalf("SyncStats %+v after %d fsyncs of 2000 entries", st, c.count())
+	}
+	if !slices.IsSorted(st.Buckets) {
+		t.Fatalf("buckets %v are not cumulative", st.Buckets)
+	}
+}
+
+func TestSyncStatsBuckets(t *testing.T) {
+	w := &WAL{}
+	for _, d := range []time.Duration{0, time.Millisecond, time.Millisecond + 1, 3 * time.Millisecond, time.Minute} {
+		w.stats.observe(d)
+	}
+	st := w.SyncStats()
+	// 0 and 1 ms fall in the first bucket, 1 ms + 1 ns in the second,
+	// 3 ms in the third; a minute is above every bucket (only +Inf).
+	want := []uint64{2, 3, 4, 4}
+	if !slices.Equal(st.Buckets[:4], want) || st.Buckets[len(st.Buckets)-1] != 4 || st.Syncs != 5 {
+		t.Fatalf("SyncStats %+v, want buckets starting %v and 5 fsyncs", st, want)
+	}
+	if st.Time != time.Minute+5*time.Millisecond+1 {
+		t.Fatalf("total time %v", st.Time)
+	}
 }
 
 // With SyncOnRequest the writer fsyncs only what SyncTo, WaitSynced or
