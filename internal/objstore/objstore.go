@@ -20,6 +20,8 @@ type Store interface {
 	// never ends early with io.EOF.
 	GetReader(ctx context.Context, key string) (body io.ReadCloser, etag string, err error)
 	// PutIfAbsent creates key (If-None-Match: *); ErrPreconditionFailed if it exists.
+	// The store does not keep body once the call returns: the caller may
+	// reuse it (objwal builds the next chunk in the same buffer).
 	PutIfAbsent(ctx context.Context, key string, body []byte) (etag string, err error)
 	// PutIfAbsentFrom is PutIfAbsent for bodies too large to hold in
 	// memory: the body is r's size bytes, streamed. The store seeks r to
