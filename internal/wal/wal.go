@@ -124,7 +124,8 @@ type WAL struct {
 
 	// Owned by the writer goroutine (and by Open before it starts).
 	lazy         bool   // Options.SyncOnRequest
-	unsynced     uint64 // with lazy: newest index written but not fsync'd
+	unsynced     uint64 // newest index written but not fsync'd (0: none)
+	unsyncedN    uint64 // entries written but not fsync'd
 	active       *segment
 	file         *os.File
 	bw           *bufio.Writer
@@ -641,8 +642,7 @@ func (w *WAL) commit(buf []byte, meta []frameMeta, want bool) error {
 					return err
 				}
 				// The seal's fsync covered everything written before it.
-				sealedTo, durable = m.index, max(durable, w.unsynced)
-				w.unsynced = 0
+				sealedTo, durable = m.index, max(durable, w.allSynced())
 				continue
 			}
 			if err := w.prepare(m.index, m.end-m.off); err != nil {
@@ -652,6 +652,7 @@ func (w *WAL) commit(buf []byte, meta []frameMeta, want bool) error {
 				return fmt.Errorf("segment %s: %w", w.active.path, err)
 			}
 			w.unsynced = m.index
+			w.unsyncedN++
 		}
 		if w.unsynced == 0 || w.lazy && !want {
 			return nil
@@ -659,7 +660,7 @@ func (w *WAL) commit(buf []byte, meta []frameMeta, want bool) error {
 		if err := w.syncActive(); err != nil {
 			return err
 		}
-		durable, w.unsynced = w.unsynced, 0
+		durable = w.allSynced()
 		return nil
 	}()
 
@@ -682,14 +683,20 @@ func (w *WAL) commit(buf []byte, meta []frameMeta, want bool) error {
 		w.onSync(durable, nil)
 	}
 	w.mu.Lock()
-	if durable > w.synced {
-		w.stats.durable(durable - w.synced)
-	}
 	w.synced = max(w.synced, durable)
 	w.sealedTo = max(w.sealedTo, sealedTo)
 	w.broadcast()
 	w.mu.Unlock()
 	return nil
+}
+
+// allSynced records that an fsync just covered every entry written so far
+// and returns the newest (0 if none was waiting).
+func (w *WAL) allSynced() uint64 {
+	w.stats.durable(w.unsyncedN)
+	last := w.unsynced
+	w.unsynced, w.unsyncedN = 0, 0
+	return last
 }
 
 // prepare makes sure the active segment can take the entry index of n
