@@ -95,10 +95,7 @@ func (w *WAL) sealCovered(index uint64) error {
 		return nil
 	}
 	w.pendMeta = append(w.pendMeta, frameMeta{index: target, seal: true})
-	select {
-	case w.kick <- struct{}{}:
-	default:
-	}
+	w.wake()
 	w.mu.Unlock()
 	for {
 		w.mu.Lock()

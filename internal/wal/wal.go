@@ -502,10 +502,7 @@ func (w *WAL) queuedLocked(index uint64, revision int64, off int) {
 	}
 	w.last = index
 	w.appended = max(w.appended, index)
-	select {
-	case w.kick <- struct{}{}:
-	default:
-	}
+	w.wake()
 }
 
 // WaitSynced blocks until index is durable, the WAL fails, or ctx ends. A
@@ -545,10 +542,7 @@ func (w *WAL) SyncTo(index uint64) {
 	}
 	w.syncTo = index
 	w.mu.Unlock()
-	select {
-	case w.kick <- struct{}{}:
-	default:
-	}
+	w.wake()
 }
 
 // Close stops accepting appends, makes everything already queued durable
@@ -560,10 +554,7 @@ func (w *WAL) Close() error {
 	w.closed = true
 	w.mu.Unlock()
 	if !already {
-		select {
-		case w.kick <- struct{}{}:
-		default:
-		}
+		w.wake()
 	}
 	<-w.done
 	// Only now: the writer may have waited for a spare while draining.
@@ -579,6 +570,14 @@ func (w *WAL) Close() error {
 		}
 	}
 	return w.err
+}
+
+// wake tells the writer goroutine there is work, without blocking.
+func (w *WAL) wake() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
 }
 
 // broadcast wakes every WaitSynced; callers hold w.mu.
