@@ -62,14 +62,11 @@ func (s *Store) rewriteSpill(pause func()) {
 		if r.f == nf {
 			continue
 		}
-		if cap(buf) < r.n {
-			buf = make([]byte, r.n)
-		}
-		v, err := r.readInto(buf[:r.n])
+		v, err := s.readSpilled(r, buf)
 		if err != nil {
-			s.setFault(err)
 			return
 		}
+		buf = v
 		nr, err := sp.put(v)
 		if err != nil {
 			return

@@ -232,9 +232,8 @@ func (s *Store) Restore(rev, compactRev int64, versions []*netsyv1.KeyVersion) e
 	if err := s.load(rev, versions); err != nil {
 		// Leave the store empty rather than half loaded.
 		s.idx, s.keys, s.log, s.versions, s.bytes = newTree(), map[string]*keyIndex{}, nil, 0, 0
-		for kv, r := range s.spilled {
-			delete(s.spilled, kv)
-			s.sp.drop(r)
+		for kv := range s.spilled {
+			s.unspill(kv)
 		}
 		return err
 	}
@@ -317,13 +316,10 @@ func (s *Store) HashKV(rev int64) (uint32, int64, error) {
 			}
 			value := kv.Value
 			if r, ok := s.spilledAt(kv); ok {
-				if cap(val) < r.n {
-					val = make([]byte, r.n)
-				}
-				if value, err = r.readInto(val[:r.n]); err != nil {
-					s.setFault(err)
+				if value, err = s.readSpilled(r, val); err != nil {
 					return false
 				}
+				val = value
 			}
 			buf = binary.AppendUvarint(buf[:0], uint64(len(kv.Key)))
 			buf = append(buf, kv.Key...)

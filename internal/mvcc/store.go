@@ -177,9 +177,8 @@ func (s *Store) resolve(kvs []*mvccpb.KeyValue) error {
 		if !ok {
 			continue
 		}
-		v, err := r.readInto(buf[:r.n:r.n])
+		v, err := s.readSpilled(r, buf[:r.n:r.n])
 		if err != nil {
-			s.setFault(err)
 			return err
 		}
 		buf = buf[r.n:]
@@ -189,6 +188,20 @@ func (s *Store) resolve(kvs []*mvccpb.KeyValue) error {
 		kvs[i] = cp
 	}
 	return nil
+}
+
+// readSpilled reads the value r locates into dst, or into a new slice when
+// dst is too small. A failure becomes the store's Err: the value is lost
+// until a restart rebuilds the files.
+func (s *Store) readSpilled(r spillRef, dst []byte) ([]byte, error) {
+	if cap(dst) < r.n {
+		dst = make([]byte, r.n)
+	}
+	v, err := r.readInto(dst[:r.n])
+	if err != nil {
+		s.setFault(err)
+	}
+	return v, err
 }
 
 // resolveEvents resolves the versions events carry.
