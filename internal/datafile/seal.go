@@ -28,13 +28,8 @@ func Seal(file []byte, sum Footer) ([]byte, error) {
 	if len(file) < HeaderSize {
 		return nil, fmt.Errorf("seal data file: %d bytes is shorter than a header", len(file))
 	}
-	var kind Kind
-	for k := KindSegment; k <= KindSnapshot; k++ {
-		if h := encodeHeader(Header{Version: FormatVersion, Kind: k}); bytes.Equal(file[:HeaderSize], h[:]) {
-			kind = k
-		}
-	}
-	if kind == 0 {
+	kind := Kind(file[5])
+	if h := encodeHeader(Header{Version: FormatVersion, Kind: kind}); !kind.valid() || !bytes.Equal(file[:HeaderSize], h[:]) {
 		return nil, fmt.Errorf("seal data file: the file does not start with a header from AppendHeader")
 	}
 	var records uint64
