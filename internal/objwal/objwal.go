@@ -276,8 +276,8 @@ func open(ctx context.Context, o Options, h hooks) (*Log, error) {
 		maintKick: make(chan struct{}, 1),
 		upDone:    make(chan struct{}),
 		closingCh: make(chan struct{}),
-		pendBuf:   datafile.AppendHeader(nil, datafile.KindChunk),
 	}
+	l.pendBuf = l.newPendBuf()
 	var err error
 	if l.meta, err = readMeta(l.metaPath); err != nil {
 		return nil, err

@@ -386,7 +386,7 @@ func (s *Store) writeTemp(ctx context.Context, r io.Reader, size int64) (_ *temp
 			tmp.remove()
 		}
 	}()
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	if err := tryFlock(f); err != nil {
 		return nil, "", fmt.Errorf("lock temp file: %w", err)
 	}
 	if _, err := f.Seek(int64(headerLen), io.SeekStart); err != nil {
@@ -451,7 +451,7 @@ func sweepTemps(dir string) error {
 		if err != nil {
 			return err
 		}
-		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
+		if tryFlock(f) == nil {
 			if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				f.Close()
 				return err
@@ -528,6 +528,12 @@ func (s *Store) withLock(ctx context.Context, key string, fn func() error) error
 		return fmt.Errorf("lock: %w", err)
 	}
 	return fn()
+}
+
+// tryFlock takes f's exclusive flock if no descriptor holds it, without
+// waiting: how temp files tell a live writer from an orphan.
+func tryFlock(f *os.File) error {
+	return syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
 }
 
 func flock(f *os.File) error {
