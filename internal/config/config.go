@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/netsy-io/netsy/internal/mvcc"
 )
 
 // Config is everything a node is started with.
@@ -66,7 +68,7 @@ func Default() Config {
 		Name:                   "default",
 		SnapshotEveryRevisions: 100000,
 		SnapshotKeep:           3,
-		ValueSpillMin:          128,
+		ValueSpillMin:          mvcc.DefaultSpillMin,
 	}
 }
 
