@@ -62,8 +62,11 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if *list {
 		for _, w := range workloads {
 			desc := strings.Join(w.Args, " ")
-			if w.Memory {
+			switch {
+			case w.Memory:
 				desc = "load keys, read RSS, SIGTERM + restart until a Get succeeds, read RSS again"
+			case w.Client != nil:
+				desc = "netsybench's own client (see bench/README.md)"
 			}
 			fmt.Fprintf(stdout, "%-18s %-7s %s\n", w.Name, w.Group, desc)
 		}
@@ -121,7 +124,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if c.Profile != "" {
 		ok := false
 		for _, w := range c.Workloads {
-			ok = ok || (w.Name == c.Profile && !w.Memory)
+			ok = ok || (w.Name == c.Profile && w.tool())
 		}
 		if !ok {
 			return fail(fmt.Errorf("-profile %q is not a selected tool workload", c.Profile))

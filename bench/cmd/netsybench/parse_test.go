@@ -138,3 +138,17 @@ func TestCombineTxnMixed(t *testing.T) {
 		t.Errorf("p99 = %v", p)
 	}
 }
+
+func TestNearestRank(t *testing.T) {
+	xs := []float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+	for _, tc := range []struct{ q, want float64 }{
+		{0.5, 5}, {0.99, 10}, {0.1, 1}, {0.11, 2}, {0, 1}, {1, 10},
+	} {
+		if got := nearestRank(xs, tc.q); got != tc.want {
+			t.Errorf("nearestRank(1..10, %v) = %v, want %v", tc.q, got, tc.want)
+		}
+	}
+	if got := nearestRank([]float64{7}, 0.99); got != 7 {
+		t.Errorf("one sample: %v", got)
+	}
+}

@@ -185,7 +185,7 @@ func runOne(ctx context.Context, c *config, w *workload, t, run int) (map[string
 		srv.extra = append(c.minio.netsyArgs(bucket), srv.extra...)
 		srv.env = c.minio.env()
 	}
-	profiling := c.Profile == w.Name && !w.Memory
+	profiling := c.Profile == w.Name && w.tool()
 	if profiling && v.Kind == kindEtcd {
 		srv.Pprof = true
 	}
@@ -205,6 +205,13 @@ func runOne(ctx context.Context, c *config, w *workload, t, run int) (map[string
 		if err := w.Setup(ctx, srv.ClientAddr); err != nil {
 			return nil, fmt.Errorf("setup: %w", err)
 		}
+	}
+	if w.Client != nil {
+		m, err := w.Client(ctx, srv.ClientAddr, c.total(w))
+		if err != nil {
+			return nil, err
+		}
+		return map[string]measurement{w.Name: m}, nil
 	}
 	var profDone chan error
 	if profiling {

@@ -51,6 +51,9 @@ type workload struct {
 	// sync mode against MinIO.
 	MinIOGoal float64
 	Setup     func(ctx context.Context, endpoint string) error
+	// Client, if set, replaces the tool: the harness's own client runs
+	// total operations against the endpoint.
+	Client func(ctx context.Context, endpoint string, total int) (measurement, error)
 	// Memory workloads load keys, read RSS and time a restart instead of
 	// running one tool command.
 	Memory bool
@@ -107,12 +110,17 @@ var workloads = []workload{
 	{Name: "watch-latency", Group: "watch", Args: []string{"watch-latency", "--streams", "10", "--watchers-per-stream", "10", "--put-rate", "200", "--val-size", "256"},
 		TotalFlag: "--put-total", Total: 1000, Section: "watch events summary", Latency: "99",
 		Goal: &goal{Metric: "p99", Op: "<=", Bound: 1.0}},
+	// The same load, timed from when each put is sent (runWatchNotify).
+	{Name: "watch-notify", Group: "watch", Total: 1000, Latency: "99", Client: runWatchNotify},
 
 	{Name: "lease-keepalive", Group: "lease", Args: []string{"lease-keepalive", "--clients", "100", "--conns", "10"},
 		TotalFlag: "--total", Total: 60000},
 
 	{Name: "memory", Group: "memory", Memory: true},
 }
+
+// tool reports whether the workload runs etcd's benchmark tool.
+func (w *workload) tool() bool { return !w.Memory && w.Client == nil }
 
 // scaled returns the tool arguments for a run with the given total.
 func (w *workload) toolArgs(total int) []string {
