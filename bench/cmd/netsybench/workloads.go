@@ -102,8 +102,14 @@ var workloads = []workload{
 		TotalFlag: "--total", Total: 10000, Combine: true},
 
 	// 10 streams × 100 watchers over 10 keys: each put fans out to 100
-	// watchers, so events = put-total × 100.
-	{Name: "watch", Group: "watch", Args: []string{"watch", "--clients", "10", "--conns", "10", "--streams", "10", "--watch-per-stream", "100", "--watched-key-total", "10"},
+	// watchers, so events = put-total × 100. The keys are distinct only
+	// with --sequential-keys and a key space of 10: the tool draws them
+	// from --key-space-size, 1 by default.
+	{Name: "watch", Group: "watch", Args: []string{"watch", "--clients", "10", "--conns", "10", "--streams", "10", "--watch-per-stream", "100", "--watched-key-total", "10", "--key-space-size", "10", "--sequential-keys"},
+		TotalFlag: "--put-total", Total: 5000, Section: "watch events received summary"},
+	// The tool's default key space: all 1000 watchers on one key, so
+	// events = put-total × 1000.
+	{Name: "watch-hot", Group: "watch", Args: []string{"watch", "--clients", "10", "--conns", "10", "--streams", "10", "--watch-per-stream", "100", "--watched-key-total", "10"},
 		TotalFlag: "--put-total", Total: 5000, Section: "watch events received summary"},
 	// Puts at a fixed rate from one client; latency is from the put's
 	// response to each of 100 watchers seeing the event.
