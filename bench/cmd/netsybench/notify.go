@@ -13,9 +13,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// The watch-notify workload: the same shape as the tool's watch-latency row
-// (10 streams × 10 watchers of one key on one connection, puts of 256 B at
-// 200/s from a second connection).
+// The shape of the watch-notify and watch-latency rows: 10 streams × 10
+// watchers of one key on one connection, puts of 256 B at 200/s from a
+// second connection.
 const (
 	notifyStreams   = 10
 	notifyPerStream = 10

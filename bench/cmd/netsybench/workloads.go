@@ -67,6 +67,9 @@ const (
 
 var put = []string{"put", "--key-size", "8", "--sequential-keys", "--val-size", "256"}
 
+// watch is 10 streams × 100 watchers, puts from 10 clients.
+var watch = []string{"watch", "--clients", "10", "--conns", "10", "--streams", "10", "--watch-per-stream", "100", "--watched-key-total", "10"}
+
 func with(base []string, extra ...string) []string {
 	return append(append([]string(nil), base...), extra...)
 }
@@ -105,15 +108,18 @@ var workloads = []workload{
 	// watchers, so events = put-total × 100. The keys are distinct only
 	// with --sequential-keys and a key space of 10: the tool draws them
 	// from --key-space-size, 1 by default.
-	{Name: "watch", Group: "watch", Args: []string{"watch", "--clients", "10", "--conns", "10", "--streams", "10", "--watch-per-stream", "100", "--watched-key-total", "10", "--key-space-size", "10", "--sequential-keys"},
+	{Name: "watch", Group: "watch", Args: with(watch, "--key-space-size", "10", "--sequential-keys"),
 		TotalFlag: "--put-total", Total: 5000, Section: "watch events received summary"},
 	// The tool's default key space: all 1000 watchers on one key, so
 	// events = put-total × 1000.
-	{Name: "watch-hot", Group: "watch", Args: []string{"watch", "--clients", "10", "--conns", "10", "--streams", "10", "--watch-per-stream", "100", "--watched-key-total", "10"},
+	{Name: "watch-hot", Group: "watch", Args: watch,
 		TotalFlag: "--put-total", Total: 5000, Section: "watch events received summary"},
 	// Puts at a fixed rate from one client; latency is from the put's
 	// response to each of 100 watchers seeing the event.
-	{Name: "watch-latency", Group: "watch", Args: []string{"watch-latency", "--streams", "10", "--watchers-per-stream", "10", "--put-rate", "200", "--val-size", "256"},
+	// The shape is watch-notify's, from the same constants.
+	{Name: "watch-latency", Group: "watch", Args: []string{"watch-latency",
+		"--streams", strconv.Itoa(notifyStreams), "--watchers-per-stream", strconv.Itoa(notifyPerStream),
+		"--put-rate", strconv.Itoa(notifyRate), "--val-size", strconv.Itoa(notifyValSize)},
 		TotalFlag: "--put-total", Total: 1000, Section: "watch events summary", Latency: "99",
 		Goal: &goal{Metric: "p99", Op: "<=", Bound: 1.0}},
 	// The same load, timed from when each put is sent (runWatchNotify).
