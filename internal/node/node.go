@@ -171,6 +171,14 @@ func Start(ctx context.Context, cfg config.Config, logger hclog.Logger, clk cloc
 		return nil, fmt.Errorf("open engine: %w", err)
 	}
 	relay.set(n.eng)
+	// A new log preallocates its first segment (64 MiB of zeros) while
+	// the engine recovers; serve once it is done, so that the first write
+	// does not wait for it (Kubernetes' compactor test allows 100 ms).
+	select {
+	case <-n.objlog.WALPrepared():
+	case <-ctx.Done():
+		return nil, fmt.Errorf("preallocate the log's first segment: %w", ctx.Err())
+	}
 
 	n.client, err = net.Listen("tcp", cfg.ClientAddr)
 	if err != nil {

@@ -471,6 +471,10 @@ func (l *Log) Stats() Stats {
 // WALSyncStats reports the local log's fsyncs (wal.WAL.SyncStats).
 func (l *Log) WALSyncStats() wal.SyncStats { return l.wal.SyncStats() }
 
+// WALPrepared is closed once the local log can take its first write
+// without waiting for its segment to be preallocated (wal.WAL.Prepared).
+func (l *Log) WALPrepared() <-chan struct{} { return l.wal.Prepared() }
+
 // Close stops accepting entries, keeps uploading what is pending for up to
 // a few seconds (until an upload fails), stops the goroutines and closes
 // the wal. It does not close the Store.

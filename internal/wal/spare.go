@@ -43,6 +43,7 @@ var errStopped = errors.New("wal: closing")
 // answers every request, exiting when Close closes stop.
 func (w *WAL) runSpares() {
 	defer close(w.spareDone)
+	defer w.markPrepared()
 	for {
 		select {
 		case <-w.stop:
@@ -53,6 +54,8 @@ func (w *WAL) runSpares() {
 		if err != nil && !errors.Is(err, errStopped) {
 			w.log.Warn("preparing a spare segment failed", "error", err)
 		}
+		// The first answer covers a new log's first segment.
+		w.markPrepared()
 		// There is room: a request is only made once the last answer
 		// was taken.
 		w.spareReady <- err
@@ -61,6 +64,16 @@ func (w *WAL) runSpares() {
 		}
 	}
 }
+
+// Prepared returns a channel that is closed once a new log's first segment
+// is preallocated, or its preallocation failed or was stopped by Close; for
+// a log that already had a segment at Open it is closed from the start.
+// Until then the log's first write waits for the segment's 64 MiB of zeros
+// before it can be made durable: a server that waits for Prepared before it
+// takes writes keeps that wait out of its first client's deadline.
+func (w *WAL) Prepared() <-chan struct{} { return w.prepared }
+
+func (w *WAL) markPrepared() { w.preparedOnce.Do(func() { close(w.prepared) }) }
 
 // requestSpare asks for a spare unless one is already on its way. Only the
 // writer goroutine (or Open before it starts) calls it.

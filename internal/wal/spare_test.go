@@ -291,3 +291,59 @@ func TestReplayOfPreallocatedActiveSegment(t *testing.T) {
 		t.Fatalf("replayed %d entries: %v", n, err)
 	}
 }
+
+// TestPrepared checks when Prepared closes: after a new log's first spare
+// is written, at once for a log that already has a segment, and on a Close
+// that stops the fill.
+func TestPrepared(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	closed := func(c <-chan struct{}) bool {
+		select {
+		case <-c:
+			return true
+		default:
+			return false
+		}
+	}
+	const segSize = 4096
+	dir := t.TempDir()
+	filling, release := make(chan struct{}), make(chan struct{})
+	h := &hooks{beforeSpareFill: func() { close(filling); <-release }}
+	w := open(t, Options{Dir: dir, SegmentBytes: segSize, hooks: h})
+	<-filling
+	if closed(w.Prepared()) {
+		t.Fatal("Prepared closed before the first segment was preallocated")
+	}
+	close(release)
+	<-w.Prepared() // the test times out if it never closes
+	if _, err := os.Stat(filepath.Join(dir, spareName)); err != nil {
+		t.Fatalf("Prepared closed without a spare on disk: %v", err)
+	}
+	appendRange(t, w, 1, 3)
+	waitSynced(t, w, 3)
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// A log with an active segment has nothing to wait for.
+	w = open(t, Options{Dir: dir, SegmentBytes: segSize, hooks: &hooks{beforeSpareFill: func() {
+		t.Error("a reopened log that is far from full asked for a spare")
+	}}})
+	if !closed(w.Prepared()) {
+		t.Fatal("Prepared not closed for a log that already has a segment")
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Close during the first fill closes it too.
+	filling = make(chan struct{})
+	w = open(t, Options{Dir: t.TempDir(), SegmentBytes: 1 << 30, hooks: &hooks{beforeSpareFill: func() { close(filling) }}})
+	<-filling
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !closed(w.Prepared()) {
+		t.Fatal("Prepared not closed after Close stopped the fill")
+	}
+}

@@ -98,6 +98,10 @@ type WAL struct {
 	spareReady chan error
 	stop       chan struct{}
 	spareDone  chan struct{}
+	// prepared closes once the first segment of a new log is preallocated
+	// (see Prepared).
+	prepared     chan struct{}
+	preparedOnce sync.Once
 
 	mu       sync.Mutex
 	pend     []byte      // framed entries queued for the writer goroutine
@@ -183,6 +187,7 @@ func Open(opts Options) (*WAL, error) {
 		spareReady: make(chan error, 1),
 		stop:       make(chan struct{}),
 		spareDone:  make(chan struct{}),
+		prepared:   make(chan struct{}),
 	}
 	if w.segSize == 0 {
 		w.segSize = DefaultSegmentBytes
@@ -206,11 +211,14 @@ func Open(opts Options) (*WAL, error) {
 		}
 		return nil, fmt.Errorf("open wal %s: %w", opts.Dir, err)
 	}
-	go w.runSpares()
 	if w.active == nil {
-		// The first segment of a new log is preallocated too.
+		// The first segment of a new log is preallocated too; Prepared
+		// tells when.
 		w.requestSpare()
+	} else {
+		w.markPrepared()
 	}
+	go w.runSpares()
 	go w.run()
 	return w, nil
 }
