@@ -38,11 +38,21 @@
 //     is ever acknowledged by this node.
 //   - Transient errors retry the same seq with the same bytes, forever, so a
 //     retry can never turn into a second, different chunk at another seq.
-//   - The bucket is the truth. When a chunk contradicts a local entry that
-//     the bucket never acknowledged, the local tail is truncated from there.
+//   - The bucket is the truth. Open fetches every entry the bucket holds
+//     beyond the local log before anything is served or written, including
+//     entries the checkpoint says were fsync'd here but the disk lost (a
+//     torn or cut tail). When a chunk contradicts a local entry, the mode
+//     decides: in ModeSync the local entry was never acknowledged (only
+//     what is in the bucket is), so the local tail is truncated from there
+//     with a warning; in ModeAsync it was acknowledged on its fsync, so Open
+//     stops with ErrHistoryConflict naming the local segment and the chunk.
 //     Entries this node knows it uploaded (recorded in the local metadata
-//     file) are never truncated: a bucket that contradicts them is a
-//     configuration error that stops Open.
+//     file) are never compared again: a bucket that lacks them is a
+//     configuration error that stops Open. A local tail the bucket lacks
+//     and does not contradict is uploaded by the claim, and logged.
+//   - A chunk is uploaded only if its first index follows the last index
+//     the bucket holds; anything else fails the log for good rather than
+//     fork the history.
 //   - Garbage collection never deletes a chunk younger than MinWALAge, so a
 //     deposed writer's delayed PUT still collides with the object that fenced
 //     it, and never deletes the newest chunk this node wrote, so a restarting

@@ -79,6 +79,10 @@ var (
 	// ErrFenced means another writer took a wal seq this log needed: this
 	// node has been deposed and must not acknowledge anything more.
 	ErrFenced = errors.New("objwal: fenced: another writer took the next wal seq")
+	// ErrHistoryConflict means the bucket holds a different entry at an
+	// index that this node had acknowledged: two writers forked the
+	// history, and no automatic choice between them is safe.
+	ErrHistoryConflict = errors.New("objwal: object storage contradicts an acknowledged local entry")
 	// ErrClosed is returned by calls made after Close.
 	ErrClosed = errors.New("objwal: closed")
 )

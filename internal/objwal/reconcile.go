@@ -37,6 +37,7 @@ func (l *Log) reconcile(ctx context.Context) error {
 		}
 		err = l.claim(ctx, v)
 		if err == nil {
+			l.reportRecovery(v)
 			return nil
 		}
 		if !errors.Is(err, errSeqTaken) {
@@ -46,6 +47,36 @@ func (l *Log) reconcile(ctx context.Context) error {
 			return fmt.Errorf("lost the claim for the next wal seq %d times in a row; another writer is active: %w", round, err)
 		}
 		l.log.Warn("another writer took the wal seq this node claimed; catching up again", "error", err, "round", round)
+	}
+}
+
+// reportRecovery says, once Open has settled with the bucket, what became
+// of local entries a crash may have touched: a torn record the wal cut off,
+// and local entries the bucket did not hold. Each is judged by what the
+// bucket showed and by the durability mode, so "never acknowledged" is
+// said only when it is true.
+func (l *Log) reportRecovery(v *bucketView) {
+	if t := l.wal.Torn(); t != nil {
+		switch {
+		case v.bucketLast > t.After:
+			l.log.Warn("the torn record cut off the local log was already in object storage; entries were restored from there",
+				"path", t.Path, "after_index", t.After, "bucket_last", v.bucketLast)
+		case l.o.Mode == ModeSync:
+			l.log.Warn("the torn record cut off the local log was never acknowledged: object storage does not hold it, and sync mode acknowledges only what is there",
+				"path", t.Path, "after_index", t.After)
+		default:
+			l.log.Warn("the torn record cut off the local log was never acknowledged: an entry is acknowledged only once its record is fsync'd whole",
+				"path", t.Path, "after_index", t.After)
+		}
+	}
+	if n := len(v.unuploaded); n > 0 {
+		from, to := v.unuploaded[0].Index, v.unuploaded[n-1].Index
+		if l.o.Mode == ModeSync {
+			l.log.Warn("kept local entries that object storage lacked: sync mode never acknowledged them, and they are now uploaded (clients saw their writes fail or time out, so their outcome was unknown)",
+				"from", from, "to", to)
+		} else {
+			l.log.Info("uploaded acknowledged local entries that object storage lacked", "from", from, "to", to)
+		}
 	}
 }
 
@@ -72,20 +103,69 @@ func (l *Log) catchUp(ctx context.Context) (*bucketView, error) {
 		}
 	}
 	m := l.meta
+	if last < m.Index {
+		// The checkpoint is written only for entries fsync'd here, so
+		// the disk lost writes it had confirmed (or somebody cut the log).
+		// The bucket holds them: fetch them back rather than serve a
+		// history that forgets acknowledged writes.
+		l.log.Error("the local log lost entries it had fsync'd: the bucket holds them and they are fetched back",
+			"local_last", last, "checkpoint_index", m.Index, "checkpoint_seq", m.Seq, "wal_dir", l.o.WALDir)
+	}
 	// A local snapshot newer than the checkpoint can only be a restore that
 	// did not finish; the snapshot path redoes it.
 	if m.Seq > 0 && snapIdx <= m.Index {
-		seqs, err := l.listChunks(ctx, m.Seq-1)
+		agreed := min(last, m.Index)
+		from, ok, err := l.chunkHolding(ctx, agreed+1, m)
 		if err != nil {
 			return nil, err
 		}
-		if len(seqs) > 0 && seqs[0] == m.Seq && dense(seqs) {
-			return l.applyChunks(ctx, m.Seq, seqs[1:], m.Index)
+		if ok {
+			// The listing starts no later than the checkpoint's own chunk:
+			// finding it confirms this is still the bucket the checkpoint
+			// was written against.
+			first := min(from, m.Seq)
+			seqs, err := l.listChunks(ctx, first-1)
+			if err != nil {
+				return nil, err
+			}
+			if len(seqs) > 0 && seqs[0] == first && dense(seqs) && seqs[len(seqs)-1] >= m.Seq {
+				return l.applyChunks(ctx, from-1, seqs[from-first:], agreed)
+			}
 		}
 		l.log.Info("chunks after the local checkpoint were garbage-collected; catching up from the newest snapshot",
-			"seq", m.Seq, "index", m.Index)
+			"seq", m.Seq, "index", m.Index, "local_last", last)
 	}
 	return l.catchUpFromSnapshot(ctx)
+}
+
+// chunkHolding returns the seq of the chunk to start a catch-up from so
+// that no index from idx on is skipped: m.Seq+1 when the checkpoint covers
+// idx-1 (the usual case: the local log holds everything through the
+// checkpoint), else the chunk at or before m.Seq whose entries start at or
+// before idx, found by reading chunks backwards. ok is false when that
+// chunk is gone (garbage-collected).
+func (l *Log) chunkHolding(ctx context.Context, idx uint64, m *metaState) (seq uint64, ok bool, err error) {
+	if idx > m.Index {
+		return m.Seq + 1, true, nil
+	}
+	for seq = m.Seq; seq > 0; seq-- {
+		key := walKey(seq)
+		body, err := l.openGet(ctx, key)
+		if isNotFound(err) {
+			return 0, false, nil
+		}
+		if err != nil {
+			return 0, false, err
+		}
+		entries, _, err := datafile.DecodeChunk(key, body)
+		if err != nil {
+			return 0, false, fmt.Errorf("chunk %s: %w", key, err)
+		}
+		if len(entries) > 0 && entries[0].Index <= idx {
+			return seq, true, nil
+		}
+	}
+	return 0, false, nil
 }
 
 func dense(seqs []uint64) bool {
@@ -149,14 +229,16 @@ func (l *Log) catchUpFromSnapshot(ctx context.Context) (*bucketView, error) {
 	if top := want - 1; m.Seq > top {
 		return nil, fmt.Errorf("the bucket lacks %s, which this node uploaded (its newest chunk is %s); is this the right bucket?", walKey(m.Seq), walKey(top))
 	}
-	_, snapIdx := l.localState()
-	skip := m.Index
+	last, snapIdx := l.localState()
+	// What the local log holds of the history agreed through the
+	// checkpoint: all of it, unless the disk lost entries it had fsync'd.
+	skip := min(m.Index, last)
 	switch {
 	case snapIdx > m.Index && (snap == nil || snap.Header.Index < snapIdx):
 		// Only a restore puts a snapshot past the checkpoint, and the
 		// bucket's newest never goes backwards.
 		return nil, fmt.Errorf("the local snapshot at index %d is newer than the bucket's newest snapshot and than %s's checkpoint (index %d)", snapIdx, metaFileName, m.Index)
-	case snap != nil && snap.Header.Index > m.Index:
+	case snap != nil && snap.Header.Index > skip:
 		if err := l.installSnapshot(snap); err != nil {
 			return nil, err
 		}
@@ -254,7 +336,15 @@ func (l *Log) applyChunks(ctx context.Context, baseSeq uint64, seqs []uint64, sk
 					matched++
 					continue
 				}
-				l.log.Warn("DISCARDING local entries that object storage contradicts: another writer wrote this index first",
+				if l.o.Mode == ModeAsync {
+					// Acknowledged once fsync'd: dropping it would lose a
+					// write a client was told is durable.
+					return fmt.Errorf("%w: the local log (%s) holds an acknowledged entry at index %d (revision %d) and %s holds a different one (revision %d); "+
+						"two writers shared this bucket. Keep this data directory for inspection (netsyctl inspect) and restore the node from an empty one",
+						ErrHistoryConflict, l.wal.SegmentPath(e.Index), e.Index, tail[e.Index-skip-1].Revision, key, e.Revision)
+				}
+				l.log.Warn("DISCARDING local entries that object storage contradicts: another writer wrote this index first; "+
+					"in sync mode they were never acknowledged",
 					"from", e.Index, "to", last, "chunk", key)
 				if err := l.truncateLocal(e.Index - 1); err != nil {
 					return err
@@ -337,6 +427,11 @@ func (l *Log) claim(ctx context.Context, v *bucketView) error {
 		}
 		refs = append(refs, chunkRef{seq: seq, last: lastIdx})
 		seq++
+	}
+	if local, _ := l.localState(); local < lastIdx {
+		// The engine replays the local log: serving from it now would
+		// forget entries the bucket holds.
+		return fmt.Errorf("after catching up the local log ends at index %d but the bucket's history reaches %d", local, lastIdx)
 	}
 	m := &metaState{}
 	if l.meta != nil {

@@ -170,6 +170,14 @@ func (l *Log) upload(b *batch) bool {
 		l.mu.Unlock()
 		return false
 	}
+	if first := b.ents[0].index; first != l.uploaded+1 {
+		// Whatever led here, a chunk that does not continue the bucket's
+		// history would fork it: refuse for good.
+		l.failLocked(fmt.Errorf("%s would start at index %d but the bucket's history ends at %d: refusing to upload a chunk that does not follow it",
+			walKey(seq), first, l.uploaded))
+		l.mu.Unlock()
+		return false
+	}
 	l.mu.Unlock()
 
 	started := l.clk.Now()

@@ -137,6 +137,21 @@ type WAL struct {
 	sparePending bool // a spare was requested and its answer not yet taken
 
 	stats syncStats
+
+	// torn describes a torn tail Open cut off (nil if none); see Torn.
+	torn *Torn
+}
+
+// Torn describes damage Open cut off the end of the newest segment: a
+// record that a crash left half written. What that record held, and
+// whether anybody was told it was durable, is for the caller to judge (the
+// WAL reports an entry durable only after its fsync, so a torn record was
+// never reported, unless the disk lost writes it had confirmed).
+type Torn struct {
+	Path   string // the segment
+	Offset int64  // where the damage started
+	After  uint64 // the last intact entry before it (0: none)
+	Reason string
 }
 
 type frameMeta struct {
@@ -402,7 +417,10 @@ func (w *WAL) scanNewest(s *segment) (keep bool, err error) {
 		// Cut the damage off and let the fill below put zeros back, so the
 		// segment keeps its preallocation and nothing but zeros follows
 		// the valid prefix.
-		w.log.Warn("truncating torn tail of newest segment", "path", s.path, "offset", torn.Offset, "size", size, "reason", torn.Reason)
+		after := s.first - 1 + tail.Summary.Records
+		w.torn = &Torn{Path: s.path, Offset: torn.Offset, After: after, Reason: torn.Reason}
+		w.log.Warn("cutting a torn record off the end of the newest segment", "path", s.path, "offset", torn.Offset,
+			"after_index", after, "size", size, "reason", torn.Reason)
 		if err := f.Truncate(tail.Offset); err != nil {
 			return false, fmt.Errorf("truncate segment %s at %d: %w", s.path, tail.Offset, err)
 		}
@@ -431,6 +449,22 @@ func (w *WAL) scanNewest(s *segment) (keep bool, err error) {
 	w.active, w.file, ok = s, f, true
 	return true, nil
 }
+
+// SegmentPath names the segment file that holds index, or "" if no
+// segment does (for messages that must name the local file).
+func (w *WAL) SegmentPath(index uint64) string {
+	w.segMu.Lock()
+	defer w.segMu.Unlock()
+	for _, s := range w.segs {
+		if index >= s.first && index <= s.lastIndex() {
+			return s.path
+		}
+	}
+	return ""
+}
+
+// Torn reports the torn tail Open cut off the newest segment, or nil.
+func (w *WAL) Torn() *Torn { return w.torn }
 
 // FirstIndex is the index of the oldest entry held, or 0 if none.
 func (w *WAL) FirstIndex() uint64 {
