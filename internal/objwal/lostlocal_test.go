@@ -190,4 +190,3 @@ func TestUploadRefusesAGap(t *testing.T) {
 		t.Fatal("a chunk starting at index 3 was uploaded after a bucket ending at index 1")
 	}
 }
-
