@@ -106,6 +106,9 @@ type Engine struct {
 	committedIdx atomic.Uint64
 	compactRev   atomic.Int64
 	failed       atomic.Pointer[error]
+	// deposed is set (for good) when the storage reports that another
+	// writer took over: see ErrDeposed.
+	deposed atomic.Pointer[error]
 
 	notifyMu sync.Mutex
 	notifyCh chan struct{}
@@ -317,15 +320,56 @@ func (e *Engine) processSync() {
 	}
 }
 
+// deposer is implemented by storage errors that mean another writer took
+// over the storage (objwal's fence): the engine does not know who reports
+// them, only what they mean.
+type deposer interface{ Deposed() bool }
+
+func isDeposed(err error) bool {
+	var d deposer
+	return errors.As(err, &d) && d.Deposed()
+}
+
 // failStorage makes a storage failure permanent: every pending write fails
-// with it, and no write is accepted again.
+// with it, and no write is accepted again. A failure that says another
+// writer took over also stops linearizable reads, watches and lease
+// renewals at once (see ErrDeposed): this node's state may already be
+// behind the new writer's.
 func (e *Engine) failStorage(err error) {
 	if e.failed.Load() == nil {
-		e.log.Error("durable storage failed; refusing writes", "error", err)
 		ferr := fmt.Errorf("%w: %v", ErrUnavailable, err)
+		if isDeposed(err) {
+			ferr = fmt.Errorf("%w: %v", ErrDeposed, err)
+			e.deposed.Store(&ferr)
+			e.log.Error("DEPOSED: another writer took over this node's object storage; refusing writes, linearizable reads, watches and lease renewals (serializable reads still served); restart the node to rejoin",
+				"error", err, "committed_index", e.committedIdx.Load(), "rev", e.committedRev.Load())
+		} else {
+			e.log.Error("durable storage failed; refusing writes", "error", err)
+		}
 		e.failed.Store(&ferr)
 	}
 	e.failAll(*e.failed.Load())
+	if e.deposed.Load() != nil {
+		// Watchers waiting for the next commit learn it now.
+		e.broadcast()
+	}
+}
+
+// Deposed returns the reason this node stopped serving linearizable
+// requests (see ErrDeposed), or nil.
+func (e *Engine) Deposed() error {
+	if d := e.deposed.Load(); d != nil {
+		return *d
+	}
+	return nil
+}
+
+// Failed returns why the engine refuses writes, or nil.
+func (e *Engine) Failed() error {
+	if f := e.failed.Load(); f != nil {
+		return *f
+	}
+	return nil
 }
 
 // commitUpTo makes entries up to idx visible and answers their writers.

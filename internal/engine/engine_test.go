@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -604,4 +605,78 @@ func TestNestedTxnComparesSeeStateBeforeTxn(t *testing.T) {
 	if h.value("then") != "1" || h.value("else") != "<none>" {
 		t.Fatalf("nested compare judged after the outer delete: then=%q else=%q", h.value("then"), h.value("else"))
 	}
+}
+
+// deposedErr is a storage failure that says another writer took over, as
+// objwal's fence reports it.
+type deposedErr struct{}
+
+func (deposedErr) Error() string {
+	return "fenced: wal/00000000000000000007 holds another writer's chunk"
+}
+func (deposedErr) Deposed() bool { return true }
+
+// A deposed engine refuses writes, linearizable reads, watches (Events)
+// and lease renewals at once, keeps serving serializable reads, and says
+// why; an ordinary storage failure refuses only writes.
+func TestDeposedStopsLinearizableService(t *testing.T) {
+	st := &enginetest.MemStorage{}
+	h := newHarness(t, st, nil)
+	h.put("a", "1")
+	grant, err := h.e.LeaseGrant(ctx(t), &pb.LeaseGrantRequest{TTL: 60})
+	if err != nil {
+		t.Fatal(err)
+	}
+	notify := h.e.CommitNotify()
+	st.Fail(fmt.Errorf("upload: %w", deposedErr{}))
+	if _, err := h.e.Put(ctx(t), &pb.PutRequest{Key: []byte("b")}); !errors.Is(err, ErrDeposed) {
+		t.Fatalf("write on a deposed engine: %v, want ErrDeposed", err)
+	}
+	select {
+	case <-notify:
+	default:
+		t.Fatal("watchers waiting for a commit were not woken when the engine was deposed")
+	}
+	if _, err := h.e.Range(ctx(t), &pb.RangeRequest{Key: []byte("a")}); !errors.Is(err, ErrDeposed) {
+		t.Fatalf("linearizable read: %v, want ErrDeposed", err)
+	}
+	resp, err := h.e.Range(ctx(t), &pb.RangeRequest{Key: []byte("a"), Serializable: true})
+	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "1" {
+		t.Fatalf("serializable read: %v, %v", resp, err)
+	}
+	rtxn := &pb.TxnRequest{Success: []*pb.RequestOp{txnGet("a")}}
+	if _, err := h.e.Txn(ctx(t), rtxn); !errors.Is(err, ErrDeposed) {
+		t.Fatalf("linearizable read-only txn: %v, want ErrDeposed", err)
+	}
+	rtxn.Success[0].GetRequestRange().Serializable = true
+	if _, err := h.e.Txn(ctx(t), rtxn); err != nil {
+		t.Fatalf("serializable read-only txn: %v", err)
+	}
+	if _, _, err := h.e.Events(1, 100, 0); !errors.Is(err, ErrDeposed) {
+		t.Fatalf("watch read: %v, want ErrDeposed", err)
+	}
+	if _, err := h.e.LeaseRenew(ctx(t), grant.ID); !errors.Is(err, ErrDeposed) {
+		t.Fatalf("lease renewal: %v, want ErrDeposed", err)
+	}
+	if err := h.e.Deposed(); err == nil || !strings.Contains(err.Error(), "wal/00000000000000000007") {
+		t.Fatalf("Deposed() = %v, want the storage's reason", err)
+	}
+	st.Fail(nil)
+}
+
+func TestStorageFailureIsNotDeposed(t *testing.T) {
+	st := &enginetest.MemStorage{}
+	h := newHarness(t, st, nil)
+	h.put("a", "1")
+	st.Fail(errors.New("disk full"))
+	if _, err := h.e.Put(ctx(t), &pb.PutRequest{Key: []byte("b")}); !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrDeposed) {
+		t.Fatalf("write: %v", err)
+	}
+	if h.e.Deposed() != nil || h.e.Failed() == nil {
+		t.Fatalf("Deposed %v, Failed %v", h.e.Deposed(), h.e.Failed())
+	}
+	if h.value("a") != "1" {
+		t.Fatal("linearizable read after an ordinary storage failure")
+	}
+	st.Fail(nil)
 }

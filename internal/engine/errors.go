@@ -16,6 +16,11 @@ var (
 	ErrTimeout = errors.New("etcdserver: request timed out")
 	// ErrUnavailable means durable storage refused or could not take the write.
 	ErrUnavailable = errors.New("netsy: durable storage unavailable")
+	// ErrDeposed means another node took over as the writer of this
+	// node's object storage: this node's state may be stale, so it serves
+	// no writes, linearizable reads, watches or lease renewals (clients
+	// retry elsewhere); serializable reads still work.
+	ErrDeposed = errors.New("netsy: this node was deposed: another writer took over its object storage")
 	// ErrNoLeader means this node has no Primary to send the write to.
 	ErrNoLeader = errors.New("etcdserver: no leader")
 )

@@ -179,11 +179,19 @@ func (l *lessor) snapshot() []*netsyv1.SnapshotLease {
 
 // LeaseRenew refreshes a lease (keepalive). Renewals are not logged.
 func (e *Engine) LeaseRenew(_ context.Context, id int64) (int64, error) {
+	// Expiry is decided by the writer; a deposed node's renewal would
+	// keep a lease alive that the new writer may expire.
+	if err := e.Deposed(); err != nil {
+		return 0, err
+	}
 	return e.lease.renew(id)
 }
 
 // LeaseTimeToLive reports a lease's TTLs and optionally its keys.
 func (e *Engine) LeaseTimeToLive(_ context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
+	if err := e.Deposed(); err != nil {
+		return nil, err
+	}
 	now := e.cfg.Clock.Now()
 	e.lease.mu.Lock()
 	le := e.lease.leases[r.ID]
@@ -209,6 +217,9 @@ func (e *Engine) LeaseTimeToLive(_ context.Context, r *pb.LeaseTimeToLiveRequest
 
 // LeaseLeases lists every lease.
 func (e *Engine) LeaseLeases(context.Context, *pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, error) {
+	if err := e.Deposed(); err != nil {
+		return nil, err
+	}
 	resp := &pb.LeaseLeasesResponse{Header: &pb.ResponseHeader{Revision: e.committedRev.Load()}}
 	for _, l := range e.lease.snapshot() {
 		resp.Leases = append(resp.Leases, &pb.LeaseStatus{ID: l.Id})

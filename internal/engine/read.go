@@ -13,6 +13,11 @@ import (
 // On a single node every committed write is durable and acknowledged
 // writes are committed first, so this is linearizable without a barrier.
 func (e *Engine) Range(_ context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
+	if !r.Serializable {
+		if err := e.Deposed(); err != nil {
+			return nil, err
+		}
+	}
 	cur := e.committedRev.Load()
 	return e.rangeAt(r, cur, cur)
 }
@@ -79,8 +84,35 @@ func (e *Engine) readTxn(r *pb.TxnRequest, rev int64) (*pb.TxnResponse, error) {
 	return resp, nil
 }
 
-// Events reads the committed revision log for watches.
+// serializableTxn reports whether every range of a read-only txn asks
+// for a serializable read (etcd's rule for a txn).
+func serializableTxn(r *pb.TxnRequest) bool {
+	for _, ops := range [][]*pb.RequestOp{r.Success, r.Failure} {
+		for _, op := range ops {
+			switch v := op.Request.(type) {
+			case *pb.RequestOp_RequestRange:
+				if !v.RequestRange.Serializable {
+					return false
+				}
+			case *pb.RequestOp_RequestTxn:
+				if !serializableTxn(v.RequestTxn) {
+					return false
+				}
+			}
+		}
+	}
+	return true
+}
+
+// WatchErr is Deposed: a deposed node ends its watch streams.
+func (e *Engine) WatchErr() error { return e.Deposed() }
+
+// Events reads the committed revision log for watches. A deposed node
+// ends its watches: its history may be missing the new writer's events.
 func (e *Engine) Events(from, to int64, limit int) ([]*mvccpb.Event, int64, error) {
+	if err := e.Deposed(); err != nil {
+		return nil, from, err
+	}
 	if cur := e.committedRev.Load(); to > cur {
 		to = cur
 	}

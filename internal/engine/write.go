@@ -111,6 +111,11 @@ func (e *Engine) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb
 // committed state without entering the write loop.
 func (e *Engine) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {
 	if !isWriteTxn(r) {
+		if !serializableTxn(r) {
+			if err := e.Deposed(); err != nil {
+				return nil, err
+			}
+		}
 		cur := e.committedRev.Load()
 		resp, err := e.readTxn(r, cur)
 		if err != nil {

@@ -58,8 +58,13 @@ type WatchBackend interface {
 	Events(from, to int64, limit int) (evs []*mvccpb.Event, next int64, err error)
 	// CommitNotify returns a channel that is closed when the committed
 	// revision next advances (or a compaction happens). Read it before
-	// CurrentRevision to never miss a change.
+	// CurrentRevision to never miss a change. It is also closed when
+	// WatchErr starts returning an error.
 	CommitNotify() <-chan struct{}
+	// WatchErr returns nil while this node may serve watches, and an error
+	// once it must not (its history may be stale: another node took over
+	// as the writer). Every watch stream then ends with that error.
+	WatchErr() error
 }
 
 // MaintenanceBackend serves the Maintenance and Cluster services.

@@ -27,6 +27,9 @@ var errorTable = []struct {
 	{engine.ErrStopped, rpctypes.ErrGRPCStopped},
 	{engine.ErrTimeout, rpctypes.ErrGRPCTimeout},
 	{engine.ErrNoLeader, rpctypes.ErrGRPCNoLeader},
+	// Checked before ErrUnavailable, which a deposed engine's write
+	// failures also wrap. Unavailable sends clients to another endpoint.
+	{engine.ErrDeposed, status.Error(codes.Unavailable, engine.ErrDeposed.Error())},
 	// etcd has no equivalent; Unavailable makes clients retry idempotent
 	// calls, which is right while object storage is down.
 	{engine.ErrUnavailable, status.Error(codes.Unavailable, engine.ErrUnavailable.Error())},

@@ -34,6 +34,8 @@ type fakeBackend struct {
 	eventsHook func(from, to int64)
 	// eventsCalls counts Events calls.
 	eventsCalls int
+	// watchErr is what WatchErr returns.
+	watchErr error
 }
 
 const (
@@ -62,6 +64,20 @@ func (f *fakeBackend) setErr(err error) {
 	f.mu.Lock()
 	f.err = err
 	f.mu.Unlock()
+}
+
+// stopWatches makes WatchErr return err and wakes the watch loops.
+func (f *fakeBackend) stopWatches(err error) {
+	f.mu.Lock()
+	f.watchErr = err
+	f.commitLocked()
+	f.mu.Unlock()
+}
+
+func (f *fakeBackend) WatchErr() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.watchErr
 }
 
 // commitLocked publishes the current revision to watchers.

@@ -121,6 +121,9 @@ func (ws *watchStream) run(ctx context.Context, reqc <-chan *pb.WatchRequest, er
 		// CommitNotify before CurrentRevision: a commit between the two
 		// closes the channel we hold, so it is never missed.
 		notify := ws.s.b.CommitNotify()
+		if err := ws.s.b.WatchErr(); err != nil {
+			return toGRPCError(err)
+		}
 		ws.cur = ws.s.b.CurrentRevision()
 		ws.hdr = ws.s.headerAt(ws.cur)
 

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/netsy-io/netsy/internal/clock"
+	"github.com/netsy-io/netsy/internal/engine"
 )
 
 // testTimeout bounds waits for something that must happen; tests never
@@ -580,6 +581,25 @@ func TestWatchEndsOnClose(t *testing.T) {
 	_, err := ws.Recv()
 	if !sameStatus(err, rpctypes.ErrGRPCStopped) || status.Code(err) != codes.Unavailable {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// A caught-up, idle watch stream ends with the backend's WatchErr (a
+// deposed node), mapped like any backend error.
+func TestWatchEndsOnWatchErr(t *testing.T) {
+	e := newEnv(t, nil)
+	ws := e.rawWatch(testCtx(t))
+	mustSend(t, ws, createReq(&pb.WatchCreateRequest{Key: []byte("a")}))
+	mustRecv(t, ws)
+	e.b.stopWatches(fmt.Errorf("fenced: %w", engine.ErrDeposed))
+	_, err := ws.Recv()
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "deposed") {
+		t.Fatalf("got %v, want Unavailable naming the deposition", err)
+	}
+	ws = e.rawWatch(testCtx(t))
+	mustSend(t, ws, createReq(&pb.WatchCreateRequest{Key: []byte("a")}))
+	if _, err := ws.Recv(); status.Code(err) != codes.Unavailable {
+		t.Fatalf("a new watch on a deposed backend: %v, want Unavailable", err)
 	}
 }
 

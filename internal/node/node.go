@@ -241,23 +241,32 @@ func (n *Node) httpHandler() http.Handler {
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
-		st, err := n.eng.Status(r.Context())
-		if err != nil || len(st.Errors) > 0 {
+		if err := n.eng.Failed(); err != nil {
 			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintf(w, "unhealthy: %v %v\n", err, st.GetErrors())
+			fmt.Fprintf(w, "unhealthy: %v\n", err)
 			return
 		}
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
-		if !n.ready.Load() {
+		if err := n.notReady(); err != nil {
 			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintln(w, "not ready")
+			fmt.Fprintf(w, "not ready: %v\n", err)
 			return
 		}
 		fmt.Fprintln(w, "ok")
 	})
 	return mux
+}
+
+// notReady says why the node should not get client traffic, or nil: it
+// is starting or stopping, or it was deposed and serves only serializable
+// reads.
+func (n *Node) notReady() error {
+	if !n.ready.Load() {
+		return errors.New("starting or stopping")
+	}
+	return n.eng.Deposed()
 }
 
 // Close stops serving and shuts down in dependency order: in-flight client

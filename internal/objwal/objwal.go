@@ -77,8 +77,10 @@ const (
 
 var (
 	// ErrFenced means another writer took a wal seq this log needed: this
-	// node has been deposed and must not acknowledge anything more.
-	ErrFenced = errors.New("objwal: fenced: another writer took the next wal seq")
+	// node has been deposed and must not acknowledge anything more. It
+	// reports Deposed() true, which is how the engine, which does not know
+	// objwal, tells it from other storage failures.
+	ErrFenced error = fencedError{}
 	// ErrHistoryConflict means the bucket holds a different entry at an
 	// index that this node had acknowledged: two writers forked the
 	// history, and no automatic choice between them is safe.
@@ -86,6 +88,11 @@ var (
 	// ErrClosed is returned by calls made after Close.
 	ErrClosed = errors.New("objwal: closed")
 )
+
+type fencedError struct{}
+
+func (fencedError) Error() string { return "objwal: fenced: another writer took the next wal seq" }
+func (fencedError) Deposed() bool { return true }
 
 // Options configures Open.
 type Options struct {
