@@ -75,13 +75,15 @@ func (e *Engine) hashAt(rev int64) (uint32, int64, error) {
 
 // Snapshot writes the committed state as a snapshot data file.
 func (e *Engine) Snapshot(ctx context.Context, w io.Writer) (int64, error) {
-	p, err := e.submit(ctx, propSnapshot, nil)
-	if err != nil {
+	o := &snapshotOp{}
+	if err := e.submit(ctx, o); err != nil {
+		// A snapshot captured before the failure is released by the
+		// collector (captureSnapshot); the loop may still be writing o.
 		return 0, err
 	}
-	defer p.snap.Release()
+	defer o.snap.Release()
 	cw := &countingWriter{w: w}
-	if err := datafile.EncodeSnapshot(cw, p.snap); err != nil {
+	if err := datafile.EncodeSnapshot(cw, o.snap); err != nil {
 		return cw.n, fmt.Errorf("encode snapshot: %w", err)
 	}
 	return cw.n, nil

@@ -17,28 +17,22 @@ import (
 // MaxLeaseTTL is etcd's upper bound on a lease TTL, in seconds.
 const MaxLeaseTTL = 9000000000
 
-type proposalKind uint8
+// op is one request for the write loop. Each kind evaluates itself in the
+// loop and keeps its own typed response, so nothing is passed as any.
+type op interface {
+	// evaluate runs in the loop goroutine. It answers p at once (an
+	// evaluation error, a no-op) or leaves it waiting for durability.
+	evaluate(e *Engine, p *proposal)
+	// logs reports whether the op may append a log entry, and so whether
+	// storage backpressure applies to it.
+	logs() bool
+}
 
-const (
-	propPut proposalKind = iota
-	propDelete
-	propTxn
-	propCompact
-	propLeaseGrant
-	propLeaseRevoke
-	propSnapshot
-	propBarrier
-)
-
-// proposal is one client request handed to the write loop. The loop fills
-// resp (or err) while evaluating and closes done once the result is
-// durable, or at once on an evaluation error.
+// proposal is one client request handed to the write loop. The loop
+// answers it (err, or success with the op's response filled) once the
+// result is durable, or at once on an evaluation error.
 type proposal struct {
-	kind proposalKind
-	req  any
-
-	resp    any
-	snap    *datafile.Snapshot
+	op      op
 	err     error
 	waitIdx uint64
 	done    chan struct{}
@@ -64,47 +58,134 @@ func (p *proposal) finish(err error) {
 	close(p.done)
 }
 
-func (e *Engine) submit(ctx context.Context, kind proposalKind, req any) (*proposal, error) {
+// submit hands o to the loop and waits for its answer.
+func (e *Engine) submit(ctx context.Context, o op) error {
 	if f := e.failed.Load(); f != nil {
-		return nil, *f
+		return *f
 	}
-	p := &proposal{kind: kind, req: req, done: make(chan struct{}), deadline: e.cfg.Clock.Now().Add(e.cfg.WriteTimeout)}
+	p := &proposal{op: o, done: make(chan struct{}), deadline: e.cfg.Clock.Now().Add(e.cfg.WriteTimeout)}
 	select {
 	case e.proposals <- p:
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return ctx.Err()
 	case <-e.ctx.Done():
-		return nil, ErrStopped
+		return ErrStopped
 	}
 	select {
 	case <-p.done:
-		if p.err != nil {
-			return nil, p.err
-		}
-		return p, nil
+		return p.err
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return ctx.Err()
 	case <-e.ctx.Done():
-		return nil, ErrStopped
+		return ErrStopped
 	}
 }
 
+type putOp struct {
+	req  *pb.PutRequest
+	resp *pb.PutResponse
+}
+
+func (o *putOp) logs() bool { return true }
+func (o *putOp) evaluate(e *Engine, p *proposal) {
+	e.evaluateWrite(p, func(w *writeTxn) (err error) {
+		o.resp, err = w.applyPut(o.req)
+		return err
+	}, func(h *pb.ResponseHeader) { o.resp.Header = h })
+}
+
+type deleteOp struct {
+	req  *pb.DeleteRangeRequest
+	resp *pb.DeleteRangeResponse
+}
+
+func (o *deleteOp) logs() bool { return true }
+func (o *deleteOp) evaluate(e *Engine, p *proposal) {
+	e.evaluateWrite(p, func(w *writeTxn) (err error) {
+		o.resp, err = w.applyDelete(o.req)
+		return err
+	}, func(h *pb.ResponseHeader) { o.resp.Header = h })
+}
+
+type txnOp struct {
+	req  *pb.TxnRequest
+	resp *pb.TxnResponse
+}
+
+func (o *txnOp) logs() bool { return true }
+func (o *txnOp) evaluate(e *Engine, p *proposal) {
+	e.evaluateWrite(p, func(w *writeTxn) (err error) {
+		o.resp, err = w.applyTxn(o.req)
+		return err
+	}, func(h *pb.ResponseHeader) {
+		o.resp.Header = h
+		setNestedHeaders(o.resp, h.Revision)
+	})
+}
+
+type compactOp struct {
+	req  *pb.CompactionRequest
+	resp *pb.CompactionResponse
+}
+
+func (o *compactOp) logs() bool                      { return true }
+func (o *compactOp) evaluate(e *Engine, p *proposal) { e.handleCompact(o, p) }
+
+type leaseGrantOp struct {
+	req  *pb.LeaseGrantRequest
+	resp *pb.LeaseGrantResponse
+}
+
+func (o *leaseGrantOp) logs() bool                      { return true }
+func (o *leaseGrantOp) evaluate(e *Engine, p *proposal) { e.handleLeaseGrant(o, p) }
+
+type leaseRevokeOp struct {
+	req  *pb.LeaseRevokeRequest
+	resp *pb.LeaseRevokeResponse
+}
+
+func (o *leaseRevokeOp) logs() bool { return true }
+func (o *leaseRevokeOp) evaluate(e *Engine, p *proposal) {
+	if !e.lease.exists(o.req.ID) {
+		p.finish(ErrLeaseNotFound)
+		return
+	}
+	o.resp = &pb.LeaseRevokeResponse{}
+	e.revokeLease(o.req.ID, p, func(h *pb.ResponseHeader) { o.resp.Header = h })
+}
+
+// snapshotOp captures the applied state; it is answered once everything
+// it covers is durable.
+type snapshotOp struct{ snap *datafile.Snapshot }
+
+func (o *snapshotOp) logs() bool { return false }
+func (o *snapshotOp) evaluate(e *Engine, p *proposal) {
+	o.snap = e.captureSnapshot()
+	e.waitForLast(p)
+}
+
+// barrierOp is answered once every write accepted before it is durable.
+type barrierOp struct{}
+
+func (barrierOp) logs() bool                      { return false }
+func (barrierOp) evaluate(e *Engine, p *proposal) { e.waitForLast(p) }
+
 // Put sets a key.
 func (e *Engine) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error) {
-	p, err := e.submit(ctx, propPut, r)
-	if err != nil {
+	o := &putOp{req: r}
+	if err := e.submit(ctx, o); err != nil {
 		return nil, err
 	}
-	return p.resp.(*pb.PutResponse), nil
+	return o.resp, nil
 }
 
 // DeleteRange deletes keys.
 func (e *Engine) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
-	p, err := e.submit(ctx, propDelete, r)
-	if err != nil {
+	o := &deleteOp{req: r}
+	if err := e.submit(ctx, o); err != nil {
 		return nil, err
 	}
-	return p.resp.(*pb.DeleteRangeResponse), nil
+	return o.resp, nil
 }
 
 // Txn runs a transaction. Read-only transactions are served from the
@@ -124,44 +205,44 @@ func (e *Engine) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, er
 		resp.Header = &pb.ResponseHeader{Revision: cur}
 		return resp, nil
 	}
-	p, err := e.submit(ctx, propTxn, r)
-	if err != nil {
+	o := &txnOp{req: r}
+	if err := e.submit(ctx, o); err != nil {
 		return nil, err
 	}
-	return p.resp.(*pb.TxnResponse), nil
+	return o.resp, nil
 }
 
 // Compact compacts history at and below r.Revision.
 func (e *Engine) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error) {
-	p, err := e.submit(ctx, propCompact, r)
-	if err != nil {
+	o := &compactOp{req: r}
+	if err := e.submit(ctx, o); err != nil {
 		return nil, err
 	}
-	return p.resp.(*pb.CompactionResponse), nil
+	return o.resp, nil
 }
 
 // LeaseGrant creates a lease.
 func (e *Engine) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
-	p, err := e.submit(ctx, propLeaseGrant, r)
-	if err != nil {
+	o := &leaseGrantOp{req: r}
+	if err := e.submit(ctx, o); err != nil {
 		return nil, err
 	}
-	return p.resp.(*pb.LeaseGrantResponse), nil
+	return o.resp, nil
 }
 
 // LeaseRevoke revokes a lease and deletes its keys.
 func (e *Engine) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
-	p, err := e.submit(ctx, propLeaseRevoke, r)
-	if err != nil {
+	o := &leaseRevokeOp{req: r}
+	if err := e.submit(ctx, o); err != nil {
 		return nil, err
 	}
-	return p.resp.(*pb.LeaseRevokeResponse), nil
+	return o.resp, nil
 }
 
 // Barrier returns once every write accepted before it is durable; its
 // result is the committed revision at that point.
 func (e *Engine) Barrier(ctx context.Context) (int64, error) {
-	if _, err := e.submit(ctx, propBarrier, nil); err != nil {
+	if err := e.submit(ctx, barrierOp{}); err != nil {
 		return 0, err
 	}
 	return e.committedRev.Load(), nil
@@ -173,7 +254,7 @@ func (e *Engine) handle(p *proposal) {
 		p.finish(*f)
 		return
 	}
-	if p.kind != propSnapshot && p.kind != propBarrier {
+	if p.op.logs() {
 		if bp, ok := e.cfg.Storage.(backpressurer); ok {
 			if err := bp.Backpressure(); err != nil {
 				p.finish(fmt.Errorf("%w: %v", ErrUnavailable, err))
@@ -181,26 +262,7 @@ func (e *Engine) handle(p *proposal) {
 			}
 		}
 	}
-	switch p.kind {
-	case propPut, propDelete, propTxn:
-		e.handleWrite(p)
-	case propCompact:
-		e.handleCompact(p)
-	case propLeaseGrant:
-		e.handleLeaseGrant(p)
-	case propLeaseRevoke:
-		r := p.req.(*pb.LeaseRevokeRequest)
-		if !e.lease.exists(r.ID) {
-			p.finish(ErrLeaseNotFound)
-			return
-		}
-		e.revokeLease(r.ID, p)
-	case propSnapshot:
-		p.snap = e.captureSnapshot()
-		e.waitForLast(p)
-	case propBarrier:
-		e.waitForLast(p)
-	}
+	p.op.evaluate(e, p)
 }
 
 // writeTxn accumulates the ops of one write while applying them to the
@@ -263,19 +325,11 @@ func (w *writeTxn) commit(p *proposal, revokes []int64) {
 	e.appendEntry(ent, p)
 }
 
-func (e *Engine) handleWrite(p *proposal) {
+// evaluateWrite runs apply in one write txn at the next revision, gives
+// the response its header through setHeader and logs the txn.
+func (e *Engine) evaluateWrite(p *proposal, apply func(*writeTxn) error, setHeader func(*pb.ResponseHeader)) {
 	w := e.newWriteTxn()
-	var resp any
-	var err error
-	switch r := p.req.(type) {
-	case *pb.PutRequest:
-		resp, err = w.applyPut(r)
-	case *pb.DeleteRangeRequest:
-		resp, err = w.applyDelete(r)
-	case *pb.TxnRequest:
-		resp, err = w.applyTxn(r)
-	}
-	if err != nil {
+	if err := apply(w); err != nil {
 		w.abort()
 		p.finish(err)
 		return
@@ -289,17 +343,7 @@ func (e *Engine) handleWrite(p *proposal) {
 		p.finish(*e.failed.Load())
 		return
 	}
-	hdr := &pb.ResponseHeader{Revision: w.finishRev()}
-	switch r := resp.(type) {
-	case *pb.PutResponse:
-		r.Header = hdr
-	case *pb.DeleteRangeResponse:
-		r.Header = hdr
-	case *pb.TxnResponse:
-		r.Header = hdr
-		setNestedHeaders(r, hdr.Revision)
-	}
-	p.resp = resp
+	setHeader(&pb.ResponseHeader{Revision: w.finishRev()})
 	w.commit(p, nil)
 }
 
@@ -543,8 +587,8 @@ func cmpInt(a, b int64) int {
 	return 0
 }
 
-func (e *Engine) handleCompact(p *proposal) {
-	r := p.req.(*pb.CompactionRequest)
+func (e *Engine) handleCompact(o *compactOp, p *proposal) {
+	r := o.req
 	cur := e.store.Rev()
 	if r.Revision > cur {
 		p.finish(mvcc.ErrFutureRev)
@@ -554,7 +598,7 @@ func (e *Engine) handleCompact(p *proposal) {
 		p.finish(mvcc.ErrCompacted)
 		return
 	}
-	p.resp = &pb.CompactionResponse{Header: &pb.ResponseHeader{Revision: cur}}
+	o.resp = &pb.CompactionResponse{Header: &pb.ResponseHeader{Revision: cur}}
 	ent := &netsyv1.Entry{Index: e.lastIdx + 1, Revision: cur, CompactRevision: r.Revision}
 	e.appendEntry(ent, p)
 }
@@ -570,8 +614,8 @@ func (e *Engine) compactFloor() int64 {
 	return floor
 }
 
-func (e *Engine) handleLeaseGrant(p *proposal) {
-	r := p.req.(*pb.LeaseGrantRequest)
+func (e *Engine) handleLeaseGrant(o *leaseGrantOp, p *proposal) {
+	r := o.req
 	if r.TTL > MaxLeaseTTL {
 		p.finish(ErrLeaseTTLTooLarge)
 		return
@@ -590,20 +634,20 @@ func (e *Engine) handleLeaseGrant(p *proposal) {
 	}
 	e.lease.grant(id, ttl)
 	rev := e.store.Rev()
-	p.resp = &pb.LeaseGrantResponse{Header: &pb.ResponseHeader{Revision: rev}, ID: id, TTL: ttl}
+	o.resp = &pb.LeaseGrantResponse{Header: &pb.ResponseHeader{Revision: rev}, ID: id, TTL: ttl}
 	ent := &netsyv1.Entry{Index: e.lastIdx + 1, Revision: rev, LeaseGrants: []*netsyv1.LeaseGrant{{Id: id, Ttl: ttl}}}
 	e.appendEntry(ent, p)
 }
 
 // revokeLease deletes a lease's keys at a new revision and logs the revoke.
-// p is nil for expiry.
-func (e *Engine) revokeLease(id int64, p *proposal) {
+// p and setHeader are nil for expiry.
+func (e *Engine) revokeLease(id int64, p *proposal, setHeader func(*pb.ResponseHeader)) {
 	w := e.newWriteTxn()
 	for _, k := range e.lease.keys(id) {
 		w.del(k)
 	}
-	if p != nil {
-		p.resp = &pb.LeaseRevokeResponse{Header: &pb.ResponseHeader{Revision: w.finishRev()}}
+	if setHeader != nil {
+		setHeader(&pb.ResponseHeader{Revision: w.finishRev()})
 	}
 	w.commit(p, []int64{id})
 }
@@ -614,6 +658,6 @@ func (e *Engine) expireLeases() {
 	}
 	for _, id := range e.lease.expired(1000) {
 		e.log.Debug("lease expired", "lease", id)
-		e.revokeLease(id, nil)
+		e.revokeLease(id, nil, nil)
 	}
 }
