@@ -18,8 +18,12 @@ import (
 )
 
 // Storage makes entries durable. Append must not wait for I/O: the storage
-// reports progress by calling Engine.OnSync in index order.
+// reports progress to the callback the engine attaches when it opens, in
+// index order.
 type Storage interface {
+	// Attach sets the durability callback and reports at once where
+	// durability stands.
+	Attach(onSync func(index uint64, err error))
 	LoadSnapshot() (*datafile.Snapshot, error)
 	Replay(from uint64, fn func(*netsyv1.Entry) error) error
 	Append(e *netsyv1.Entry) error
@@ -160,6 +164,7 @@ func Open(cfg Config) (*Engine, error) {
 		_ = store.Close()
 		return nil, err
 	}
+	cfg.Storage.Attach(e.OnSync)
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	// The ticker is armed before Open returns so fake-clock tests can
 	// advance time right away.

@@ -51,7 +51,6 @@ func (h *harness) open() {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	h.st.SetOnSync(e.OnSync)
 	h.e = e
 }
 
@@ -542,7 +541,6 @@ func TestBackpressureRefusesWithoutApplying(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	st.SetOnSync(e.OnSync)
 	st.mu.Lock()
 	st.busy = errors.New("object storage unreachable")
 	st.mu.Unlock()

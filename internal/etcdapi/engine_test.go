@@ -27,7 +27,6 @@ func newEngineEnv(t *testing.T, mod func(*Config)) (*testEnv, *engine.Engine) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	log.SetOnSync(eng.OnSync)
 	// Registered first, so it runs after the server has stopped.
 	t.Cleanup(func() { _ = eng.Close() })
 	srv, addr := serveBackend(t, eng, mod, nil)

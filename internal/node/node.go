@@ -52,42 +52,6 @@ type Node struct {
 	closeErr  error
 }
 
-// syncRelay hands WAL sync reports to the engine, remembering any that
-// arrive before the engine exists.
-type syncRelay struct {
-	mu    sync.Mutex
-	eng   *engine.Engine
-	index uint64
-	err   error
-}
-
-func (r *syncRelay) onSync(index uint64, err error) {
-	r.mu.Lock()
-	e := r.eng
-	if e == nil {
-		if index > r.index {
-			r.index = index
-		}
-		if err != nil {
-			r.err = err
-		}
-	}
-	r.mu.Unlock()
-	if e != nil {
-		e.OnSync(index, err)
-	}
-}
-
-func (r *syncRelay) set(e *engine.Engine) {
-	r.mu.Lock()
-	r.eng = e
-	index, err := r.index, r.err
-	r.mu.Unlock()
-	if index > 0 || err != nil {
-		e.OnSync(index, err)
-	}
-}
-
 // durabilityMode maps replication.quorum onto a single node: quorum 0, and
 // a static quorum that no replica can meet, acknowledge once the entry is
 // in object storage; majority of one node is the node itself, so the local
@@ -136,11 +100,9 @@ func Start(ctx context.Context, cfg config.Config, logger hclog.Logger, clk cloc
 	if err != nil {
 		return nil, fmt.Errorf("--storage: %w", err)
 	}
-	relay := &syncRelay{}
 	n.objlog, err = objwal.Open(ctx, objwal.Options{
 		Store:        n.store,
 		WALDir:       filepath.Join(cfg.DataDir, "wal"),
-		OnSync:       relay.onSync,
 		Mode:         durabilityMode(cfg.Quorum),
 		SnapshotKeep: cfg.SnapshotKeep,
 		Clock:        clk,
@@ -170,7 +132,6 @@ func Start(ctx context.Context, cfg config.Config, logger hclog.Logger, clk cloc
 	if err != nil {
 		return nil, fmt.Errorf("open engine: %w", err)
 	}
-	relay.set(n.eng)
 	// A new log preallocates its first segment (64 MiB of zeros) while
 	// the engine recovers; serve once it is done, so that the first write
 	// does not wait for it (Kubernetes' compactor test allows 100 ms).

@@ -103,7 +103,7 @@ type Options struct {
 	// SegmentBytes is passed to the wal.
 	SegmentBytes int64
 	// OnSync receives durability progress in index order; an error is
-	// permanent.
+	// permanent. The engine sets it with Attach instead.
 	OnSync func(index uint64, err error)
 	Mode   Mode
 	// ChunkMaxBytes caps a chunk; in async mode a chunk is also cut as soon
@@ -333,6 +333,20 @@ func (l *Log) openWAL() error {
 	}
 	l.wal = w
 	return nil
+}
+
+// Attach makes onSync the receiver of durability reports (replacing
+// Options.OnSync) and tells it at once where durability stands, so reports
+// made between Open and Attach are not lost. The engine attaches itself
+// when it opens the log.
+func (l *Log) Attach(onSync func(index uint64, err error)) {
+	l.mu.Lock()
+	l.o.OnSync = onSync
+	reported, err := l.reported, l.err
+	l.mu.Unlock()
+	if reported > 0 || err != nil {
+		onSync(reported, err)
+	}
 }
 
 // LoadSnapshot returns the newest snapshot: the one Open restored or found

@@ -25,11 +25,13 @@ type MemStorage struct {
 	onSync  func(uint64, error)
 }
 
-// SetOnSync sets the durability callback (the engine's OnSync).
-func (m *MemStorage) SetOnSync(f func(uint64, error)) {
+// Attach sets the durability callback (the engine attaches its own) and
+// reports everything held as durable, as a real log does at open.
+func (m *MemStorage) Attach(f func(uint64, error)) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	m.onSync = f
+	m.mu.Unlock()
+	m.SyncAll()
 }
 
 // Fail makes every later Append return err; nil heals the storage.
