@@ -55,6 +55,21 @@ type Config struct {
 	// of memory: see mvcc.Options.
 	SpillDir string
 	SpillMin int
+	// Follower starts the engine following (see Follow) instead of writing;
+	// Promote makes it the writer. A writer that is not a Follower starts
+	// writing at Term at once (a single node without the cluster roles).
+	Follower bool
+	Term     int64
+	// OnDeposed, when set, is told that the storage reported another
+	// writer taking over; it runs in the loop, so it must only hand the
+	// news on (it must not block or call the engine). The engine then steps down to
+	// following instead of refusing everything for good: in a cluster the
+	// roles find the new Primary and follow it. Nil keeps the refusal
+	// (ErrDeposed) until a restart.
+	OnDeposed func(error)
+	// Leader returns the member id Status reports as leader (the
+	// Primary's); nil reports MemberID.
+	Leader func() uint64
 	// WriteTimeout bounds how long a write waits to become durable before
 	// the client gets ErrTimeout (default 7 s, etcd's request timeout).
 	// The write may still commit later, as with etcd. The loop checks the
@@ -99,6 +114,8 @@ type Engine struct {
 
 	proposals chan *proposal
 	syncKick  chan struct{}
+	// ctrl runs role changes and follower input in the loop.
+	ctrl chan func()
 
 	// Written by OnSync (storage goroutine), read by the loop.
 	syncMu    sync.Mutex
@@ -111,8 +128,18 @@ type Engine struct {
 	compactRev   atomic.Int64
 	failed       atomic.Pointer[error]
 	// deposed is set (for good) when the storage reports that another
-	// writer took over: see ErrDeposed.
+	// writer took over and no OnDeposed is configured: see ErrDeposed.
 	deposed atomic.Pointer[error]
+	// writer is true while the engine evaluates writes (the Primary); term
+	// is the primary term it writes or follows. Only the loop changes them.
+	writer atomic.Bool
+	term   atomic.Int64
+	// appendedIdx and durableIdx mirror, for other goroutines, the last
+	// index appended to storage and the last the storage reported durable.
+	appendedIdx atomic.Uint64
+	durableIdx  atomic.Uint64
+	appendedRev atomic.Int64
+	lastTerm    atomic.Int64
 
 	notifyMu sync.Mutex
 	notifyCh chan struct{}
@@ -122,6 +149,15 @@ type Engine struct {
 	lastRev      int64
 	pending      []*pendingEntry
 	noopWaiters  []*proposal
+	// Follower state: entries appended to storage but not yet applied
+	// (applied once committed by the Primary and durable here), and the
+	// Primary's commit index.
+	follow      []*netsyv1.Entry
+	commitLimit uint64
+	// draining refuses new proposals while a writer steps down with a
+	// flush; drained is closed once nothing is pending.
+	draining bool
+	drained  chan struct{}
 	sinceSnap    uint64
 	snapshotting bool
 	snapDone     chan struct{}
@@ -137,6 +173,9 @@ type pendingEntry struct {
 	rev   int64
 	entry *netsyv1.Entry
 	p     *proposal // nil for internal entries (lease expiry)
+	// revoked are the leases the entry revoked, kept so that a rollback
+	// can restore them.
+	revoked []*netsyv1.LeaseGrant
 }
 
 // Open restores the engine from storage (newest snapshot plus the entries
@@ -157,6 +196,7 @@ func Open(cfg Config) (*Engine, error) {
 		lease:     newLessor(cfg.Clock),
 		proposals: make(chan *proposal, 1024),
 		syncKick:  make(chan struct{}, 1),
+		ctrl:      make(chan func()),
 		snapDone:  make(chan struct{}, 1),
 		notifyCh:  make(chan struct{}),
 	}
@@ -164,6 +204,12 @@ func Open(cfg Config) (*Engine, error) {
 		_ = store.Close()
 		return nil, err
 	}
+	e.term.Store(cfg.Term)
+	e.writer.Store(!cfg.Follower)
+	e.syncMu.Lock()
+	e.syncedIdx = e.lastIdx
+	e.syncMu.Unlock()
+	e.publishAppended()
 	cfg.Storage.Attach(e.OnSync)
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	// The ticker is armed before Open returns so fake-clock tests can
@@ -209,6 +255,7 @@ func (e *Engine) recover() error {
 		if err := e.applyEntry(ent); err != nil {
 			return fmt.Errorf("replay entry %d: %w", ent.Index, err)
 		}
+		e.lastTerm.Store(ent.Term)
 		n++
 		return nil
 	})
@@ -304,11 +351,15 @@ func (e *Engine) run(ticker clock.Ticker) {
 					more = false
 				}
 			}
+		case f := <-e.ctrl:
+			f()
 		case <-e.syncKick:
 			e.processSync()
 		case now := <-ticker.C():
 			e.expireWaits(now)
-			e.expireLeases()
+			if e.writer.Load() {
+				e.expireLeases()
+			}
 		case <-e.snapDone:
 			e.snapshotting = false
 		}
@@ -318,11 +369,35 @@ func (e *Engine) run(ticker clock.Ticker) {
 func (e *Engine) processSync() {
 	e.syncMu.Lock()
 	idx, err := e.syncedIdx, e.syncErr
+	// Each error is handled once: a step-down must not repeat.
+	e.syncErr = nil
 	e.syncMu.Unlock()
-	e.commitUpTo(idx)
-	if err != nil && e.failed.Load() == nil {
-		e.failStorage(err)
+	e.durableIdx.Store(idx)
+	if e.writer.Load() {
+		e.commitUpTo(idx)
+	} else {
+		e.applyFollowed()
 	}
+	if err != nil && e.failed.Load() == nil {
+		e.storageFailed(err)
+	}
+}
+
+// storageFailed handles a durability error: a writer that learns another
+// writer took over steps down when the roles can find the new one
+// (OnDeposed); anything else is permanent.
+func (e *Engine) storageFailed(err error) {
+	if !isDeposed(err) || e.cfg.OnDeposed == nil {
+		e.failStorage(err)
+		return
+	}
+	if !e.writer.Load() {
+		return // already following; nothing of ours is pending
+	}
+	e.log.Error("DEPOSED: another writer took over object storage; stepping down to follow the new Primary",
+		"error", err, "term", e.term.Load(), "committed_index", e.committedIdx.Load(), "rev", e.committedRev.Load())
+	e.stepDown(ErrLeaderChanged)
+	e.cfg.OnDeposed(err)
 }
 
 // deposer is implemented by storage errors that mean another writer took
@@ -418,6 +493,7 @@ func (e *Engine) commitUpTo(idx uint64) {
 	}
 	// Read-only and no-op requests waiting for everything before them.
 	e.answerNoopWaiters(func(p *proposal) (bool, error) { return p.waitIdx <= last.index, nil })
+	e.checkDrained()
 	e.maybeSnapshot()
 }
 
@@ -439,17 +515,41 @@ func (e *Engine) failAll(err error) {
 		p.finish(err)
 	}
 	e.noopWaiters = nil
-	// Never-durable writes must not stay readable at the latest revision.
+	e.rollbackPending()
+}
+
+// rollbackPending undoes, newest first, every entry applied but not
+// committed: never-durable writes must not stay readable, and their lease
+// grants and revokes must not outlive them.
+func (e *Engine) rollbackPending() {
+	for i := len(e.pending) - 1; i >= 0; i-- {
+		ent := e.pending[i].entry
+		for _, g := range ent.LeaseGrants {
+			e.lease.revoke(g.Id)
+		}
+		for _, g := range e.pending[i].revoked {
+			e.lease.grant(g.Id, g.Ttl)
+		}
+	}
+	rolled := len(e.pending) > 0
+	e.pending = nil
 	if e.store.Rev() > e.committedRev.Load() {
 		e.store.Rollback(e.committedRev.Load())
+		rolled = true
+	}
+	if rolled {
+		// Attachments follow the keys as they are now.
+		e.lease.reattachAll(e.store, e.committedRev.Load())
 	}
 	e.lastIdx, e.lastRev = e.committedIdx.Load(), e.committedRev.Load()
+	e.publishAppended()
 }
 
 // appendEntry logs an entry evaluated by the loop and queues p (nil for
 // internal entries) for its durability. If the storage refuses the entry,
 // the storage is failed and p answered with that failure.
-func (e *Engine) appendEntry(ent *netsyv1.Entry, p *proposal) {
+func (e *Engine) appendEntry(ent *netsyv1.Entry, p *proposal, revoked []*netsyv1.LeaseGrant) {
+	ent.Term = e.term.Load()
 	if err := e.cfg.Storage.Append(ent); err != nil {
 		e.failStorage(err)
 		if p != nil {
@@ -458,8 +558,10 @@ func (e *Engine) appendEntry(ent *netsyv1.Entry, p *proposal) {
 		return
 	}
 	e.lastIdx, e.lastRev = ent.Index, ent.Revision
-	e.pending = append(e.pending, &pendingEntry{index: ent.Index, rev: ent.Revision, entry: ent, p: p})
+	e.lastTerm.Store(ent.Term)
+	e.pending = append(e.pending, &pendingEntry{index: ent.Index, rev: ent.Revision, entry: ent, p: p, revoked: revoked})
 	e.sinceSnap++
+	e.publishAppended()
 }
 
 // expireWaits answers with ErrTimeout every writer still waiting for
@@ -515,7 +617,8 @@ func (e *Engine) CommitNotify() <-chan struct{} {
 	return e.notifyCh
 }
 
-// Identity returns header identity values.
+// Identity returns header identity values; the raft term is the primary
+// term (at least 1, as etcd's first term).
 func (e *Engine) Identity() (clusterID, memberID, raftTerm uint64) {
-	return e.cfg.ClusterID, e.cfg.MemberID, 1
+	return e.cfg.ClusterID, e.cfg.MemberID, uint64(max(e.term.Load(), 1))
 }

@@ -21,6 +21,13 @@ var (
 	// no writes, linearizable reads, watches or lease renewals (clients
 	// retry elsewhere); serializable reads still work.
 	ErrDeposed = errors.New("netsy: this node was deposed: another writer took over its object storage")
+	// ErrNotPrimary means this engine is not the writer (a replica, or a
+	// Primary stepping down): the request was not evaluated, so it may be
+	// sent to the Primary instead.
+	ErrNotPrimary = errors.New("etcdserver: not leader")
+	// ErrLeaderChanged means the write was evaluated but its writer stepped
+	// down before it became durable: its outcome is unknown, as etcd's.
+	ErrLeaderChanged = errors.New("etcdserver: leader changed")
 	// ErrNoLeader means this node has no Primary to send the write to.
 	ErrNoLeader = errors.New("etcdserver: no leader")
 )

@@ -51,6 +51,39 @@ func (l *lessor) revoke(id int64) {
 	delete(l.leases, id)
 }
 
+// ttl returns a lease's granted TTL.
+func (l *lessor) ttl(id int64) (int64, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	le, ok := l.leases[id]
+	if !ok {
+		return 0, false
+	}
+	return le.ttl, true
+}
+
+// extendAll gives every lease its full TTL again from now: a new Primary
+// does not know when the old one last renewed them, so, as etcd on a
+// leader change, it never expires a lease early.
+func (l *lessor) extendAll() {
+	now := l.clock.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, le := range l.leases {
+		le.expiry = now.Add(time.Duration(le.ttl) * time.Second)
+	}
+}
+
+// reattachAll rebuilds every lease's key set from the store at rev.
+func (l *lessor) reattachAll(s *mvcc.Store, rev int64) {
+	l.mu.Lock()
+	for _, le := range l.leases {
+		clear(le.keys)
+	}
+	l.mu.Unlock()
+	l.reattach(s, rev)
+}
+
 func (l *lessor) exists(id int64) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -179,6 +212,10 @@ func (l *lessor) snapshot() []*netsyv1.SnapshotLease {
 
 // LeaseRenew refreshes a lease (keepalive). Renewals are not logged.
 func (e *Engine) LeaseRenew(_ context.Context, id int64) (int64, error) {
+	if !e.writer.Load() {
+		// Only the writer decides expiry, so only it renews.
+		return 0, ErrNotPrimary
+	}
 	// Expiry is decided by the writer; a deposed node's renewal would
 	// keep a lease alive that the new writer may expire.
 	if err := e.Deposed(); err != nil {

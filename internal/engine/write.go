@@ -254,6 +254,10 @@ func (e *Engine) handle(p *proposal) {
 		p.finish(*f)
 		return
 	}
+	if !e.writer.Load() || e.draining {
+		p.finish(ErrNotPrimary)
+		return
+	}
 	if p.op.logs() {
 		if bp, ok := e.cfg.Storage.(backpressurer); ok {
 			if err := bp.Backpressure(); err != nil {
@@ -318,11 +322,15 @@ func (w *writeTxn) commit(p *proposal, revokes []int64) {
 	for _, ev := range w.events {
 		e.lease.track(ev)
 	}
+	var revoked []*netsyv1.LeaseGrant
 	for _, id := range revokes {
+		if ttl, ok := e.lease.ttl(id); ok {
+			revoked = append(revoked, &netsyv1.LeaseGrant{Id: id, Ttl: ttl})
+		}
 		e.lease.revoke(id)
 	}
 	ent := &netsyv1.Entry{Index: e.lastIdx + 1, Revision: e.store.Rev(), Ops: w.ops, LeaseRevokes: revokes}
-	e.appendEntry(ent, p)
+	e.appendEntry(ent, p, revoked)
 }
 
 // evaluateWrite runs apply in one write txn at the next revision, gives
@@ -600,7 +608,7 @@ func (e *Engine) handleCompact(o *compactOp, p *proposal) {
 	}
 	o.resp = &pb.CompactionResponse{Header: &pb.ResponseHeader{Revision: cur}}
 	ent := &netsyv1.Entry{Index: e.lastIdx + 1, Revision: cur, CompactRevision: r.Revision}
-	e.appendEntry(ent, p)
+	e.appendEntry(ent, p, nil)
 }
 
 // compactFloor is the highest compaction applied or pending.
@@ -636,7 +644,7 @@ func (e *Engine) handleLeaseGrant(o *leaseGrantOp, p *proposal) {
 	rev := e.store.Rev()
 	o.resp = &pb.LeaseGrantResponse{Header: &pb.ResponseHeader{Revision: rev}, ID: id, TTL: ttl}
 	ent := &netsyv1.Entry{Index: e.lastIdx + 1, Revision: rev, LeaseGrants: []*netsyv1.LeaseGrant{{Id: id, Ttl: ttl}}}
-	e.appendEntry(ent, p)
+	e.appendEntry(ent, p, nil)
 }
 
 // revokeLease deletes a lease's keys at a new revision and logs the revoke.

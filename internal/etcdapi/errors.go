@@ -27,6 +27,8 @@ var errorTable = []struct {
 	{engine.ErrStopped, rpctypes.ErrGRPCStopped},
 	{engine.ErrTimeout, rpctypes.ErrGRPCTimeout},
 	{engine.ErrNoLeader, rpctypes.ErrGRPCNoLeader},
+	{engine.ErrNotPrimary, rpctypes.ErrGRPCNotLeader},
+	{engine.ErrLeaderChanged, rpctypes.ErrGRPCLeaderChanged},
 	// Checked before ErrUnavailable, which a deposed engine's write
 	// failures also wrap. Unavailable sends clients to another endpoint.
 	{engine.ErrDeposed, status.Error(codes.Unavailable, engine.ErrDeposed.Error())},

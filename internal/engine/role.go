@@ -1,0 +1,360 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/netsy-io/netsy/proto/netsyv1"
+)
+
+// The engine is a writer (the Primary: it evaluates requests into entries)
+// or a follower (it applies entries another node wrote). The roles above
+// it decide which, at which term; these methods carry the decisions out in
+// the loop, so a role change is ordered with every write around it.
+
+// truncater is the Storage a follower may need to cut: entries the
+// Primary never committed, once a new Primary's history diverges.
+type truncater interface {
+	TruncateAfter(index uint64) error
+}
+
+// firstIndexer reports the first index Replay can serve (0: none held),
+// so Promote knows when the storage restored a newer snapshot.
+type firstIndexer interface {
+	FirstIndex() uint64
+}
+
+// inLoop runs f in the loop goroutine and waits for it.
+func (e *Engine) inLoop(ctx context.Context, f func()) error {
+	done := make(chan struct{})
+	select {
+	case e.ctrl <- func() { f(); close(done) }:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-e.ctx.Done():
+		return ErrStopped
+	}
+	// Once taken, f runs to the end: wait for it whatever ctx does.
+	select {
+	case <-done:
+		return nil
+	case <-e.ctx.Done():
+		return ErrStopped
+	}
+}
+
+// publishAppended mirrors the loop's log position for other goroutines.
+func (e *Engine) publishAppended() {
+	last, rev := e.lastIdx, e.lastRev
+	if n := len(e.follow); n > 0 {
+		last, rev = e.follow[n-1].Index, e.follow[n-1].Revision
+	}
+	e.appendedIdx.Store(last)
+	e.appendedRev.Store(rev)
+}
+
+// IsWriter reports whether the engine evaluates writes (it is the Primary).
+func (e *Engine) IsWriter() bool { return e.writer.Load() }
+
+// Term is the primary term the engine writes or follows.
+func (e *Engine) Term() int64 { return e.term.Load() }
+
+// LastAppended is the newest entry held in storage (durable or not), with
+// its revision and the term that wrote it.
+func (e *Engine) LastAppended() (index uint64, revision, term int64) {
+	return e.appendedIdx.Load(), e.appendedRev.Load(), e.lastTerm.Load()
+}
+
+// DurableIndex is the newest index the storage reported durable.
+func (e *Engine) DurableIndex() uint64 { return e.durableIdx.Load() }
+
+// Promote makes a follower the writer at term. prepare (optional) runs
+// first, in the loop, with the engine quiet: the Primary's Starting step
+// (reconcile with object storage and claim the next wal seq). The engine
+// then applies whatever the storage holds beyond its state, all of it
+// durable and so committed, gives every lease its full TTL again, and
+// starts evaluating writes.
+func (e *Engine) Promote(ctx context.Context, term int64, prepare func(context.Context) error) error {
+	var err error
+	if lerr := e.inLoop(ctx, func() { err = e.promote(ctx, term, prepare) }); lerr != nil {
+		return lerr
+	}
+	return err
+}
+
+func (e *Engine) promote(ctx context.Context, term int64, prepare func(context.Context) error) error {
+	if e.writer.Load() {
+		return fmt.Errorf("engine: already the writer at term %d", e.term.Load())
+	}
+	if f := e.failed.Load(); f != nil {
+		return *f
+	}
+	// Entries followed but not applied are in storage; after prepare the
+	// storage alone says which of them are history.
+	e.follow, e.commitLimit = nil, 0
+	if prepare != nil {
+		if err := prepare(ctx); err != nil {
+			e.publishAppended()
+			return err
+		}
+	}
+	n, err := e.catchUpStorage()
+	if err != nil {
+		e.failStorage(err)
+		return err
+	}
+	e.syncMu.Lock()
+	e.syncedIdx = e.lastIdx
+	e.syncMu.Unlock()
+	e.durableIdx.Store(e.lastIdx)
+	e.committedIdx.Store(e.lastIdx)
+	e.committedRev.Store(e.lastRev)
+	e.broadcast()
+	e.lease.extendAll()
+	e.term.Store(term)
+	e.lastTerm.Store(term)
+	e.writer.Store(true)
+	e.publishAppended()
+	e.log.Info("writing as the Primary", "term", term, "index", e.lastIdx, "rev", e.lastRev, "applied_from_storage", n)
+	return nil
+}
+
+// catchUpStorage applies what the storage holds after the applied state:
+// from a newer snapshot if the storage restored one, then the entries.
+func (e *Engine) catchUpStorage() (int, error) {
+	if fi, ok := e.cfg.Storage.(firstIndexer); ok {
+		if first := fi.FirstIndex(); first > e.lastIdx+1 || (first == 0 && e.lastIdx > 0) {
+			if err := e.reloadSnapshot(); err != nil {
+				return 0, err
+			}
+		}
+	}
+	n := 0
+	err := e.cfg.Storage.Replay(e.lastIdx+1, func(ent *netsyv1.Entry) error {
+		if ent.Index != e.lastIdx+1 {
+			return fmt.Errorf("log hole: entry %d follows %d", ent.Index, e.lastIdx)
+		}
+		if err := e.applyEntry(ent); err != nil {
+			return fmt.Errorf("apply entry %d from storage: %w", ent.Index, err)
+		}
+		e.lastTerm.Store(ent.Term)
+		n++
+		return nil
+	})
+	e.sinceSnap += uint64(n)
+	return n, err
+}
+
+// reloadSnapshot replaces the state with the storage's newest snapshot,
+// when it covers more than the state does.
+func (e *Engine) reloadSnapshot() error {
+	snap, err := e.cfg.Storage.LoadSnapshot()
+	if err != nil {
+		return fmt.Errorf("load snapshot: %w", err)
+	}
+	if snap == nil || snap.Header.Index <= e.lastIdx {
+		return nil
+	}
+	h := snap.Header
+	if err := e.store.Restore(h.Revision, h.CompactRevision, snap.KVs); err != nil {
+		return fmt.Errorf("restore snapshot at index %d: %w", h.Index, err)
+	}
+	e.lease = newLessor(e.cfg.Clock)
+	for _, l := range snap.Leases {
+		e.lease.grant(l.Id, l.Ttl)
+	}
+	e.lease.reattach(e.store, h.Revision)
+	e.lastIdx, e.lastRev = h.Index, h.Revision
+	e.compactRev.Store(h.CompactRevision)
+	e.log.Info("caught up from a newer snapshot", "index", h.Index, "rev", h.Revision)
+	return nil
+}
+
+// Demote makes the writer a follower. With flush it first stops taking
+// writes and waits (bounded by ctx) until every pending one is durable
+// (Draining); whatever is still pending then, or everything without
+// flush, fails with ErrLeaderChanged and is rolled back. It returns the
+// committed index: the storage may hold entries after it that no
+// Primary committed.
+func (e *Engine) Demote(ctx context.Context, flush bool) (uint64, error) {
+	var drained chan struct{}
+	err := e.inLoop(ctx, func() {
+		if !e.writer.Load() {
+			return
+		}
+		e.draining = true
+		e.drained = make(chan struct{})
+		drained = e.drained
+		e.checkDrained()
+	})
+	if err != nil {
+		return 0, err
+	}
+	if drained != nil && flush {
+		select {
+		case <-drained:
+		case <-ctx.Done():
+			e.log.Warn("draining: writes still pending when the time ran out; failing them", "error", ctx.Err())
+		case <-e.ctx.Done():
+			return 0, ErrStopped
+		}
+	}
+	var committed uint64
+	err = e.inLoop(context.Background(), func() {
+		if e.writer.Load() {
+			e.stepDown(ErrLeaderChanged)
+		}
+		committed = e.committedIdx.Load()
+	})
+	return committed, err
+}
+
+// checkDrained closes drained once a draining writer has nothing pending.
+func (e *Engine) checkDrained() {
+	if e.draining && e.drained != nil && len(e.pending) == 0 && len(e.noopWaiters) == 0 {
+		close(e.drained)
+		e.drained = nil
+	}
+}
+
+// stepDown turns the writer into a follower at once: pending writes fail
+// with err and are rolled back.
+func (e *Engine) stepDown(err error) {
+	for _, pe := range e.pending {
+		if pe.p != nil {
+			pe.p.finish(err)
+		}
+	}
+	for _, p := range e.noopWaiters {
+		p.finish(err)
+	}
+	e.noopWaiters = nil
+	e.rollbackPending()
+	e.writer.Store(false)
+	e.draining = false
+	if e.drained != nil {
+		close(e.drained)
+		e.drained = nil
+	}
+	e.follow, e.commitLimit = nil, e.committedIdx.Load()
+	e.log.Info("stepped down to follow", "term", e.term.Load(), "committed_index", e.committedIdx.Load(), "rev", e.committedRev.Load())
+}
+
+// Follow appends entries another node wrote to the storage, at term. They
+// are applied (and become visible) once the Primary commits them
+// (CommitTo) and the storage has made them durable. Entries must continue
+// the log: index = LastAppended()+1.
+func (e *Engine) Follow(ctx context.Context, term int64, entries []*netsyv1.Entry) error {
+	var err error
+	if lerr := e.inLoop(ctx, func() { err = e.follow1(term, entries) }); lerr != nil {
+		return lerr
+	}
+	return err
+}
+
+func (e *Engine) follow1(term int64, entries []*netsyv1.Entry) error {
+	if e.writer.Load() {
+		return errors.New("engine: the writer cannot follow")
+	}
+	if f := e.failed.Load(); f != nil {
+		return *f
+	}
+	e.term.Store(term)
+	for _, ent := range entries {
+		last := e.appendedIdx.Load()
+		if ent.Index != last+1 {
+			return fmt.Errorf("engine: followed entry %d does not follow index %d", ent.Index, last)
+		}
+		if err := e.cfg.Storage.Append(ent); err != nil {
+			e.failStorage(err)
+			return *e.failed.Load()
+		}
+		e.follow = append(e.follow, ent)
+		e.appendedIdx.Store(ent.Index)
+		e.appendedRev.Store(ent.Revision)
+		e.lastTerm.Store(ent.Term)
+	}
+	return nil
+}
+
+// CommitTo records that the Primary committed everything through index;
+// entries this node holds durably up to there become visible.
+func (e *Engine) CommitTo(ctx context.Context, index uint64) error {
+	return e.inLoop(ctx, func() {
+		if e.writer.Load() || index <= e.commitLimit {
+			return
+		}
+		e.commitLimit = index
+		e.applyFollowed()
+	})
+}
+
+// applyFollowed applies followed entries that are both committed by the
+// Primary and durable here.
+func (e *Engine) applyFollowed() {
+	e.syncMu.Lock()
+	limit := min(e.syncedIdx, e.commitLimit)
+	e.syncMu.Unlock()
+	n := 0
+	for n < len(e.follow) && e.follow[n].Index <= limit {
+		if err := e.applyEntry(e.follow[n]); err != nil {
+			e.failStorage(fmt.Errorf("apply followed entry %d: %w", e.follow[n].Index, err))
+			return
+		}
+		n++
+	}
+	if n == 0 {
+		return
+	}
+	clear(e.follow[:n])
+	e.follow = e.follow[n:]
+	if len(e.follow) == 0 {
+		e.follow = nil
+	}
+	e.sinceSnap += uint64(n)
+	e.committedRev.Store(e.lastRev)
+	e.committedIdx.Store(e.lastIdx)
+	e.broadcast()
+	e.maybeSnapshot()
+}
+
+// TruncateFollowed drops followed entries after index, which the Primary
+// never committed (a new Primary's history diverges there), from memory
+// and from the storage. Applied entries cannot be dropped.
+func (e *Engine) TruncateFollowed(ctx context.Context, index uint64) error {
+	var err error
+	if lerr := e.inLoop(ctx, func() { err = e.truncateFollowed(index) }); lerr != nil {
+		return lerr
+	}
+	return err
+}
+
+func (e *Engine) truncateFollowed(index uint64) error {
+	if e.writer.Load() {
+		return errors.New("engine: the writer cannot truncate its log")
+	}
+	if index < e.lastIdx {
+		return fmt.Errorf("engine: cannot truncate after index %d: entries through %d are applied", index, e.lastIdx)
+	}
+	tr, ok := e.cfg.Storage.(truncater)
+	if !ok {
+		return errors.New("engine: the storage cannot truncate")
+	}
+	if err := tr.TruncateAfter(index); err != nil {
+		e.failStorage(err)
+		return err
+	}
+	keep := 0
+	for keep < len(e.follow) && e.follow[keep].Index <= index {
+		keep++
+	}
+	clear(e.follow[keep:])
+	e.follow = e.follow[:keep]
+	e.syncMu.Lock()
+	e.syncedIdx = min(e.syncedIdx, index)
+	e.syncMu.Unlock()
+	e.durableIdx.Store(min(e.durableIdx.Load(), index))
+	e.publishAppended()
+	return nil
+}
