@@ -11,9 +11,14 @@ FUZZTIME ?= 10s
 
 all: build
 
+# COMMIT is the git commit the binaries report (`netsy --version`), with
+# "-dirty" when tracked files have uncommitted changes; empty outside git.
+COMMIT ?= $(shell c=$$(git rev-parse HEAD 2>/dev/null) && { git diff --quiet HEAD 2>/dev/null || c=$$c-dirty; echo $$c; })
+LDFLAGS = -X github.com/netsy-io/netsy/internal/version.commit=$(COMMIT)
+
 build:
-	$(GO) build -o bin/netsy ./cmd/netsy
-	$(GO) build -o bin/netsyctl ./cmd/netsyctl
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/netsy ./cmd/netsy
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/netsyctl ./cmd/netsyctl
 
 run:
 	$(GO) run ./cmd/netsy

@@ -109,6 +109,7 @@ func Start(ctx context.Context, cfg config.Config, logger hclog.Logger, clk cloc
 		clk = clock.Real()
 	}
 	n := &Node{cfg: cfg, log: logger, clock: clk}
+	warnQuorum(cfg, logger)
 	defer func() {
 		if err != nil {
 			n.Close()
@@ -193,6 +194,7 @@ func Start(ctx context.Context, cfg config.Config, logger hclog.Logger, clk cloc
 		Clock:                  clk,
 		Logger:                 logger,
 		ProgressNotifyInterval: cfg.ProgressNotifyInterval,
+		MaxRequestBytes:        cfg.MaxRequestBytes,
 	})
 	n.grpc = n.api.NewGRPCServer()
 	n.http = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
@@ -240,6 +242,7 @@ func (n *Node) httpHandler() http.Handler {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	addProbes(mux)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		st, err := n.eng.Status(r.Context())
 		if err != nil || len(st.Errors) > 0 {
