@@ -28,16 +28,17 @@ func runInspect(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&so.S3Endpoint, "s3-endpoint", "", "S3 endpoint URL")
 	fs.StringVar(&so.S3Region, "s3-region", "", "S3 region")
 	fs.BoolVar(&so.S3PathStyle, "s3-path-style", false, "address buckets by path (MinIO)")
-	if err := fs.Parse(args); err != nil {
+	pos, err := parseArgs(fs, args)
+	if err != nil {
 		return err
 	}
 	if *output != "table" && *output != "json" {
 		return fmt.Errorf("-o: %q is not table or json", *output)
 	}
-	if fs.NArg() != 1 {
+	if len(pos) != 1 {
 		return errors.New(inspectUsage)
 	}
-	name := fs.Arg(0)
+	name := pos[0]
 	data, err := readDataFile(ctx, name, *storage, so)
 	if err != nil {
 		return err
