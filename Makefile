@@ -56,7 +56,7 @@ test-unit:
 # The e2e suite carries the e2e build tag so `go test ./...` never starts
 # servers by accident.
 test-e2e: build
-	NETSY_REQUIRE_MINIO=1 NETSY_BIN=$(CURDIR)/bin/netsy $(GO) test -tags e2e -count=1 -timeout 20m ./test/e2e/
+	NETSY_REQUIRE_MINIO=1 NETSY_BIN=$(CURDIR)/bin/netsy NETSYCTL_BIN=$(CURDIR)/bin/netsyctl $(GO) test -tags e2e -count=1 -timeout 20m ./test/e2e/
 
 # test-e2e-etcd runs the same suite against etcd 3.6.10, proving the tests.
 test-e2e-etcd:
