@@ -178,7 +178,7 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.Int64Var(&c.SnapshotEveryRevisions, "snapshot-every-revisions", c.SnapshotEveryRevisions, "log entries between snapshots")
 	fs.IntVar(&c.SnapshotKeep, "snapshot-keep", c.SnapshotKeep, "snapshots kept in object storage")
 	fs.IntVar(&c.ValueSpillMin, "value-spill-min", c.ValueSpillMin, "values of at least this many bytes are read from files under <data-dir>/values instead of held in memory (0: hold every value in memory)")
-	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", c.MaxRequestBytes, "largest client write request in bytes, as etcd's flag (default 1.5 MiB)")
+	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", c.MaxRequestBytes, "largest client write request in bytes, as etcd's flag: 1.5 MiB by default, at most 32 MiB")
 }
 
 // Parse parses args into a Config: flags first, then NETSY_<NAME>
