@@ -18,6 +18,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/netsy-io/netsy/internal/clock"
 	"github.com/netsy-io/netsy/internal/engine"
 	"github.com/netsy-io/netsy/internal/version"
 )
@@ -139,7 +140,8 @@ func startRun(t *testing.T, extra ...string) (clientAddr, httpAddr string, stop 
 		return out.String()
 	}
 	t.Cleanup(func() { stop() })
-	deadline := time.Now().Add(20 * time.Second)
+	clk := clock.Real()
+	deadline := clk.Now().Add(20 * time.Second)
 	for {
 		resp, err := http.Get("http://" + httpAddr + "/readyz")
 		if err == nil {
@@ -148,10 +150,10 @@ func startRun(t *testing.T, extra ...string) (clientAddr, httpAddr string, stop 
 				return clientAddr, httpAddr, stop
 			}
 		}
-		if time.Now().After(deadline) {
+		if clk.Now().After(deadline) {
 			t.Fatalf("never ready:\n%s", stop())
 		}
-		time.Sleep(20 * time.Millisecond)
+		clk.Sleep(context.Background(), 20*time.Millisecond)
 	}
 }
 
@@ -210,5 +212,36 @@ func TestMaxRequestBytesAndProbes(t *testing.T) {
 		if resp.StatusCode != http.StatusOK || string(body) != tc.body {
 			t.Errorf("GET %s: %d %q, want 200 %q", tc.path, resp.StatusCode, body, tc.body)
 		}
+	}
+}
+
+// TestNoS3CredentialsSaysWhatToSet starts a node on a bucket with no
+// credentials anywhere (no variables, a HOME without ~/.aws, the instance
+// metadata lookup disabled so nothing leaves the host): start-up fails at
+// once, saying so and naming the variables to set.
+func TestNoS3CredentialsSaysWhatToSet(t *testing.T) {
+	home := t.TempDir()
+	for _, k := range []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_DEFAULT_PROFILE",
+		"AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI"} {
+		t.Setenv(k, "")
+	}
+	t.Setenv("HOME", home)
+	t.Setenv("AWS_CONFIG_FILE", home+"/no-config")
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", home+"/no-credentials")
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	var stdout, stderr syncBuffer
+	args := []string{"--data-dir", t.TempDir(), "--client-addr", freeAddr(t), "--http-addr", freeAddr(t),
+		"--storage", "s3://netsy", "--s3-endpoint", "http://" + freeAddr(t), "--s3-path-style"}
+	if code := Run(context.Background(), args, &stdout, &stderr); code != 1 {
+		t.Fatalf("exit %d, want 1:\n%s", code, stderr.String())
+	}
+	out := stderr.String()
+	for _, want := range []string{"no S3 credentials found", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("start-up error lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "credentials rejected") || strings.Contains(out, "retrying") {
+		t.Errorf("missing credentials reported as rejected, or retried:\n%s", out)
 	}
 }

@@ -26,7 +26,8 @@ Commands:
   snapshot restore F  restore snapshot file F (from netsyctl or etcdctl
                       snapshot save) into a new data directory and an empty
                       bucket: --data-dir DIR [--storage URL ...]
-  inspect F           dump a Netsy data file (segment, chunk or snapshot);
+  inspect F           dump a Netsy data file (segment, chunk or snapshot, or a
+                      file-store object file such as objects/wal.dir/N.obj);
                       with --storage URL, F is an object key (wal/..., snapshots/...)
   version             print the version
 
