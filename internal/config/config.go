@@ -174,7 +174,7 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.S3Endpoint, "s3-endpoint", c.S3Endpoint, "S3 endpoint URL, e.g. http://127.0.0.1:9000 (default: AWS)")
 	fs.StringVar(&c.S3Region, "s3-region", c.S3Region, "S3 region (default from the AWS environment, else us-east-1)")
 	fs.BoolVar(&c.S3PathStyle, "s3-path-style", c.S3PathStyle, "address buckets by path (MinIO needs this)")
-	fs.IntVar(&c.Quorum, "quorum", c.Quorum, "replication quorum: 0 = acknowledge once in object storage, N = N replicas, -1 = majority")
+	fs.IntVar(&c.Quorum, "quorum", c.Quorum, "replication quorum: 0 = acknowledge once in object storage, N = N replicas (a node without replicas acknowledges as 0, with a warning), -1 = majority")
 	fs.Int64Var(&c.SnapshotEveryRevisions, "snapshot-every-revisions", c.SnapshotEveryRevisions, "log entries between snapshots")
 	fs.IntVar(&c.SnapshotKeep, "snapshot-keep", c.SnapshotKeep, "snapshots kept in object storage")
 	fs.IntVar(&c.ValueSpillMin, "value-spill-min", c.ValueSpillMin, "values of at least this many bytes are read from files under <data-dir>/values instead of held in memory (0: hold every value in memory)")
