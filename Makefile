@@ -11,9 +11,14 @@ FUZZTIME ?= 10s
 
 all: build
 
+# COMMIT is the git commit the binaries report (`netsy --version`), with
+# "-dirty" when tracked files have uncommitted changes; empty outside git.
+COMMIT ?= $(shell c=$$(git rev-parse HEAD 2>/dev/null) && { git diff --quiet HEAD 2>/dev/null || c=$$c-dirty; echo $$c; })
+LDFLAGS = -X github.com/netsy-io/netsy/internal/version.commit=$(COMMIT)
+
 build:
-	$(GO) build -o bin/netsy ./cmd/netsy
-	$(GO) build -o bin/netsyctl ./cmd/netsyctl
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/netsy ./cmd/netsy
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/netsyctl ./cmd/netsyctl
 
 run:
 	$(GO) run ./cmd/netsy
@@ -51,7 +56,7 @@ test-unit:
 # The e2e suite carries the e2e build tag so `go test ./...` never starts
 # servers by accident.
 test-e2e: build
-	NETSY_REQUIRE_MINIO=1 NETSY_BIN=$(CURDIR)/bin/netsy $(GO) test -tags e2e -count=1 -timeout 20m ./test/e2e/
+	NETSY_REQUIRE_MINIO=1 NETSY_BIN=$(CURDIR)/bin/netsy NETSYCTL_BIN=$(CURDIR)/bin/netsyctl $(GO) test -tags e2e -count=1 -timeout 20m ./test/e2e/
 
 # test-e2e-etcd runs the same suite against etcd 3.6.10, proving the tests.
 test-e2e-etcd:

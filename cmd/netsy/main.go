@@ -15,5 +15,5 @@ func main() {
 	defer stop()
 	// Process-wide, so here and not in Run, which tests call in-process.
 	gctune.Start(os.Getenv)
-	os.Exit(Run(ctx, os.Args[1:], os.Stderr))
+	os.Exit(Run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }

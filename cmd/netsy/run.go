@@ -13,6 +13,7 @@ import (
 	"github.com/netsy-io/netsy/internal/clock"
 	"github.com/netsy-io/netsy/internal/config"
 	"github.com/netsy-io/netsy/internal/node"
+	"github.com/netsy-io/netsy/internal/version"
 )
 
 const usage = `netsy runs a Netsy node: an etcd v3 compatible key-value server.
@@ -26,15 +27,22 @@ Flags:
 `
 
 // Run starts a node and blocks until ctx is done, returning the exit code.
-func Run(ctx context.Context, args []string, stderr io.Writer) int {
+// stdout gets only what was asked for (--version); logs go to stderr.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("netsy", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, usage)
 		fs.PrintDefaults()
 	}
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	cfg, err := config.Parse(fs, args, os.Getenv)
 	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if *showVersion {
+		// Before validation: --version must work whatever else is set.
+		fmt.Fprint(stdout, version.Get())
 		return 0
 	}
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/netsy-io/netsy/internal/datafile"
 	"github.com/netsy-io/netsy/internal/etcdapi"
+	fsstore "github.com/netsy-io/netsy/internal/objstore/fs"
 	objopen "github.com/netsy-io/netsy/internal/objstore/open"
 	"github.com/netsy-io/netsy/proto/netsyv1"
 )
@@ -27,16 +28,17 @@ func runInspect(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&so.S3Endpoint, "s3-endpoint", "", "S3 endpoint URL")
 	fs.StringVar(&so.S3Region, "s3-region", "", "S3 region")
 	fs.BoolVar(&so.S3PathStyle, "s3-path-style", false, "address buckets by path (MinIO)")
-	if err := fs.Parse(args); err != nil {
+	pos, err := parseArgs(fs, args)
+	if err != nil {
 		return err
 	}
 	if *output != "table" && *output != "json" {
 		return fmt.Errorf("-o: %q is not table or json", *output)
 	}
-	if fs.NArg() != 1 {
+	if len(pos) != 1 {
 		return errors.New(inspectUsage)
 	}
-	name := fs.Arg(0)
+	name := pos[0]
 	data, err := readDataFile(ctx, name, *storage, so)
 	if err != nil {
 		return err
@@ -49,6 +51,9 @@ func runInspect(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	info, ierr := datafile.Inspect(name, r)
 	if info == nil {
+		if *storage == "" && errors.Is(ierr, datafile.ErrCorrupt) {
+			return fmt.Errorf("%w (to read an object from a bucket, name it by key: netsyctl inspect --storage URL KEY)", ierr)
+		}
 		return ierr
 	}
 	if *output == "json" {
@@ -62,10 +67,23 @@ func runInspect(ctx context.Context, args []string, stdout io.Writer) error {
 	return ierr
 }
 
-// readDataFile reads a local file, or an object when storage is set.
+// readDataFile reads a local file, or an object when storage is set. A
+// local file may be an object file of the file store
+// (<root>/objects/wal.dir/NNN.obj): its body is the data file.
 func readDataFile(ctx context.Context, name, storage string, so objopen.Options) ([]byte, error) {
 	if storage == "" {
-		return os.ReadFile(name)
+		data, err := os.ReadFile(name)
+		if err != nil {
+			return nil, err
+		}
+		body, isObject, err := fsstore.ObjectBody(data)
+		switch {
+		case !isObject:
+			return data, nil
+		case err != nil:
+			return nil, fmt.Errorf("%s: file-store object: %w", name, err)
+		}
+		return body, nil
 	}
 	st, err := objopen.Open(ctx, storage, so)
 	if err != nil {

@@ -19,8 +19,12 @@ func runMembers(ctx context.Context, args []string, stdout io.Writer) error {
 	var c common
 	fs := newFlagSet("members", stdout)
 	c.bind(fs)
-	if err := fs.Parse(args); err != nil {
+	pos, err := parseArgs(fs, args)
+	if err != nil {
 		return err
+	}
+	if len(pos) > 0 {
+		return fmt.Errorf("unexpected argument %q", pos[0])
 	}
 	if err := c.check(); err != nil {
 		return err

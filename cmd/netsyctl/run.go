@@ -11,6 +11,9 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/netsy-io/netsy/internal/version"
 )
 
 const usage = `netsyctl operates Netsy nodes.
@@ -18,10 +21,15 @@ const usage = `netsyctl operates Netsy nodes.
 Usage: netsyctl <command> [flags]
 
 Commands:
-  members          list the cluster's members
-  snapshot save F  stream a consistent snapshot from a node into file F
-  inspect F        dump a Netsy data file (segment, chunk or snapshot);
-                   with --storage URL, F is an object key (wal/..., snapshots/...)
+  members             list the cluster's members
+  snapshot save F     stream a consistent snapshot from a node into file F
+  snapshot restore F  restore snapshot file F (from netsyctl or etcdctl
+                      snapshot save) into a new data directory and an empty
+                      bucket: --data-dir DIR [--storage URL ...]
+  inspect F           dump a Netsy data file (segment, chunk or snapshot, or a
+                      file-store object file such as objects/wal.dir/N.obj);
+                      with --storage URL, F is an object key (wal/..., snapshots/...)
+  version             print the version
 
 Run 'netsyctl <command> -h' for the command's flags.
 `
@@ -39,6 +47,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		"members":  runMembers,
 		"snapshot": runSnapshot,
 		"inspect":  runInspect,
+		"version":  runVersion,
 	}
 	cmd, ok := cmds[args[0]]
 	if !ok {
@@ -78,7 +87,13 @@ func (c *common) check() error {
 // connect dials the endpoints and bounds the command by --timeout; close
 // releases both.
 func (c *common) connect(ctx context.Context) (cli *clientv3.Client, cctx context.Context, close func(), err error) {
-	cli, err = clientv3.New(clientv3.Config{Endpoints: strings.Split(c.endpoints, ","), DialTimeout: c.timeout})
+	cli, err = clientv3.New(clientv3.Config{
+		Endpoints:   strings.Split(c.endpoints, ","),
+		DialTimeout: c.timeout,
+		// The client's own JSON log lines (retries, a closed stream) must
+		// not mix into netsyctl's output; its errors are returned.
+		Logger: zap.NewNop(),
+	})
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -96,4 +111,47 @@ func newFlagSet(name string, w io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("netsyctl "+name, flag.ContinueOnError)
 	fs.SetOutput(w)
 	return fs
+}
+
+// parseArgs parses flags wherever they stand among the arguments
+// (`snapshot restore FILE --data-dir DIR` as well as flags first) and
+// returns the positional arguments. After "--" everything is positional.
+func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		// flag stops at the first positional argument or after "--";
+		// only the arguments consumed tell the two apart.
+		if consumed := args[:len(args)-len(rest)]; len(consumed) > 0 && consumed[len(consumed)-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+func runVersion(_ context.Context, args []string, stdout io.Writer) error {
+	fs := newFlagSet("version", stdout)
+	output := fs.String("o", "table", "output format: table or json")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return errors.New("usage: netsyctl version [-o table|json]")
+	}
+	switch *output {
+	case "json":
+		return writeJSON(stdout, version.Get())
+	case "table":
+		_, err := fmt.Fprint(stdout, version.Get())
+		return err
+	}
+	return fmt.Errorf("-o: %q is not table or json", *output)
 }

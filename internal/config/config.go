@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/netsy-io/netsy/internal/etcdapi"
 	"github.com/netsy-io/netsy/internal/mvcc"
 )
 
@@ -54,7 +55,15 @@ type Config struct {
 	// <data-dir>/values instead of in memory; 0 keeps every value in
 	// memory.
 	ValueSpillMin int
+	// MaxRequestBytes bounds the encoded size of one client write request
+	// (etcd's --max-request-bytes, same default).
+	MaxRequestBytes int
 }
+
+// MaxRequestBytesLimit is the largest --max-request-bytes accepted: the
+// log entry a request becomes must fit one data-file record (64 MiB),
+// with room for what the entry adds to the request.
+const MaxRequestBytesLimit = 32 << 20
 
 // Default returns the configuration of `netsy` run with no flags.
 func Default() Config {
@@ -69,6 +78,7 @@ func Default() Config {
 		SnapshotEveryRevisions: 100000,
 		SnapshotKeep:           3,
 		ValueSpillMin:          mvcc.DefaultSpillMin,
+		MaxRequestBytes:        etcdapi.DefaultMaxRequestBytes,
 	}
 }
 
@@ -126,6 +136,9 @@ func (c Config) Validate() error {
 	if c.ValueSpillMin < 0 {
 		return fmt.Errorf("--value-spill-min: must be 0 (keep values in memory) or a size in bytes, got %d", c.ValueSpillMin)
 	}
+	if c.MaxRequestBytes <= 0 || c.MaxRequestBytes > MaxRequestBytesLimit {
+		return fmt.Errorf("--max-request-bytes: must be between 1 and %d (32 MiB), got %d", MaxRequestBytesLimit, c.MaxRequestBytes)
+	}
 	return nil
 }
 
@@ -161,16 +174,21 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.S3Endpoint, "s3-endpoint", c.S3Endpoint, "S3 endpoint URL, e.g. http://127.0.0.1:9000 (default: AWS)")
 	fs.StringVar(&c.S3Region, "s3-region", c.S3Region, "S3 region (default from the AWS environment, else us-east-1)")
 	fs.BoolVar(&c.S3PathStyle, "s3-path-style", c.S3PathStyle, "address buckets by path (MinIO needs this)")
-	fs.IntVar(&c.Quorum, "quorum", c.Quorum, "replication quorum: 0 = acknowledge once in object storage, N = N replicas, -1 = majority")
+	fs.IntVar(&c.Quorum, "quorum", c.Quorum, "replication quorum: 0 = acknowledge once in object storage, N = N replicas (a node without replicas acknowledges as 0, with a warning), -1 = majority")
 	fs.Int64Var(&c.SnapshotEveryRevisions, "snapshot-every-revisions", c.SnapshotEveryRevisions, "log entries between snapshots")
 	fs.IntVar(&c.SnapshotKeep, "snapshot-keep", c.SnapshotKeep, "snapshots kept in object storage")
 	fs.IntVar(&c.ValueSpillMin, "value-spill-min", c.ValueSpillMin, "values of at least this many bytes are read from files under <data-dir>/values instead of held in memory (0: hold every value in memory)")
+	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", c.MaxRequestBytes, "largest client write request in bytes, as etcd's flag: 1.5 MiB by default, at most 32 MiB")
 }
 
 // Parse parses args into a Config: flags first, then NETSY_<NAME>
-// environment variables for flags not given, then validation.
+// environment variables for flags not given, then validation. Flags the
+// caller registered on fs itself (such as --version) are parsed but get no
+// environment fallback.
 func Parse(fs *flag.FlagSet, args []string, getenv func(string) string) (Config, error) {
 	c := Default()
+	own := map[string]bool{}
+	fs.VisitAll(func(f *flag.Flag) { own[f.Name] = true })
 	c.Bind(fs)
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -185,7 +203,7 @@ func Parse(fs *flag.FlagSet, args []string, getenv func(string) string) (Config,
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
-		if set[f.Name] || envErr != nil {
+		if set[f.Name] || own[f.Name] || envErr != nil {
 			return
 		}
 		if v := getenv(EnvName(f.Name)); v != "" {

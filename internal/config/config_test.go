@@ -49,6 +49,11 @@ func TestFlagsEnvAndErrors(t *testing.T) {
 		{name: "bad storage", args: []string{"--storage", "gs://x"}, wantErr: "--storage"},
 		{name: "bad quorum", args: []string{"--quorum=-2"}, wantErr: "--quorum"},
 		{name: "bad snapshot keep", env: map[string]string{"NETSY_SNAPSHOT_KEEP": "0"}, wantErr: "--snapshot-keep"},
+		{name: "max request bytes", args: []string{"--max-request-bytes", "4194304"}, check: func(c Config) bool { return c.MaxRequestBytes == 4<<20 }},
+		{name: "max request bytes env", env: map[string]string{"NETSY_MAX_REQUEST_BYTES": "1024"}, check: func(c Config) bool { return c.MaxRequestBytes == 1024 }},
+		{name: "zero max request bytes", args: []string{"--max-request-bytes=0"}, wantErr: "--max-request-bytes"},
+		{name: "negative max request bytes", args: []string{"--max-request-bytes=-1"}, wantErr: "--max-request-bytes"},
+		{name: "huge max request bytes", args: []string{"--max-request-bytes=33554433"}, wantErr: "--max-request-bytes"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -79,5 +84,29 @@ func TestStorageURLDefault(t *testing.T) {
 	c.Storage = "s3://b"
 	if u, _ := c.StorageURL(); u != "s3://b" {
 		t.Fatalf("explicit storage %q", u)
+	}
+}
+
+func TestMaxRequestBytesDefaultIsEtcds(t *testing.T) {
+	// etcd's --max-request-bytes defaults to 1.5 MiB.
+	if got := Default().MaxRequestBytes; got != 1536*1024 {
+		t.Fatalf("default --max-request-bytes %d, want %d", got, 1536*1024)
+	}
+}
+
+func TestCallerFlagsGetNoEnvFallback(t *testing.T) {
+	fs := flag.NewFlagSet("netsy", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	version := fs.Bool("version", false, "")
+	env := map[string]string{"NETSY_VERSION": "true", "NETSY_NAME": "fromenv"}
+	c, err := Parse(fs, nil, func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *version {
+		t.Error("NETSY_VERSION set the caller's own --version flag")
+	}
+	if c.Name != "fromenv" {
+		t.Errorf("NETSY_NAME did not set --name: %q", c.Name)
 	}
 }

@@ -7,8 +7,9 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
 
-// authServer presents Netsy as an etcd whose auth is disabled: access
-// control is the mTLS client identity (SPEC §9).
+// authServer presents Netsy as an etcd whose auth is disabled. Netsy has
+// no access control of its own today (SPEC §9 plans the mTLS client
+// identity); whoever reaches the client port may do anything.
 //
 // Authenticate answers etcd's "authentication is not enabled" instead of
 // Unimplemented because that is what client/v3 expects from an etcd without

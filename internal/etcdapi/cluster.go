@@ -6,8 +6,9 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 )
 
-// clusterServer lists members; changing them is Netsy's registration
-// protocol's job (nodes register in object storage), not a client call.
+// clusterServer lists members. Changing them is refused: a cluster is one
+// node today, and membership is planned to follow nodes registering in
+// object storage, never a client call.
 type clusterServer struct{ s *Server }
 
 var _ pb.ClusterServer = (*clusterServer)(nil)

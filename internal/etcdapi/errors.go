@@ -66,17 +66,18 @@ func toGRPCError(err error) error {
 	return status.Error(codes.Unknown, err.Error())
 }
 
-// Unimplemented answers for the parts of the etcd API that Netsy replaces
-// with its own mechanisms.
+// Unimplemented answers for the parts of the etcd API that Netsy does not
+// offer. Each says what is true today, never a tool or feature that does
+// not exist yet.
 var (
 	errMembership = status.Error(codes.Unimplemented,
-		"netsy: membership is managed by registration; use netsyctl")
+		"netsy: members cannot be added, removed or changed through the etcd API: a netsy cluster is a single node today (netsyctl members lists it)")
 	errMoveLeader = status.Error(codes.Unimplemented,
-		"netsy: the Primary is chosen by the elector; use netsyctl handoff")
+		"netsy: move-leader is not supported: a netsy cluster is a single node today, and that node is always the Primary")
 	errDowngrade = status.Error(codes.Unimplemented,
 		"netsy: cluster downgrade is not supported")
 	errAlarmActivate = status.Error(codes.Unimplemented,
 		"netsy: alarms cannot be raised by clients")
 	errAuth = status.Error(codes.Unimplemented,
-		"netsy: etcd auth is not supported; access control is the mTLS client identity")
+		"netsy: etcd auth is not supported: netsy has no users, roles or client authentication; limit who can reach --client-addr")
 )

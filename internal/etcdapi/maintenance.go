@@ -184,6 +184,10 @@ func (m *maintenanceServer) sendTrailer(send func([]byte, int64) error, h hash.H
 	return send(h.Sum(nil), 0)
 }
 
+// ErrSnapshotDigest means a saved snapshot has the shape of one with a
+// digest trailer but the SHA-256 does not match: the file is damaged.
+var ErrSnapshotDigest = errors.New("snapshot digest mismatch: the file is damaged")
+
 // SnapshotDataSize checks the trailer of a snapshot saved from the Snapshot
 // stream (by `etcdctl snapshot save` or netsyctl) held in r, size bytes
 // long, and returns the length of the data file at its start. The zero
@@ -204,7 +208,7 @@ func SnapshotDataSize(r io.ReaderAt, size int64) (int64, error) {
 		return 0, fmt.Errorf("read snapshot digest: %w", err)
 	}
 	if !bytes.Equal(h.Sum(nil), sum[:]) {
-		return 0, errors.New("snapshot digest mismatch: the download is damaged")
+		return 0, ErrSnapshotDigest
 	}
 	tail := make([]byte, min(body, snapshotAlign-1))
 	if _, err := r.ReadAt(tail, body-int64(len(tail))); err != nil && err != io.EOF {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -66,7 +67,7 @@ func TestCluster(t *testing.T) {
 		t.Fatalf("member list %+v %v", ml, err)
 	}
 	_, err = cli.MemberAdd(ctx, []string{"http://127.0.0.1:2380"})
-	if s := status.Convert(err); s.Code() != codes.Unimplemented || s.Message() != "netsy: membership is managed by registration; use netsyctl" {
+	if s := status.Convert(err); s.Code() != codes.Unimplemented || s.Message() != status.Convert(errMembership).Message() {
 		t.Fatalf("member add: %v", err)
 	}
 	if _, err := cli.MemberRemove(ctx, 1); status.Code(err) != codes.Unimplemented {
@@ -101,6 +102,37 @@ func TestAuth(t *testing.T) {
 	}
 	if _, err := cli.AuthEnable(ctx); status.Code(err) != codes.Unimplemented {
 		t.Fatalf("auth enable: %v", err)
+	}
+}
+
+// TestUnsupportedSaysWhatIsTrue pins the refusals of what Netsy does not
+// offer: each says what is true of a node today and points to nothing that
+// does not exist (no handoff command, no mTLS identity, no registration).
+func TestUnsupportedSaysWhatIsTrue(t *testing.T) {
+	e := newEnv(t, nil)
+	cli := e.client()
+	ctx := testCtx(t)
+	_, memberErr := cli.MemberAdd(ctx, []string{"http://127.0.0.1:2380"})
+	_, leaderErr := cli.MoveLeader(ctx, 2)
+	_, authErr := cli.UserAdd(ctx, "u", "p")
+	for _, tc := range []struct {
+		call string
+		err  error
+		want string
+	}{
+		{"member add", memberErr, "netsy: members cannot be added, removed or changed through the etcd API: a netsy cluster is a single node today (netsyctl members lists it)"},
+		{"move leader", leaderErr, "netsy: move-leader is not supported: a netsy cluster is a single node today, and that node is always the Primary"},
+		{"user add", authErr, "netsy: etcd auth is not supported: netsy has no users, roles or client authentication; limit who can reach --client-addr"},
+	} {
+		s := status.Convert(tc.err)
+		if s.Code() != codes.Unimplemented || s.Message() != tc.want {
+			t.Errorf("%s: %v, want Unimplemented %q", tc.call, tc.err, tc.want)
+		}
+		for _, absent := range []string{"handoff", "mTLS", "registration", "elector"} {
+			if strings.Contains(s.Message(), absent) {
+				t.Errorf("%s: %q points to %q, which does not exist", tc.call, s.Message(), absent)
+			}
+		}
 	}
 }
 

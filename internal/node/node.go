@@ -73,6 +73,7 @@ func Start(ctx context.Context, cfg config.Config, logger hclog.Logger, clk cloc
 		clk = clock.Real()
 	}
 	n := &Node{cfg: cfg, log: logger, clock: clk}
+	warnQuorum(cfg, logger)
 	defer func() {
 		if err != nil {
 			n.Close()
@@ -154,6 +155,7 @@ func Start(ctx context.Context, cfg config.Config, logger hclog.Logger, clk cloc
 		Clock:                  clk,
 		Logger:                 logger,
 		ProgressNotifyInterval: cfg.ProgressNotifyInterval,
+		MaxRequestBytes:        cfg.MaxRequestBytes,
 	})
 	n.grpc = n.api.NewGRPCServer()
 	n.http = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
@@ -201,6 +203,7 @@ func (n *Node) httpHandler() http.Handler {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	addProbes(mux)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		if err := n.eng.Failed(); err != nil {
 			w.WriteHeader(http.StatusServiceUnavailable)

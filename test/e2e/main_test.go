@@ -44,9 +44,11 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	if target == procutil.KindNetsy {
-		if _, err := procutil.NetsyBinary(); err != nil {
-			fmt.Fprintln(os.Stderr, "e2e:", err)
-			os.Exit(1)
+		for _, build := range []func() (string, error){procutil.NetsyBinary, procutil.NetsyctlBinary} {
+			if _, err := build(); err != nil {
+				fmt.Fprintln(os.Stderr, "e2e:", err)
+				os.Exit(1)
+			}
 		}
 	}
 	code := m.Run()

@@ -15,7 +15,8 @@
 // and no key can name a lock or temp file or climb out of the root. An object
 // file is a 24-byte header (magic, MD5 of the body) followed by the body; the
 // ETag is that MD5 in hex, as MinIO's is, and Get verifies it so a corrupted
-// file is reported, never served.
+// file is reported, never served. ObjectBody does the same for an object
+// file a tool reads straight from disk (`netsyctl inspect PATH`).
 //
 // Writes to a key are serialized across goroutines by a per-stripe semaphore
 // and across processes by flock on the stripe's lock file (keys hash into 256

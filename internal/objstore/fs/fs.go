@@ -150,15 +150,37 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, string, error) {
 	if err != nil {
 		return nil, "", fmt.Errorf("fs get %q: %w", key, mapErr(err))
 	}
-	etag, err := parseHeader(data)
+	body, etag, err := unwrap(data)
 	if err != nil {
 		return nil, "", fmt.Errorf("fs get %q: %w", key, err)
 	}
-	body := data[headerLen:]
+	return body, etag, nil
+}
+
+// unwrap checks an object file's header and MD5 and returns its body.
+func unwrap(data []byte) (body []byte, etag string, err error) {
+	etag, err = parseHeader(data)
+	if err != nil {
+		return nil, "", err
+	}
+	body = data[headerLen:]
 	if got := etagOf(body); got != etag {
-		return nil, "", fmt.Errorf("fs get %q: object is corrupt: body MD5 %s, header says %s", key, got, etag)
+		return nil, "", fmt.Errorf("object is corrupt: body MD5 %s, header says %s", got, etag)
 	}
 	return body, etag, nil
+}
+
+// ObjectBody returns the body of an object file read straight from disk
+// (a file under the store's objects/ directory), checked as Get checks it,
+// for tools handed a path instead of a key. isObject is false, with no
+// error, when data does not begin with the object header: it is not one of
+// this store's object files.
+func ObjectBody(data []byte) (body []byte, isObject bool, err error) {
+	if len(data) < len(headerMagic) || string(data[:len(headerMagic)]) != headerMagic {
+		return nil, false, nil
+	}
+	body, _, err = unwrap(data)
+	return body, true, err
 }
 
 // GetReader implements objstore.Store. The body's MD5 is checked as it is

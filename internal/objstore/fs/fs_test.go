@@ -317,3 +317,28 @@ func TestCrossProcessRace(t *testing.T) {
 		t.Fatalf("counter = %s, want %s: a CAS increment was lost across processes", got, want)
 	}
 }
+
+func TestObjectBodyReadsFilesOnDisk(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	body := []byte("a chunk as uploaded")
+	if _, err := s.PutIfAbsent(t.Context(), "wal/00000000000000000007", body); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "objects", "wal.dir", "00000000000000000007.obj")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, isObject, err := fs.ObjectBody(data)
+	if err != nil || !isObject || !bytes.Equal(got, body) {
+		t.Fatalf("ObjectBody = %q, %v, %v; want the body", got, isObject, err)
+	}
+	data[len(data)-1] ^= 0xff
+	if _, isObject, err := fs.ObjectBody(data); !isObject || err == nil || !strings.Contains(err.Error(), "corrupt") {
+		t.Fatalf("ObjectBody(damaged) = %v, %v; want a corruption error", isObject, err)
+	}
+	if _, isObject, err := fs.ObjectBody([]byte("NSDF not an object file")); isObject || err != nil {
+		t.Fatalf("ObjectBody(foreign) = %v, %v; want not an object, no error", isObject, err)
+	}
+}

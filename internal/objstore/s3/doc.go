@@ -10,6 +10,12 @@
 // falls back to the SDK's standard sources (AWS_REGION, AWS_ENDPOINT_URL_S3,
 // AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, shared config, instance roles).
 //
+// When the SDK finds no credentials it falls back to the EC2 instance
+// role; if that lookup fails too, the error is ErrNoCredentials (wrapped
+// with objstore.ErrMisconfigured) naming the variables to set, never the
+// metadata service's HTTP status mistaken for the bucket's answer. The
+// SDK's own logger is silenced: it prints to stderr outside the node's log.
+//
 // Service errors become objstore errors in exactly one function, mapErr.
 // Two service behaviours are folded there to keep the objstore contract:
 // MinIO and S3 answer 404 NoSuchKey (not 412) to If-Match on a missing key,

@@ -16,8 +16,10 @@ import (
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/credentials/ec2rolecreds"
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/logging"
 	"github.com/aws/smithy-go/middleware"
 
 	"github.com/netsy-io/netsy/internal/objstore"
@@ -76,6 +78,10 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		})),
 		config.WithRequestChecksumCalculation(aws.RequestChecksumCalculationWhenRequired),
 		config.WithResponseChecksumValidation(aws.ResponseChecksumValidationWhenRequired),
+		// The SDK's own logger writes "SDK ... WARN" lines to stderr
+		// outside the node's log (an IMDSv1 fallback, for one); every
+		// failure that matters reaches us as an error instead.
+		config.WithLogger(logging.Nop{}),
 	}
 	if o.Region != "" {
 		loadOpts = append(loadOpts, config.WithRegion(o.Region))
@@ -93,6 +99,12 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	}
 	if cfg.Region == "" {
 		cfg.Region = DefaultRegion
+	}
+	if o.AccessKeyID == "" && aws.IsCredentialsProvider(cfg.Credentials, (*ec2rolecreds.Provider)(nil)) {
+		// The SDK found no credentials anywhere and will ask the EC2
+		// instance metadata service as its last resort. Off EC2 that fails
+		// with an IMDS error that says nothing of what to set.
+		cfg.Credentials = aws.NewCredentialsCache(instanceRoleOnly{cfg.Credentials})
 	}
 	// Freeze the client so this store owns one connection pool that Close
 	// can drain; otherwise idle connections outlive the store.
@@ -116,6 +128,33 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	})
 	return &Store{client: client, idle: idle, bucket: o.Bucket, prefix: prefix, pageSize: 1000}, nil
 }
+
+// ErrNoCredentials means no credentials were configured and no EC2
+// instance role could be found either. It comes wrapped with
+// objstore.ErrMisconfigured and a message naming what to set.
+var ErrNoCredentials = errors.New("no S3 credentials found")
+
+// instanceRoleOnly is the credential chain when only the EC2 instance role
+// is left to try: a failed lookup becomes ErrNoCredentials.
+type instanceRoleOnly struct{ role aws.CredentialsProvider }
+
+func (p instanceRoleOnly) Retrieve(ctx context.Context) (aws.Credentials, error) {
+	c, err := p.role.Retrieve(ctx)
+	if err != nil && ctx.Err() == nil {
+		return c, &noCredentialsError{lookup: err}
+	}
+	return c, err
+}
+
+type noCredentialsError struct{ lookup error }
+
+func (e *noCredentialsError) Error() string {
+	return fmt.Sprintf("%v: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN for temporary credentials), "+
+		"or AWS_PROFILE to use a profile of ~/.aws/credentials; on EC2 an instance role works too (looking one up failed: %v)",
+		ErrNoCredentials, e.lookup)
+}
+
+func (e *noCredentialsError) Is(target error) bool { return target == ErrNoCredentials }
 
 // dropPerRequestExtras removes two middlewares that allocate on every
 // request and send nothing Netsy or the service needs: the SDK's
@@ -336,6 +375,12 @@ const (
 func mapErr(o op, err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
+	}
+	// Before the status codes: the failed instance-role lookup carries the
+	// metadata service's HTTP status, which is not the bucket's answer.
+	var noCreds *noCredentialsError
+	if errors.As(err, &noCreds) {
+		return fmt.Errorf("%w: %w", objstore.ErrMisconfigured, noCreds)
 	}
 	code, status := "", 0
 	var apiErr smithy.APIError

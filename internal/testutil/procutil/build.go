@@ -35,49 +35,74 @@ func RepoRoot() (string, error) {
 	}
 }
 
+// builds holds the binaries built by this process, one per command.
 var (
-	netsyOnce sync.Once
-	netsyBin  string
-	netsyDir  string
-	netsyErr  error
+	buildsMu  sync.Mutex
+	builds    = map[string]*build{}
+	buildsDir string
 )
+
+type build struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// binary returns $envVar when set, otherwise ./cmd/<name> built once per
+// test binary into a private temporary directory (so concurrent test
+// binaries never overwrite each other's build).
+func binary(name, envVar string) (string, error) {
+	buildsMu.Lock()
+	b := builds[name]
+	if b == nil {
+		b = &build{}
+		builds[name] = b
+	}
+	buildsMu.Unlock()
+	b.once.Do(func() {
+		if p := os.Getenv(envVar); p != "" {
+			if _, err := os.Stat(p); err != nil {
+				b.err = fmt.Errorf("%s: %w", envVar, err)
+				return
+			}
+			b.path, b.err = filepath.Abs(p)
+			return
+		}
+		root, err := RepoRoot()
+		if err != nil {
+			b.err = err
+			return
+		}
+		buildsMu.Lock()
+		if buildsDir == "" {
+			buildsDir, err = os.MkdirTemp("", "netsy-bin-")
+		}
+		dir := buildsDir
+		buildsMu.Unlock()
+		if err != nil {
+			b.err = err
+			return
+		}
+		out := filepath.Join(dir, name)
+		cmd := exec.Command("go", "build", "-o", out, "./cmd/"+name)
+		cmd.Dir = root
+		if msg, err := cmd.CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("go build ./cmd/%s: %w\n%s", name, err, msg)
+			return
+		}
+		b.path = out
+	})
+	return b.path, b.err
+}
 
 // NetsyBinary returns the path of a netsy binary: $NETSY_BIN when set,
 // otherwise ./cmd/netsy built once per test binary into a private temporary
 // directory (so concurrent test binaries never overwrite each other's build).
 // Call CleanupBuilds from TestMain to remove that directory.
-func NetsyBinary() (string, error) {
-	netsyOnce.Do(func() {
-		if p := os.Getenv("NETSY_BIN"); p != "" {
-			if _, err := os.Stat(p); err != nil {
-				netsyErr = fmt.Errorf("NETSY_BIN: %w", err)
-				return
-			}
-			netsyBin, netsyErr = filepath.Abs(p)
-			return
-		}
-		root, err := RepoRoot()
-		if err != nil {
-			netsyErr = err
-			return
-		}
-		dir, err := os.MkdirTemp("", "netsy-bin-")
-		if err != nil {
-			netsyErr = err
-			return
-		}
-		netsyDir = dir
-		out := filepath.Join(dir, "netsy")
-		cmd := exec.Command("go", "build", "-o", out, "./cmd/netsy")
-		cmd.Dir = root
-		if msg, err := cmd.CombinedOutput(); err != nil {
-			netsyErr = fmt.Errorf("go build ./cmd/netsy: %w\n%s", err, msg)
-			return
-		}
-		netsyBin = out
-	})
-	return netsyBin, netsyErr
-}
+func NetsyBinary() (string, error) { return binary("netsy", "NETSY_BIN") }
+
+// NetsyctlBinary is NetsyBinary for netsyctl ($NETSYCTL_BIN).
+func NetsyctlBinary() (string, error) { return binary("netsyctl", "NETSYCTL_BIN") }
 
 // BuildNetsy is NetsyBinary for use inside a test.
 func BuildNetsy(t testing.TB) string {
@@ -89,11 +114,23 @@ func BuildNetsy(t testing.TB) string {
 	return p
 }
 
+// BuildNetsyctl is NetsyctlBinary for use inside a test.
+func BuildNetsyctl(t testing.TB) string {
+	t.Helper()
+	p, err := NetsyctlBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // CleanupBuilds removes the binaries built by this process. Call it from
 // TestMain after m.Run.
 func CleanupBuilds() {
-	if netsyDir != "" {
-		_ = os.RemoveAll(netsyDir)
+	buildsMu.Lock()
+	defer buildsMu.Unlock()
+	if buildsDir != "" {
+		_ = os.RemoveAll(buildsDir)
 	}
 }
 

@@ -1,0 +1,70 @@
+package node
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/netsy-io/netsy/internal/config"
+)
+
+// addProbes registers the probes that need nothing but the process and
+// /healthz: /livez, and etcd's /health for tools written against etcd.
+func addProbes(mux *http.ServeMux) {
+	// /livez answers as long as the process serves HTTP at all: a liveness
+	// probe must not restart a node that is merely waiting for its bucket.
+	mux.HandleFunc("/livez", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("ok\n"))
+	})
+	// /health is /healthz in etcd's shape, so it follows whatever
+	// /healthz decides: {"health":"true","reason":""} with 200, or
+	// {"health":"false","reason":...} with 503.
+	mux.HandleFunc("/health", func(w http.ResponseWriter, r *http.Request) {
+		rec := &recorder{header: http.Header{}, code: http.StatusOK}
+		hz := r.Clone(r.Context())
+		hz.URL = &url.URL{Path: "/healthz"}
+		hz.RequestURI = "/healthz"
+		h, _ := mux.Handler(hz)
+		h.ServeHTTP(rec, hz)
+		resp := etcdHealth{Health: "true"}
+		code := http.StatusOK
+		if rec.code != http.StatusOK {
+			resp = etcdHealth{Health: "false", Reason: strings.TrimSpace(rec.body.String())}
+			code = http.StatusServiceUnavailable
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		json.NewEncoder(w).Encode(resp)
+	})
+}
+
+// etcdHealth is the body of etcd's /health.
+type etcdHealth struct {
+	Health string `json:"health"`
+	Reason string `json:"reason"`
+}
+
+// recorder captures a handler's answer in memory.
+type recorder struct {
+	header http.Header
+	code   int
+	body   bytes.Buffer
+}
+
+func (r *recorder) Header() http.Header         { return r.header }
+func (r *recorder) Write(b []byte) (int, error) { return r.body.Write(b) }
+func (r *recorder) WriteHeader(code int)        { r.code = code }
+
+// warnQuorum says at start-up what durability a --quorum the node cannot
+// meet really gives: it has no replicas, so a static quorum falls back to
+// acknowledging once the entry is in object storage, as --quorum 0.
+func warnQuorum(cfg config.Config, log hclog.Logger) {
+	if cfg.Quorum > 0 {
+		log.Warn("--quorum asks for replicas this node does not have: every write is acknowledged only once it is in object storage, as with --quorum 0",
+			"quorum", cfg.Quorum, "replicas", 0)
+	}
+}

@@ -1,0 +1,69 @@
+package node
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/netsy-io/netsy/internal/config"
+)
+
+// TestEtcdHealthFollowsHealthz checks that /health renders whatever
+// /healthz decides in etcd's shape, healthy or not.
+func TestEtcdHealthFollowsHealthz(t *testing.T) {
+	cases := []struct {
+		name     string
+		healthz  func(w http.ResponseWriter)
+		wantCode int
+		wantBody string
+	}{
+		{"healthy", func(w http.ResponseWriter) { fmt.Fprintln(w, "ok") },
+			200, `{"health":"true","reason":""}` + "\n"},
+		{"unhealthy", func(w http.ResponseWriter) {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, "unhealthy: fsync failed")
+		}, 503, `{"health":"false","reason":"unhealthy: fsync failed"}` + "\n"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			mux := http.NewServeMux()
+			mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { tc.healthz(w) })
+			addProbes(mux)
+			for _, p := range []struct {
+				path string
+				code int
+				body string
+			}{{"/health", tc.wantCode, tc.wantBody}, {"/livez", 200, "ok\n"}} {
+				rec := httptest.NewRecorder()
+				mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, p.path, nil))
+				if rec.Code != p.code || rec.Body.String() != p.body {
+					t.Errorf("GET %s: %d %q, want %d %q", p.path, rec.Code, rec.Body.String(), p.code, p.body)
+				}
+			}
+		})
+	}
+}
+
+func TestWarnQuorum(t *testing.T) {
+	for _, q := range []int{-1, 0, 1, 3} {
+		var logged []string
+		log := &capture{Logger: hclog.NewNullLogger(), lines: &logged}
+		cfg := config.Default()
+		cfg.Quorum = q
+		warnQuorum(cfg, log)
+		if want := q > 0; (len(logged) > 0) != want {
+			t.Errorf("--quorum %d: warned %v, want a warning %v", q, logged, want)
+		}
+	}
+}
+
+// capture records Warn messages.
+type capture struct {
+	hclog.Logger
+	lines *[]string
+}
+
+func (c *capture) Warn(msg string, args ...any) { *c.lines = append(*c.lines, msg) }
