@@ -145,10 +145,10 @@ type Engine struct {
 	notifyCh chan struct{}
 
 	// Owned by the loop goroutine.
-	lastIdx      uint64
-	lastRev      int64
-	pending      []*pendingEntry
-	noopWaiters  []*proposal
+	lastIdx     uint64
+	lastRev     int64
+	pending     []*pendingEntry
+	noopWaiters []*proposal
 	// Follower state: entries appended to storage but not yet applied
 	// (applied once committed by the Primary and durable here), and the
 	// Primary's commit index.
@@ -156,8 +156,8 @@ type Engine struct {
 	commitLimit uint64
 	// draining refuses new proposals while a writer steps down with a
 	// flush; drained is closed once nothing is pending.
-	draining bool
-	drained  chan struct{}
+	draining     bool
+	drained      chan struct{}
 	sinceSnap    uint64
 	snapshotting bool
 	snapDone     chan struct{}
