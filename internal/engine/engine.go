@@ -547,19 +547,17 @@ func (e *Engine) rollbackPending() {
 
 // appendEntry logs an entry evaluated by the loop and queues p (nil for
 // internal entries) for its durability. If the storage refuses the entry,
-// the storage is failed and p answered with that failure.
+// the failure is handled like a reported one: p and everything else
+// pending are answered with it and rolled back.
 func (e *Engine) appendEntry(ent *netsyv1.Entry, p *proposal, revoked []*netsyv1.LeaseGrant) {
 	ent.Term = e.term.Load()
+	e.lastIdx, e.lastRev = ent.Index, ent.Revision
+	e.pending = append(e.pending, &pendingEntry{index: ent.Index, rev: ent.Revision, entry: ent, p: p, revoked: revoked})
 	if err := e.cfg.Storage.Append(ent); err != nil {
-		e.failStorage(err)
-		if p != nil {
-			p.finish(*e.failed.Load())
-		}
+		e.storageFailed(err)
 		return
 	}
-	e.lastIdx, e.lastRev = ent.Index, ent.Revision
 	e.lastTerm.Store(ent.Term)
-	e.pending = append(e.pending, &pendingEntry{index: ent.Index, rev: ent.Revision, entry: ent, p: p, revoked: revoked})
 	e.sinceSnap++
 	e.publishAppended()
 }

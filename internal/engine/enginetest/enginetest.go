@@ -131,3 +131,40 @@ func (m *MemStorage) SaveSnapshot(s *datafile.Snapshot) error {
 	m.entries = kept
 	return nil
 }
+
+// TruncateAfter drops the entries after index (a follower cutting what the
+// Primary never committed).
+func (m *MemStorage) TruncateAfter(index uint64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := len(m.entries)
+	for n > 0 && m.entries[n-1].Index > index {
+		n--
+	}
+	clear(m.entries[n:])
+	m.entries = m.entries[:n]
+	return nil
+}
+
+// FirstIndex is the oldest entry held, 0 if none.
+func (m *MemStorage) FirstIndex() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.entries) == 0 {
+		return 0
+	}
+	return m.entries[0].Index
+}
+
+// Entries returns copies of the entries held from index from on.
+func (m *MemStorage) Entries(from uint64) []*netsyv1.Entry {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []*netsyv1.Entry
+	for _, e := range m.entries {
+		if e.Index >= from {
+			out = append(out, proto.Clone(e).(*netsyv1.Entry))
+		}
+	}
+	return out
+}

@@ -1,0 +1,272 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/netsy-io/netsy/internal/engine/enginetest"
+)
+
+func follower(t *testing.T, st *enginetest.MemStorage, extra func(*Config)) *harness {
+	t.Helper()
+	return newHarness(t, st, func(c *Config) {
+		c.Follower = true
+		if extra != nil {
+			extra(c)
+		}
+	})
+}
+
+// shipAll feeds the follower every entry the writer's storage holds after
+// what the follower has, and commits them up to commit.
+func shipAll(t *testing.T, w *enginetest.MemStorage, f *harness, term int64, commit uint64) {
+	t.Helper()
+	last, _, _ := f.e.LastAppended()
+	if err := f.e.Follow(ctx(t), term, w.Entries(last+1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.e.CommitTo(ctx(t), commit); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A follower applies what another engine wrote only once it is committed,
+// refuses writes, and once promoted writes at the new term.
+func TestFollowThenPromote(t *testing.T) {
+	wst := &enginetest.MemStorage{}
+	w := newHarness(t, wst, func(c *Config) { c.Term = 3 })
+	w.put("a", "1")
+	w.put("b", "2")
+	lease, err := w.e.LeaseGrant(ctx(t), &pb.LeaseGrantRequest{TTL: 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.put("c", "3", func(r *pb.PutRequest) { r.Lease = lease.ID })
+	for _, e := range wst.Entries(1) {
+		if e.Term != 3 {
+			t.Fatalf("entry %d carries term %d, want the writer's 3", e.Index, e.Term)
+		}
+	}
+
+	f := follower(t, nil, nil)
+	if _, err := f.e.Put(ctx(t), &pb.PutRequest{Key: []byte("x")}); !errors.Is(err, ErrNotPrimary) {
+		t.Fatalf("write on a follower: %v, want ErrNotPrimary", err)
+	}
+	shipAll(t, wst, f, 3, 2) // entries 1..4 held, 1..2 committed
+	if f.value("a") != "1" || f.value("b") != "2" {
+		t.Fatal("committed entries not visible on the follower")
+	}
+	if f.value("c") != "<none>" {
+		t.Fatal("an entry the Primary had not committed is visible on the follower")
+	}
+	if err := f.e.CommitTo(ctx(t), 4); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return f.value("c") == "3" })
+	if _, err := f.e.LeaseRenew(ctx(t), lease.ID); !errors.Is(err, ErrNotPrimary) {
+		t.Fatalf("renewal on a follower: %v, want ErrNotPrimary", err)
+	}
+	if _, _, term := f.e.Identity(); term != 3 {
+		t.Fatalf("follower reports raft term %d, want the followed 3", term)
+	}
+
+	prepared := false
+	if err := f.e.Promote(ctx(t), 4, func(context.Context) error { prepared = true; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if !prepared || !f.e.IsWriter() {
+		t.Fatal("promote did not run prepare or did not make the engine the writer")
+	}
+	resp := f.put("d", "4")
+	if resp.Header.Revision != 5 {
+		t.Fatalf("first write of the new Primary at revision %d, want 5", resp.Header.Revision)
+	}
+	if ents := f.st.Entries(5); len(ents) != 1 || ents[0].Term != 4 {
+		t.Fatalf("new Primary's entry: %+v, want one at term 4", ents)
+	}
+	if _, err := f.e.LeaseRenew(ctx(t), lease.ID); err != nil {
+		t.Fatalf("renewal on the promoted engine: %v", err)
+	}
+}
+
+// Promote applies what the storage gained during prepare (the Starting
+// step's catch-up from object storage).
+func TestPromoteAppliesWhatPrepareAdded(t *testing.T) {
+	wst := &enginetest.MemStorage{}
+	w := newHarness(t, wst, nil)
+	w.put("a", "1")
+	w.put("b", "2")
+	fst := &enginetest.MemStorage{}
+	f := follower(t, fst, nil)
+	err := f.e.Promote(ctx(t), 2, func(context.Context) error {
+		for _, e := range wst.Entries(1) {
+			if err := fst.Append(e); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.value("b") != "2" || f.e.CurrentRevision() != 3 {
+		t.Fatalf("after promote: b=%q rev %d", f.value("b"), f.e.CurrentRevision())
+	}
+}
+
+// A writer stepping down without a flush fails its pending writes with
+// ErrLeaderChanged and undoes them: values, lease grants, lease revokes
+// and the keys a revoke deleted.
+func TestDemoteRollsBackPending(t *testing.T) {
+	st := &enginetest.MemStorage{}
+	h := newHarness(t, st, nil)
+	keep, err := h.e.LeaseGrant(ctx(t), &pb.LeaseGrantRequest{TTL: 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.put("held", "v", func(r *pb.PutRequest) { r.Lease = keep.ID })
+	h.put("a", "1")
+	committed := h.e.CommittedIndex()
+
+	st.Manual = true
+	errs := make(chan error, 3)
+	go func() {
+		_, err := h.e.Put(ctx(t), &pb.PutRequest{Key: []byte("a"), Value: []byte("2")})
+		errs <- err
+	}()
+	go func() {
+		_, err := h.e.LeaseRevoke(ctx(t), &pb.LeaseRevokeRequest{ID: keep.ID})
+		errs <- err
+	}()
+	go func() {
+		_, err := h.e.LeaseGrant(ctx(t), &pb.LeaseGrantRequest{ID: 777, TTL: 30})
+		errs <- err
+	}()
+	waitFor(t, func() bool { return st.Len() == int(committed)+3 })
+	got, err := h.e.Demote(ctx(t), false)
+	if err != nil || got != committed {
+		t.Fatalf("demote: committed %d, %v; want %d", got, err, committed)
+	}
+	for range 3 {
+		if err := <-errs; !errors.Is(err, ErrLeaderChanged) {
+			t.Fatalf("pending write: %v, want ErrLeaderChanged", err)
+		}
+	}
+	if h.e.IsWriter() {
+		t.Fatal("still the writer")
+	}
+	if h.value("a") != "1" || h.value("held") != "v" {
+		t.Fatalf("after the rollback a=%q held=%q", h.value("a"), h.value("held"))
+	}
+	if h.e.lease.exists(777) {
+		t.Fatal("a rolled-back grant left its lease")
+	}
+	keys := h.e.lease.keys(keep.ID)
+	if len(keys) != 1 || string(keys[0]) != "held" {
+		t.Fatalf("the lease whose revoke was rolled back holds %q, want [held]", keys)
+	}
+	if err := h.e.TruncateFollowed(ctx(t), committed); err != nil {
+		t.Fatal(err)
+	}
+	if st.Len() != int(committed) {
+		t.Fatalf("storage holds %d entries after the truncation, want %d", st.Len(), committed)
+	}
+	st.Manual = false
+}
+
+// Draining waits for pending writes to become durable before stepping
+// down; new writes are refused meanwhile.
+func TestDemoteWithFlushWaitsForPending(t *testing.T) {
+	st := &enginetest.MemStorage{Manual: true}
+	h := newHarness(t, st, nil)
+	done := make(chan error, 1)
+	go func() {
+		_, err := h.e.Put(ctx(t), &pb.PutRequest{Key: []byte("a"), Value: []byte("1")})
+		done <- err
+	}()
+	waitFor(t, func() bool { return st.Len() == 1 })
+	demoted := make(chan uint64, 1)
+	go func() {
+		idx, err := h.e.Demote(ctx(t), true)
+		if err != nil {
+			t.Error(err)
+		}
+		demoted <- idx
+	}()
+	waitFor(t, func() bool {
+		var draining bool
+		if err := h.e.inLoop(ctx(t), func() { draining = h.e.draining }); err != nil {
+			t.Fatal(err)
+		}
+		return draining
+	})
+	if _, err := h.e.Put(ctx(t), &pb.PutRequest{Key: []byte("b")}); !errors.Is(err, ErrNotPrimary) {
+		t.Fatalf("write while draining: %v, want ErrNotPrimary", err)
+	}
+	select {
+	case <-demoted:
+		t.Fatal("demote with flush returned before the pending write was durable")
+	case <-time.After(20 * time.Millisecond):
+	}
+	st.SyncAll()
+	if err := <-done; err != nil {
+		t.Fatalf("pending write during a drain: %v", err)
+	}
+	if idx := <-demoted; idx != 1 {
+		t.Fatalf("committed index after the drain: %d, want 1", idx)
+	}
+}
+
+// A follower never expires leases; a promoted one gives them their full
+// TTL again from the promotion.
+func TestLeasesExpireOnlyOnTheWriter(t *testing.T) {
+	wst := &enginetest.MemStorage{}
+	w := newHarness(t, wst, nil)
+	g, err := w.e.LeaseGrant(ctx(t), &pb.LeaseGrantRequest{TTL: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := follower(t, nil, nil)
+	shipAll(t, wst, f, 1, 1)
+	f.clk.Advance(time.Minute)
+	time.Sleep(10 * time.Millisecond) // let the loop see the tick
+	if !f.e.lease.exists(g.ID) {
+		t.Fatal("a follower expired a lease")
+	}
+	if err := f.e.Promote(ctx(t), 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	ttl, err := f.e.LeaseTimeToLive(ctx(t), &pb.LeaseTimeToLiveRequest{ID: g.ID})
+	if err != nil || ttl.TTL != 10 {
+		t.Fatalf("TTL after promote: %+v, %v; want the full 10 s", ttl, err)
+	}
+	f.clk.Advance(11 * time.Second)
+	waitFor(t, func() bool { return !f.e.lease.exists(g.ID) })
+}
+
+// With OnDeposed set, a fenced writer steps down instead of refusing for
+// good, and says so once.
+func TestDeposedStepsDownWithRoles(t *testing.T) {
+	st := &enginetest.MemStorage{}
+	told := make(chan error, 2)
+	h := newHarness(t, st, func(c *Config) { c.OnDeposed = func(err error) { told <- err } })
+	h.put("a", "1")
+	st.Fail(deposedErr{})
+	if _, err := h.e.Put(ctx(t), &pb.PutRequest{Key: []byte("b")}); !errors.Is(err, ErrNotPrimary) && !errors.Is(err, ErrLeaderChanged) {
+		t.Fatalf("write on a fenced writer: %v", err)
+	}
+	if err := <-told; !isDeposed(err) {
+		t.Fatalf("OnDeposed got %v", err)
+	}
+	if h.e.IsWriter() || h.e.Deposed() != nil || h.e.Failed() != nil {
+		t.Fatalf("after the step-down: writer %v, deposed %v, failed %v", h.e.IsWriter(), h.e.Deposed(), h.e.Failed())
+	}
+	if h.value("a") != "1" {
+		t.Fatal("committed state lost by the step-down")
+	}
+	st.Fail(nil)
+}
