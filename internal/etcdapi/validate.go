@@ -197,7 +197,9 @@ func deleteRange(d *pb.DeleteRangeRequest) (keyRange, bool) {
 	if len(end) == 0 {
 		return keyRange{string(key), string(key) + "\x00"}, true
 	}
-	if bytes.Compare(key, end) >= 0 {
+	if (len(end) == 1 && end[0] == 0) || bytes.Compare(key, end) >= 0 {
+		// "\x00" after an empty key is not below it, so it is checked
+		// by itself.
 		return keyRange{}, false
 	}
 	return keyRange{string(key), string(end)}, true
