@@ -30,6 +30,7 @@ type FS struct {
 	// when counting (see CutAfter).
 	budget   int
 	counting bool
+	changes  int // disk-changing calls so far
 	nextID   uint64
 	// dirs holds every directory by its cleaned path, "/" and "." included.
 	dirs map[string]*dir
@@ -80,6 +81,14 @@ func (fsys *FS) CutAfter(n int) {
 		return
 	}
 	fsys.budget, fsys.counting = n, true
+}
+
+// Changes is how many calls that change the disk (as CutAfter counts
+// them) have gone through or been cut.
+func (fsys *FS) Changes() int {
+	fsys.mu.Lock()
+	defer fsys.mu.Unlock()
+	return fsys.changes
 }
 
 // IsCut reports whether the power is off.
@@ -142,6 +151,9 @@ func (fsys *FS) Crash(rng *rand.Rand) *FS {
 // check fails a call once the power is off; a call that changes the disk
 // also spends one from the CutAfter budget.
 func (fsys *FS) check(changes bool) error {
+	if !fsys.cut && changes {
+		fsys.changes++
+	}
 	if !fsys.cut && changes && fsys.counting {
 		if fsys.budget == 0 {
 			fsys.cut = true
