@@ -337,6 +337,11 @@ func TestCutAfter(t *testing.T) {
 	if _, err := f.WriteAt([]byte("y"), 3); !errors.Is(err, ErrPowerLost) {
 		t.Fatalf("fourth write: %v", err)
 	}
+	// durableFile made five changes (mkdir, create, write, sync, syncdir),
+	// then three writes and the one that was cut.
+	if n := fsys.Changes(); n != 9 {
+		t.Fatalf("Changes() = %d, want 9", n)
+	}
 	if got := read(t, fsys.Crash(nil), "/d/f"); got != "" {
 		t.Fatalf("durable %q", got)
 	}
