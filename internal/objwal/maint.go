@@ -65,7 +65,7 @@ func (l *Log) checkpoint(force bool) error {
 	}
 	m := l.meta.clone()
 	m.Seq, m.Index = best.seq, best.last
-	if err := writeMeta(l.metaPath, m); err != nil {
+	if err := writeMetaFS(l.o.FS, l.metaPath, m); err != nil {
 		return err
 	}
 	l.meta, l.metaWritten = m, now
@@ -134,7 +134,7 @@ func (l *Log) publishSnapshot(s *datafile.Snapshot, walSeq uint64) {
 	}
 	m := l.meta.clone()
 	m.addSnapshot(h.Revision, h.WalSeq)
-	if err := writeMeta(l.metaPath, m); err != nil {
+	if err := writeMetaFS(l.o.FS, l.metaPath, m); err != nil {
 		l.log.Warn("write metadata after a snapshot", "error", err)
 	} else {
 		l.meta = m
@@ -153,7 +153,7 @@ func (l *Log) saveSnapshot(s *datafile.Snapshot, walSeq uint64) *netsyv1.Snapsho
 	if l.meta.Index < h.Index {
 		m := l.meta.clone()
 		m.Seq, m.Index = walSeq, h.Index
-		if err := writeMeta(l.metaPath, m); err != nil {
+		if err := writeMetaFS(l.o.FS, l.metaPath, m); err != nil {
 			l.log.Error("write metadata before saving a snapshot; snapshot skipped", "index", h.Index, "error", err)
 			return nil
 		}

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+
+	"github.com/netsy-io/netsy/internal/vfs"
 )
 
 const (
@@ -64,9 +66,15 @@ func (m *metaState) addSnapshot(rev int64, walSeq uint64) {
 	}
 }
 
-// readMeta returns nil, nil when the file does not exist.
-func readMeta(path string) (*metaState, error) {
-	b, err := os.ReadFile(path)
+// readMeta and writeMeta are readMetaFS and writeMetaFS on the real
+// disk, for tests that look at a node's file from outside.
+func readMeta(path string) (*metaState, error) { return readMetaFS(vfs.OS(), path) }
+
+func writeMeta(path string, m *metaState) error { return writeMetaFS(vfs.OS(), path, m) }
+
+// readMetaFS returns nil, nil when the file does not exist.
+func readMetaFS(fsys vfs.FS, path string) (*metaState, error) {
+	b, err := fsys.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -83,17 +91,17 @@ func readMeta(path string) (*metaState, error) {
 	return &m, nil
 }
 
-// writeMeta replaces the file atomically and durably: a crash leaves the
+// writeMetaFS replaces the file atomically and durably: a crash leaves the
 // old checkpoint or the new one, never a mix, and a checkpoint that
 // vanished after a power cut could only send Open back to an older one.
-func writeMeta(path string, m *metaState) error {
+func writeMetaFS(fsys vfs.FS, path string, m *metaState) error {
 	m.Version = metaVersion
 	b, err := json.Marshal(m)
 	if err != nil {
 		return err
 	}
 	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	f, err := fsys.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
 		return fmt.Errorf("write %s: %w", tmp, err)
 	}
@@ -105,18 +113,13 @@ func writeMeta(path string, m *metaState) error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp, path)
+		err = fsys.Rename(tmp, path)
 	}
 	if err != nil {
-		os.Remove(tmp)
+		fsys.Remove(tmp)
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	d, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return fmt.Errorf("sync directory of %s: %w", path, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
+	if err := fsys.SyncDir(filepath.Dir(path)); err != nil {
 		return fmt.Errorf("sync directory of %s: %w", path, err)
 	}
 	return nil

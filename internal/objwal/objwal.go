@@ -14,6 +14,7 @@ import (
 	"github.com/netsy-io/netsy/internal/clock"
 	"github.com/netsy-io/netsy/internal/datafile"
 	"github.com/netsy-io/netsy/internal/objstore"
+	"github.com/netsy-io/netsy/internal/vfs"
 	"github.com/netsy-io/netsy/internal/wal"
 	netsyv1 "github.com/netsy-io/netsy/proto/netsyv1"
 )
@@ -100,6 +101,8 @@ type Options struct {
 	// WALDir is the local wal directory; objwal opens and owns the wal and
 	// keeps its metadata file (objwal.json) there too.
 	WALDir string
+	// FS is the file system of WALDir (nil: vfs.OS()); the wal uses it too.
+	FS vfs.FS
 	// SegmentBytes is passed to the wal.
 	SegmentBytes int64
 	// OnSync receives durability progress in index order; an error is
@@ -136,6 +139,7 @@ func (o *Options) setDefaults() error {
 	case o.ChunkMaxBytes < 0, o.ChunkMaxAge < 0, o.SnapshotKeep < 0, o.MinWALAge < 0, o.MaxBacklogBytes < 0:
 		return errors.New("objwal: Options has a negative size, age or count")
 	}
+	o.FS = vfs.OrOS(o.FS)
 	if o.ChunkMaxBytes == 0 {
 		o.ChunkMaxBytes = DefaultChunkMaxBytes
 	}
@@ -290,7 +294,7 @@ func open(ctx context.Context, o Options, h hooks) (*Log, error) {
 	}
 	l.pendBuf = l.newPendBuf()
 	var err error
-	if l.meta, err = readMeta(l.metaPath); err != nil {
+	if l.meta, err = readMetaFS(l.o.FS, l.metaPath); err != nil {
 		return nil, err
 	}
 	if err := l.openWAL(); err != nil {
@@ -317,6 +321,7 @@ func open(ctx context.Context, o Options, h hooks) (*Log, error) {
 func (l *Log) openWAL() error {
 	w, err := wal.Open(wal.Options{
 		Dir:          l.o.WALDir,
+		FS:           l.o.FS,
 		SegmentBytes: l.o.SegmentBytes,
 		OnSync:       l.onWALSync,
 		// In sync mode a write waits for its chunk's PUT, which takes far

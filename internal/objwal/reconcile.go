@@ -98,7 +98,7 @@ func (l *Log) catchUp(ctx context.Context) (*bucketView, error) {
 		// A fresh directory. The checkpoint is written before anything is
 		// restored, so a crash half-way is recognised as ours on restart.
 		l.meta = &metaState{}
-		if err := writeMeta(l.metaPath, l.meta); err != nil {
+		if err := writeMetaFS(l.o.FS, l.metaPath, l.meta); err != nil {
 			return nil, err
 		}
 	}
@@ -271,7 +271,7 @@ func (l *Log) installSnapshot(snap *datafile.Snapshot) error {
 	m := l.meta.clone()
 	m.Seq, m.Index = h.WalSeq, h.Index
 	m.addSnapshot(h.Revision, h.WalSeq)
-	if err := writeMeta(l.metaPath, m); err != nil {
+	if err := writeMetaFS(l.o.FS, l.metaPath, m); err != nil {
 		return err
 	}
 	l.meta = m
@@ -284,7 +284,7 @@ func (l *Log) truncateLocal(index uint64) error {
 	if err := l.wal.Close(); err != nil {
 		return fmt.Errorf("close local wal to truncate it: %w", err)
 	}
-	if err := wal.TruncateAfter(l.o.WALDir, index); err != nil {
+	if err := wal.TruncateAfterFS(l.o.FS, l.o.WALDir, index); err != nil {
 		return fmt.Errorf("truncate local wal after index %d: %w", index, err)
 	}
 	return l.openWAL()
@@ -383,7 +383,7 @@ func (l *Log) applyChunks(ctx context.Context, baseSeq uint64, seqs []uint64, sk
 	if v.lastSeq > l.meta.Seq {
 		m := l.meta.clone()
 		m.Seq, m.Index = v.lastSeq, v.bucketLast
-		if err := writeMeta(l.metaPath, m); err != nil {
+		if err := writeMetaFS(l.o.FS, l.metaPath, m); err != nil {
 			return nil, err
 		}
 		l.meta = m
@@ -438,7 +438,7 @@ func (l *Log) claim(ctx context.Context, v *bucketView) error {
 		m = l.meta.clone()
 	}
 	m.Seq, m.Index = seq-1, lastIdx
-	if err := writeMeta(l.metaPath, m); err != nil {
+	if err := writeMetaFS(l.o.FS, l.metaPath, m); err != nil {
 		return err
 	}
 	l.meta = m
@@ -486,7 +486,7 @@ func (l *Log) seed(ctx context.Context, v *bucketView) ([]*netsyv1.Entry, error)
 		return nil, fmt.Errorf("the local log starts at index %d and has no snapshot: entries 1..%d are missing", first, first-1)
 	}
 	// From here on the bucket holds this node's history.
-	if err := writeMeta(l.metaPath, m); err != nil {
+	if err := writeMetaFS(l.o.FS, l.metaPath, m); err != nil {
 		return nil, err
 	}
 	l.meta = m

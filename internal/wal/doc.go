@@ -21,6 +21,9 @@
 //     sealing cuts the zeros off so that a sealed segment ends with its
 //     footer. Local snapshots are not preallocated.
 //
+// Every file operation goes through Options.FS (package vfs), so a test can
+// run the log on a disk that loses what was not fsync'd.
+//
 // It never decides what is in an entry, never talks to object storage, and
 // never deletes a segment a snapshot does not cover. Two goroutines, started
 // by Open and stopped by Close, do all file writes: the writer writes

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/netsy-io/netsy/internal/datafile"
+	"github.com/netsy-io/netsy/internal/vfs"
 )
 
 const (
@@ -42,7 +43,7 @@ func (w *WAL) SaveSnapshot(s *datafile.Snapshot) error {
 	}
 	index := s.Header.Index
 	final := filepath.Join(w.snapDir, snapName(index))
-	if err := writeFileAtomic(final, func(f *os.File) error { return datafile.EncodeSnapshot(f, s) }); err != nil {
+	if err := writeFileAtomic(w.fs, final, func(f vfs.File) error { return datafile.EncodeSnapshot(f, s) }); err != nil {
 		return fmt.Errorf("wal save snapshot %d: %w", index, err)
 	}
 	if err := w.pruneSnapshots(); err != nil {
@@ -60,9 +61,9 @@ func (w *WAL) SaveSnapshot(s *datafile.Snapshot) error {
 
 // writeFileAtomic makes path appear complete or not at all: a temp file is
 // written and fsync'd, renamed over path, and the rename made durable.
-func writeFileAtomic(path string, write func(*os.File) error) error {
+func writeFileAtomic(fsys vfs.FS, path string, write func(vfs.File) error) error {
 	tmp := path + tmpSuffix
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	f, err := fsys.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
 		return fmt.Errorf("create %s: %w", tmp, err)
 	}
@@ -74,14 +75,14 @@ func writeFileAtomic(path string, write func(*os.File) error) error {
 		err = cerr
 	}
 	if err != nil {
-		os.Remove(tmp)
+		fsys.Remove(tmp)
 		return fmt.Errorf("write %s: %w", tmp, err)
 	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
+	if err := fsys.Rename(tmp, path); err != nil {
+		fsys.Remove(tmp)
 		return fmt.Errorf("rename %s: %w", tmp, err)
 	}
-	return syncDir(filepath.Dir(path))
+	return syncDir(fsys, filepath.Dir(path))
 }
 
 // sealCovered asks the writer goroutine to seal the active segment when the
@@ -139,7 +140,7 @@ func (w *WAL) deleteCovered(index uint64) error {
 	w.mu.Unlock()
 	var errs []error
 	for _, s := range victims {
-		if err := os.Remove(s.path); err != nil {
+		if err := w.fs.Remove(s.path); err != nil {
 			// The file stays behind but is covered by the snapshot; reopening
 			// reads it as an ordinary older segment.
 			errs = append(errs, fmt.Errorf("remove segment: %w", err))
@@ -147,13 +148,13 @@ func (w *WAL) deleteCovered(index uint64) error {
 		}
 		w.log.Debug("removed segment covered by snapshot", "path", s.path, "last", s.lastIndex(), "index", index)
 	}
-	errs = append(errs, syncDir(w.dir))
+	errs = append(errs, syncDir(w.fs, w.dir))
 	return errors.Join(errs...)
 }
 
 // snapshots lists the snapshot files, oldest first.
 func (w *WAL) snapshots() ([]uint64, error) {
-	ents, err := os.ReadDir(w.snapDir)
+	ents, err := w.fs.ReadDir(w.snapDir)
 	if err != nil {
 		return nil, fmt.Errorf("list snapshots: %w", err)
 	}
@@ -179,16 +180,16 @@ func (w *WAL) pruneSnapshots() error {
 		return err
 	}
 	for _, idx := range idxs[:len(idxs)-keepSnapshots] {
-		if err := os.Remove(filepath.Join(w.snapDir, snapName(idx))); err != nil {
+		if err := w.fs.Remove(filepath.Join(w.snapDir, snapName(idx))); err != nil {
 			return fmt.Errorf("remove old snapshot: %w", err)
 		}
 	}
-	return syncDir(w.snapDir)
+	return syncDir(w.fs, w.snapDir)
 }
 
 // removeTempSnapshots clears snapshot writes a crash interrupted.
 func (w *WAL) removeTempSnapshots() error {
-	ents, err := os.ReadDir(w.snapDir)
+	ents, err := w.fs.ReadDir(w.snapDir)
 	if err != nil {
 		return fmt.Errorf("list snapshots: %w", err)
 	}
@@ -196,7 +197,7 @@ func (w *WAL) removeTempSnapshots() error {
 		if strings.HasSuffix(e.Name(), tmpSuffix) {
 			p := filepath.Join(w.snapDir, e.Name())
 			w.log.Warn("removing interrupted snapshot write", "path", p)
-			if err := os.Remove(p); err != nil {
+			if err := w.fs.Remove(p); err != nil {
 				return fmt.Errorf("remove %s: %w", p, err)
 			}
 		}
@@ -214,7 +215,7 @@ func (w *WAL) LoadSnapshot() (*datafile.Snapshot, error) {
 	}
 	idx := idxs[len(idxs)-1]
 	path := filepath.Join(w.snapDir, snapName(idx))
-	f, err := os.Open(path)
+	f, err := w.fs.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("load snapshot: %w", err)
 	}

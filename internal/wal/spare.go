@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/netsy-io/netsy/internal/datafile"
+	"github.com/netsy-io/netsy/internal/vfs"
 )
 
 // Segments are preallocated so that an fsync after an append finds the
@@ -89,7 +90,7 @@ func (w *WAL) requestSpare() {
 // zeros, front to back, so it is completed rather than started over.
 func (w *WAL) prepareSpare() (err error) {
 	path := filepath.Join(w.dir, spareName)
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	f, err := w.fs.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return fmt.Errorf("create spare segment: %w", err)
 	}
@@ -128,9 +129,9 @@ func (w *WAL) prepareSpare() (err error) {
 // newSegmentFile puts a new segment file at path: the spare renamed into
 // place, or, without a spare, an empty file that grows as it is written.
 // The caller makes the new name durable.
-func (w *WAL) newSegmentFile(path string) (*os.File, error) {
+func (w *WAL) newSegmentFile(path string) (vfs.File, error) {
 	// Rename would replace an existing file silently.
-	if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
+	if _, err := w.fs.Lstat(path); !errors.Is(err, os.ErrNotExist) {
 		if err == nil {
 			err = os.ErrExist
 		}
@@ -142,20 +143,20 @@ func (w *WAL) newSegmentFile(path string) (*os.File, error) {
 		// a new log.
 		w.sparePending = false
 		if err := <-w.spareReady; err == nil {
-			if err := os.Rename(filepath.Join(w.dir, spareName), path); err != nil {
+			if err := w.fs.Rename(filepath.Join(w.dir, spareName), path); err != nil {
 				return nil, fmt.Errorf("rename spare segment: %w", err)
 			}
-			return os.OpenFile(path, os.O_RDWR, 0)
+			return w.fs.OpenFile(path, os.O_RDWR, 0)
 		}
 		w.log.Warn("no spare segment; creating one that grows as it is written", "path", path)
 	}
-	return os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
+	return w.fs.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
 }
 
 // fillZeros writes zeros over [from, to) of f, giving up with errStopped
 // once stop is closed (a nil stop never is). The caller fsyncs the last
 // chunk.
-func fillZeros(f *os.File, from, to int64, stop <-chan struct{}) error {
+func fillZeros(f vfs.File, from, to int64, stop <-chan struct{}) error {
 	if from >= to {
 		return nil
 	}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/netsy-io/netsy/internal/datafile"
+	"github.com/netsy-io/netsy/internal/vfs"
 )
 
 // TruncateAfter removes every entry after index from the log in dir, which
@@ -24,34 +25,39 @@ import (
 // local snapshot is refused: the snapshot would cover entries the log no
 // longer has.
 func TruncateAfter(dir string, index uint64) error {
-	snaps, err := (&WAL{snapDir: filepath.Join(dir, "snap")}).snapshots()
+	return TruncateAfterFS(vfs.OS(), dir, index)
+}
+
+// TruncateAfterFS is TruncateAfter for a log on fsys.
+func TruncateAfterFS(fsys vfs.FS, dir string, index uint64) error {
+	snaps, err := (&WAL{fs: fsys, snapDir: filepath.Join(dir, "snap")}).snapshots()
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("truncate wal %s: %w", dir, err)
 	}
 	if n := len(snaps); n > 0 && snaps[n-1] > index {
 		return fmt.Errorf("truncate wal %s after index %d: the newest snapshot covers index %d", dir, index, snaps[n-1])
 	}
-	segs, err := listSegments(dir)
+	segs, err := listSegments(fsys, dir)
 	if err != nil {
 		return fmt.Errorf("truncate wal %s: %w", dir, err)
 	}
 	removed := false
 	for len(segs) > 0 && segs[len(segs)-1].first > index {
 		s := segs[len(segs)-1]
-		if err := os.Remove(s.path); err != nil {
+		if err := fsys.Remove(s.path); err != nil {
 			return fmt.Errorf("truncate wal %s: remove segment: %w", dir, err)
 		}
 		segs, removed = segs[:len(segs)-1], true
 	}
 	if removed {
-		if err := syncDir(dir); err != nil {
+		if err := syncDir(fsys, dir); err != nil {
 			return fmt.Errorf("truncate wal %s: %w", dir, err)
 		}
 	}
 	if len(segs) == 0 {
 		return nil
 	}
-	if err := cutSegment(segs[len(segs)-1].path, index); err != nil {
+	if err := cutSegment(fsys, segs[len(segs)-1].path, index); err != nil {
 		return fmt.Errorf("truncate wal %s: %w", dir, err)
 	}
 	return nil
@@ -60,8 +66,8 @@ func TruncateAfter(dir string, index uint64) error {
 // cutSegment truncates the segment at path right after the entry at index;
 // a segment that already ends at or before index is left alone (a torn
 // tail is Open's to repair).
-func cutSegment(path string, index uint64) error {
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
+func cutSegment(fsys vfs.FS, path string, index uint64) error {
+	f, err := fsys.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		return fmt.Errorf("open segment: %w", err)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/netsy-io/netsy/internal/clock"
 	"github.com/netsy-io/netsy/internal/datafile"
+	"github.com/netsy-io/netsy/internal/vfs"
 	netsyv1 "github.com/netsy-io/netsy/proto/netsyv1"
 )
 
@@ -48,6 +49,8 @@ var (
 type Options struct {
 	// Dir holds the segments and, under snap/, the local snapshots.
 	Dir string
+	// FS is the file system every file of the log is on (nil: vfs.OS()).
+	FS vfs.FS
 	// SegmentBytes is the size after which a segment is sealed and a new one
 	// started (default 64 MiB). A segment always holds at least one entry.
 	SegmentBytes int64
@@ -81,6 +84,7 @@ type hooks struct {
 // WAL is the local log. Append is meant to be called by one goroutine (the
 // engine's write loop); the other methods may be called from any goroutine.
 type WAL struct {
+	fs      vfs.FS
 	dir     string
 	snapDir string
 	segSize int64
@@ -131,7 +135,7 @@ type WAL struct {
 	unsynced     uint64 // newest index written but not fsync'd (0: none)
 	unsyncedN    uint64 // entries written but not fsync'd
 	active       *segment
-	file         *os.File
+	file         vfs.File
 	bw           *bufio.Writer
 	dw           *datafile.Writer
 	sparePending bool // a spare was requested and its answer not yet taken
@@ -187,6 +191,7 @@ func Open(opts Options) (*WAL, error) {
 		return nil, fmt.Errorf("open wal: Options.SegmentBytes is negative (%d)", opts.SegmentBytes)
 	}
 	w := &WAL{
+		fs:      vfs.OrOS(opts.FS),
 		dir:     opts.Dir,
 		snapDir: filepath.Join(opts.Dir, "snap"),
 		segSize: opts.SegmentBytes,
@@ -240,14 +245,14 @@ func Open(opts Options) (*WAL, error) {
 
 func (w *WAL) load() error {
 	for _, d := range []string{w.dir, w.snapDir} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
+		if err := w.fs.MkdirAll(d, 0o700); err != nil {
 			return fmt.Errorf("create directory: %w", err)
 		}
 	}
 	if err := w.removeTempSnapshots(); err != nil {
 		return err
 	}
-	segs, err := listSegments(w.dir)
+	segs, err := listSegments(w.fs, w.dir)
 	if err != nil {
 		return err
 	}
@@ -288,8 +293,8 @@ func (w *WAL) load() error {
 	return nil
 }
 
-func listSegments(dir string) ([]*segment, error) {
-	ents, err := os.ReadDir(dir)
+func listSegments(fsys vfs.FS, dir string) ([]*segment, error) {
+	ents, err := fsys.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("list segments: %w", err)
 	}
@@ -315,7 +320,7 @@ func listSegments(dir string) ([]*segment, error) {
 // damage, even at its end, is corruption rather than an interrupted append.
 // Records are checked but not decoded; Replay decodes them.
 func (w *WAL) scanSealed(s *segment) error {
-	f, err := os.Open(s.path)
+	f, err := w.fs.Open(s.path)
 	if err != nil {
 		return fmt.Errorf("open segment: %w", err)
 	}
@@ -354,7 +359,7 @@ func (w *WAL) scanSealed(s *segment) error {
 // segment is not sealed, makes it the active segment. keep is false when the
 // segment was only a torn header and has been removed.
 func (w *WAL) scanNewest(s *segment) (keep bool, err error) {
-	st, err := os.Stat(s.path)
+	st, err := w.fs.Stat(s.path)
 	if err != nil {
 		return false, fmt.Errorf("stat segment: %w", err)
 	}
@@ -362,12 +367,12 @@ func (w *WAL) scanNewest(s *segment) (keep bool, err error) {
 		// Creating a segment and writing its header is not atomic; a crash
 		// in between leaves this, and the segment held nothing yet.
 		w.log.Warn("removing segment with a torn header", "path", s.path, "size", st.Size())
-		if err := os.Remove(s.path); err != nil {
+		if err := w.fs.Remove(s.path); err != nil {
 			return false, fmt.Errorf("remove torn segment: %w", err)
 		}
-		return false, syncDir(w.dir)
+		return false, syncDir(w.fs, w.dir)
 	}
-	f, err := os.OpenFile(s.path, os.O_RDWR, 0)
+	f, err := w.fs.OpenFile(s.path, os.O_RDWR, 0)
 	if err != nil {
 		return false, fmt.Errorf("open segment: %w", err)
 	}
@@ -785,7 +790,7 @@ func (w *WAL) createSegment(first uint64) error {
 	}
 	// The new name must survive a crash before any entry in it is reported
 	// durable.
-	if err := syncDir(w.dir); err != nil {
+	if err := syncDir(w.fs, w.dir); err != nil {
 		f.Close()
 		return err
 	}
@@ -856,13 +861,13 @@ func (w *WAL) dropEmptyActive() error {
 	w.segs = w.segs[:len(w.segs)-1]
 	w.segMu.Unlock()
 	w.active, w.file, w.dw = nil, nil, nil
-	if err := os.Remove(path); err != nil {
+	if err := w.fs.Remove(path); err != nil {
 		return fmt.Errorf("remove empty segment: %w", err)
 	}
 	return nil
 }
 
-func (w *WAL) fsync(f *os.File) error {
+func (w *WAL) fsync(f vfs.File) error {
 	if w.hooks.beforeSync != nil {
 		if err := w.hooks.beforeSync(); err != nil {
 			return err
@@ -878,13 +883,8 @@ func (w *WAL) fsync(f *os.File) error {
 	return err
 }
 
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open directory for sync: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
+func syncDir(fsys vfs.FS, dir string) error {
+	if err := fsys.SyncDir(dir); err != nil {
 		return fmt.Errorf("sync directory %s: %w", dir, err)
 	}
 	return nil
@@ -923,7 +923,7 @@ func (w *WAL) Replay(from uint64, fn func(*netsyv1.Entry) error) error {
 		if next != 0 && s.first != next {
 			return fmt.Errorf("wal replay: %s starts at index %d, expected %d", s.path, s.first, next)
 		}
-		if err := replaySegment(s, from, fn); err != nil {
+		if err := replaySegment(w.fs, s, from, fn); err != nil {
 			return err
 		}
 		next = s.lastIndex() + 1
@@ -931,8 +931,8 @@ func (w *WAL) Replay(from uint64, fn func(*netsyv1.Entry) error) error {
 	return nil
 }
 
-func replaySegment(s segment, from uint64, fn func(*netsyv1.Entry) error) error {
-	f, err := os.Open(s.path)
+func replaySegment(fsys vfs.FS, s segment, from uint64, fn func(*netsyv1.Entry) error) error {
+	f, err := fsys.Open(s.path)
 	if err != nil {
 		return fmt.Errorf("wal replay: %w", err)
 	}
