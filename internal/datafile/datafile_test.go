@@ -488,6 +488,8 @@ func TestZeroPadding(t *testing.T) {
 		{"torn record header, then zeros", cat(seg[:bounds[7]+2], zeros(4096)), torn, 7, bounds[7], false, "checksum mismatch"},
 		{"footer cut short", cat(seg, footer[:30], zeros(4096)), torn, 8, len(seg), false, "truncated footer"},
 		{"footer cut short at the end of the file", cat(seg, footer[:30], zeros(FooterSize-30)), torn, 8, len(seg), false, "truncated footer"},
+		{"footer cut inside its magic", cat(seg, footer[:FooterSize-2], zeros(4096)), torn, 8, len(seg), false, "truncated footer"},
+		{"footer cut after one byte of its magic", cat(seg, footer[:FooterSize-3], zeros(4096)), torn, 8, len(seg), false, "truncated footer"},
 		{"zeros before the footer", cat(seg, zeros(64), footer), corrupt, 8, len(seg), false, "in a sealed file"},
 		{"junk after the footer's padding", cat(sealed, zeros(100), junk), corrupt, 8, 0, false, "data after footer"},
 		{"damaged last record of a padded sealed file", cat(sealed[:bounds[7]+9], []byte{sealed[bounds[7]+9] ^ 1}, sealed[bounds[7]+10:], zeros(4096)), corrupt, 7, bounds[7], false, "in a sealed file"},

@@ -242,10 +242,11 @@ func (r *Reader) readFooter(start int64, h [RecordHeaderSize]byte) error {
 		return r.fail(fmt.Errorf("read data file %s footer at offset %d: %w", r.name, start, err))
 	}
 	if !bytes.Equal(b[48:52], footerMagic[:]) {
-		if !r.requireSealed && isZero(b[48:52]) {
+		if !r.requireSealed && tornMagic(b[48:52]) {
 			// A footer written over zero padding and cut short by a crash
-			// leaves zeros where its end should be: the unfinished seal of
-			// an unsealed segment, judged like any other damaged end.
+			// (anywhere, even inside its magic: a sector boundary can fall
+			// there) leaves zeros where its end should be: the unfinished
+			// seal of an unsealed segment, judged like any other damaged end.
 			return r.damaged(start, b[:], "truncated footer")
 		}
 		return r.fail(corruptf(r.name, start+48, "bad footer magic %q", b[48:52]))
@@ -280,6 +281,16 @@ func (r *Reader) readFooter(start int64, h [RecordHeaderSize]byte) error {
 	r.stored = f
 	r.err = io.EOF
 	return io.EOF
+}
+
+// tornMagic reports whether m is the footer magic cut short over zero
+// padding: a prefix of it (possibly empty), then zeros.
+func tornMagic(m []byte) bool {
+	k := 0
+	for k < len(m) && m[k] == footerMagic[k] {
+		k++
+	}
+	return isZero(m[k:])
 }
 
 // damaged decides what a bad record at start means. consumed is what was

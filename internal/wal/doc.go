@@ -24,6 +24,13 @@
 // Every file operation goes through Options.FS (package vfs), so a test can
 // run the log on a disk that loses what was not fsync'd.
 //
+//   - SaveSnapshot makes the snapshot durable before it seals the log, so
+//     a power loss in between can leave a local snapshot newer than the
+//     log's last durable entry. Open accepts that (the snapshot covers the
+//     missing entries); the log then restarts after the snapshot once the
+//     caller saves it again (objwal does so when it redoes an interrupted
+//     restore), since Append needs the index after the last entry held.
+//
 // It never decides what is in an entry, never talks to object storage, and
 // never deletes a segment a snapshot does not cover. Two goroutines, started
 // by Open and stopped by Close, do all file writes: the writer writes

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -40,23 +39,6 @@ func TestPowerLoss(t *testing.T) {
 	for seed := range uint64(*powerLossSeeds) {
 		if !t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { powerLoss(t, seed) }) {
 			t.Fatalf("seed %d failed (rerun: go test ./internal/wal -run TestPowerLoss -wal.powerloss.seed=%d)", seed, seed)
-		}
-	}
-}
-
-// skipTornFooterMagic skips, loudly, the one failure these tests know of:
-// a power cut while a seal's footer is written can leave its magic partly
-// written and the rest still zero padding ("FD\x00\x00"), which Open
-// reports as corruption although only the never-acknowledged seal is torn
-// (package datafile judges a footer torn only when its magic is all
-// zeros). About one seed in 600 hits it. Delete this once datafile treats
-// such a footer as an unfinished seal.
-func skipTornFooterMagic(t *testing.T, desc string, err error) {
-	t.Helper()
-	msg := err.Error()
-	for _, torn := range []string{`"F\x00\x00\x00"`, `"FD\x00\x00"`, `"FDS\x00"`} {
-		if strings.HasSuffix(msg, "bad footer magic "+torn) {
-			t.Skipf("KNOWN ISSUE, %s: a seal cut inside the footer magic stops Open: %v", desc, err)
 		}
 	}
 }
@@ -102,7 +84,6 @@ func powerLoss(t *testing.T, seed uint64) {
 			// The power is back: nothing is lost before the next cut.
 			w, err := Open(opts)
 			if err != nil {
-				skipTornFooterMagic(t, desc, err)
 				t.Fatalf("%s: reopen after power loss: %v", desc, err)
 			}
 			checkRecovered(t, desc, w, &m)
@@ -115,7 +96,6 @@ func powerLoss(t *testing.T, seed uint64) {
 	}
 	w, err := Open(Options{Dir: "/data/wal", FS: fsys, SegmentBytes: segSize})
 	if err != nil {
-		skipTornFooterMagic(t, fmt.Sprintf("seed %d, last round", seed), err)
 		t.Fatalf("seed %d: reopen after the last power loss: %v", seed, err)
 	}
 	defer w.Close()

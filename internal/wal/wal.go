@@ -248,6 +248,11 @@ func (w *WAL) load() error {
 		if err := w.fs.MkdirAll(d, 0o700); err != nil {
 			return fmt.Errorf("create directory: %w", err)
 		}
+		// The directory's own name must survive a power loss before any
+		// file in it is reported durable.
+		if err := syncDir(w.fs, filepath.Dir(d)); err != nil {
+			return err
+		}
 	}
 	if err := w.removeTempSnapshots(); err != nil {
 		return err
