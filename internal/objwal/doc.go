@@ -58,6 +58,22 @@
 //     it, and never deletes the newest chunk this node wrote, so a restarting
 //     node always finds the highest seq by listing and cannot reuse one.
 //
+// # Writer and follower
+//
+// A log opened with Options.Follower catches up with the bucket and stops
+// there: entries another node wrote are appended to the local log only
+// (the Primary uploads them), snapshots are saved locally only, and a
+// local tail the bucket does not yet hold is kept for the Primary to
+// judge. Claim makes it the writer (as Open does without Follower): it
+// waits for the local log to be durable, catches up again and claims the
+// next seq. Release gives the role up, uploading everything pending first
+// when asked to (Draining), forgetting a fence, and cutting local entries
+// that neither the bucket nor the caller's committed index holds.
+// TruncateAfter cuts what a follower holds beyond its Primary's history,
+// never what the bucket or a local snapshot holds. Role changes run on the
+// maintenance goroutine, so they never meet a snapshot or a checkpoint
+// half-way.
+//
 // # Durability
 //
 // In ModeSync an entry is reported durable once it is both fsync'd locally

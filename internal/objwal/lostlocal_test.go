@@ -127,9 +127,10 @@ func TestLostLocalTailFetchedFromSnapshot(t *testing.T) {
 	}
 }
 
-// An acknowledged async entry (fsync'd locally) that the bucket contradicts
-// stops Open with an error naming the local log and the chunk; in sync
-// mode the same local entry was never acknowledged and is replaced.
+// An acknowledged async entry (fsync'd locally on a node without
+// replicas) that the bucket contradicts stops Open with an error naming
+// the local log and the chunk; without AckOnFsync (sync mode, or a
+// cluster, where only a quorum acknowledges) it is replaced.
 func TestContradictedAcknowledgedTailRefusesToStart(t *testing.T) {
 	e := newEnv(t)
 	dir := t.TempDir()
@@ -155,7 +156,7 @@ func TestContradictedAcknowledgedTailRefusesToStart(t *testing.T) {
 	}
 	b.close()
 
-	_, err := e.node(dir, ModeAsync, nil).tryOpen()
+	_, err := e.node(dir, ModeAsync, func(o *Options) { o.AckOnFsync = true }).tryOpen()
 	if err == nil {
 		t.Fatal("a local log whose acknowledged entry 4 the bucket contradicts opened")
 	}

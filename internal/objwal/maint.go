@@ -31,14 +31,21 @@ func (l *Log) runMaintenance() {
 	for {
 		select {
 		case <-l.maintKick:
+		case job := <-l.jobs:
+			job()
+			continue
 		case <-l.ctx.Done():
 			return
 		}
 		if err := l.checkpoint(false); err != nil {
 			l.log.Warn("write metadata checkpoint", "error", err)
 		}
-		if s, walSeq := l.readySnapshot(); s != nil {
-			l.publishSnapshot(s, walSeq)
+		if s, walSeq, upload := l.readySnapshot(); s != nil {
+			if upload {
+				l.publishSnapshot(s, walSeq)
+			} else {
+				l.saveFollowerSnapshot(s)
+			}
 		}
 	}
 }
@@ -72,30 +79,51 @@ func (l *Log) checkpoint(force bool) error {
 	return nil
 }
 
-// readySnapshot returns the waiting snapshot once every chunk up to its
-// index is uploaded and fsync'd, with the last chunk it wholly covers.
-func (l *Log) readySnapshot() (*datafile.Snapshot, uint64) {
+// readySnapshot returns the waiting snapshot once it can be saved: for
+// the writer, once every chunk up to its index is uploaded and fsync'd
+// (with the last chunk it wholly covers, and upload true); for a follower,
+// once its entries are fsync'd here (the Primary uploads snapshots).
+func (l *Log) readySnapshot() (s *datafile.Snapshot, walSeq uint64, upload bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	s := l.nextSnap
+	s = l.nextSnap
 	if s == nil || l.err != nil {
-		return nil, 0
+		return nil, 0, false
 	}
 	idx := s.Header.Index
+	if !l.writer {
+		if l.localSynced < idx {
+			return nil, 0, false
+		}
+		l.nextSnap = nil
+		return s, 0, false
+	}
 	if l.uploaded < idx || l.localSynced < idx {
-		return nil, 0
+		return nil, 0, false
 	}
 	l.nextSnap = nil
 	for i := len(l.chunks) - 1; i >= 0; i-- {
 		if l.chunks[i].last <= idx {
 			// Older refs are no use to later snapshots, whose indices only grow.
 			l.chunks = l.chunks[i:]
-			return s, l.chunks[0].seq
+			return s, l.chunks[0].seq, true
 		}
 	}
 	l.log.Error("no uploaded chunk ends at or before the snapshot; not uploading it", "index", idx)
 	s.Release()
-	return nil, 0
+	return nil, 0, false
+}
+
+// saveFollowerSnapshot saves a follower's snapshot locally only, so its
+// log and restart stay short. It covers entries its Primary committed, so
+// Open takes it as history even where it runs ahead of the checkpoint.
+func (l *Log) saveFollowerSnapshot(s *datafile.Snapshot) {
+	defer s.Release()
+	if err := l.wal.SaveSnapshot(s); err != nil {
+		l.log.Error("save snapshot locally", "index", s.Header.Index, "error", err)
+		return
+	}
+	l.localSnapIdx = s.Header.Index
 }
 
 // publishSnapshot saves s locally and uploads it, then collects garbage.
@@ -163,6 +191,7 @@ func (l *Log) saveSnapshot(s *datafile.Snapshot, walSeq uint64) *netsyv1.Snapsho
 		l.log.Error("save snapshot locally", "index", h.Index, "error", err)
 		return nil
 	}
+	l.localSnapIdx = h.Index
 	return h
 }
 

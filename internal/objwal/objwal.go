@@ -109,6 +109,14 @@ type Options struct {
 	// permanent. The engine sets it with Attach instead.
 	OnSync func(index uint64, err error)
 	Mode   Mode
+	// Follower opens the log without claiming the bucket: it catches up
+	// with the bucket and then takes entries another node wrote, kept
+	// locally only, until Claim makes it the writer.
+	Follower bool
+	// AckOnFsync says a local fsync alone acknowledged an entry (ModeAsync
+	// on a node without replicas): a local entry the bucket contradicts
+	// then stops Open with ErrHistoryConflict instead of being cut.
+	AckOnFsync bool
 	// ChunkMaxBytes caps a chunk; in async mode a chunk is also cut as soon
 	// as this many bytes are pending (default 4 MiB).
 	ChunkMaxBytes int
@@ -198,13 +206,28 @@ type Log struct {
 	wg        sync.WaitGroup
 	upKick    chan struct{}
 	maintKick chan struct{}
-	upDone    chan struct{} // closed when the uploader exits
 	closingCh chan struct{} // closed when Close starts
+	// jobs are role changes, run by the maintenance goroutine so that they
+	// never meet a snapshot or checkpoint half-way.
+	jobs chan func()
 
 	// wal is replaced only during Open (truncation reopens it).
 	wal *wal.WAL
 
 	mu sync.Mutex
+	// writer is true while this log is the bucket's writer (Claim to
+	// Release): appends are queued for upload and the uploader runs,
+	// under upCtx, until upDone closes.
+	writer   bool
+	upCtx    context.Context
+	upCancel context.CancelFunc
+	upDone   chan struct{}
+	// flushing makes the uploader send everything at once (Release).
+	flushing bool
+	// upIdle is closed and replaced whenever nothing is left to upload.
+	upIdle chan struct{}
+	// localSnapIdx is the index of the newest local snapshot.
+	localSnapIdx uint64
 	// Entries appended but not yet taken by the uploader: frames back to
 	// back in pendBuf after a chunk header, described by pend. The
 	// uploader seals the buffer into the chunk object in place.
@@ -289,8 +312,10 @@ func open(ctx context.Context, o Options, h hooks) (*Log, error) {
 		hooks:     h,
 		upKick:    make(chan struct{}, 1),
 		maintKick: make(chan struct{}, 1),
-		upDone:    make(chan struct{}),
 		closingCh: make(chan struct{}),
+		jobs:      make(chan func()),
+		upDone:    closedChan(),
+		upIdle:    make(chan struct{}),
 	}
 	l.pendBuf = l.newPendBuf()
 	var err error
@@ -304,19 +329,214 @@ func open(ctx context.Context, o Options, h hooks) (*Log, error) {
 		l.wal.Close()
 		return nil, fmt.Errorf("objwal open: %w", err)
 	}
-	if err := l.reconcile(ctx); err != nil {
+	if l.snap != nil {
+		l.localSnapIdx = l.snap.Header.Index
+	}
+	if o.Follower {
+		err = l.follow(ctx)
+	} else {
+		err = l.reconcile(ctx)
+	}
+	if err != nil {
 		l.wal.Close()
 		return nil, fmt.Errorf("objwal open: %w", err)
 	}
+	l.ctx, l.cancel = context.WithCancel(context.Background())
 	l.mu.Lock()
 	l.started = true
+	if !o.Follower {
+		l.startUploaderLocked()
+	}
 	l.mu.Unlock()
-	l.ctx, l.cancel = context.WithCancel(context.Background())
-	l.wg.Add(2)
-	go l.runUploader()
+	l.wg.Add(1)
 	go l.runMaintenance()
 	return l, nil
 }
+
+func closedChan() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}
+
+// follow catches up with the bucket without claiming it: what a follower
+// holds locally beyond the bucket stays, for its Primary to judge.
+func (l *Log) follow(ctx context.Context) error {
+	v, err := l.catchUp(ctx)
+	if err != nil {
+		return err
+	}
+	last, _ := l.localState()
+	l.mu.Lock()
+	l.localSynced, l.reported = last, last
+	l.uploaded = v.bucketLast
+	l.mu.Unlock()
+	l.log.Info("caught up with object storage as a follower", "index", last, "bucket_index", v.bucketLast, "seq", v.lastSeq)
+	return nil
+}
+
+// startUploaderLocked makes the log the writer and starts the uploader.
+func (l *Log) startUploaderLocked() {
+	l.writer = true
+	l.upCtx, l.upCancel = context.WithCancel(context.Background())
+	l.upDone = make(chan struct{})
+	l.wg.Add(1)
+	go l.runUploader(l.upCtx, l.upDone)
+}
+
+// job runs f on the maintenance goroutine and waits for it.
+func (l *Log) job(ctx context.Context, f func() error) error {
+	res := make(chan error, 1)
+	select {
+	case l.jobs <- func() { res <- f() }:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-l.ctx.Done():
+		return ErrClosed
+	}
+	return <-res
+}
+
+// Claim makes a follower the bucket's writer: once every local entry is
+// durable it catches up with the bucket again (another writer may have
+// moved it) and claims the next wal seq, as Open does for a writer. The
+// caller must not append meanwhile. From here on appends are uploaded.
+func (l *Log) Claim(ctx context.Context) error {
+	return l.job(ctx, func() error {
+		l.mu.Lock()
+		writer, err := l.writer, l.refuseLocked()
+		l.mu.Unlock()
+		switch {
+		case err != nil:
+			return err
+		case writer:
+			return errors.New("objwal: already the writer")
+		}
+		if last := l.wal.LastIndex(); last > 0 {
+			if err := l.wal.WaitSynced(ctx, last); err != nil {
+				return fmt.Errorf("objwal claim: sync the local log: %w", err)
+			}
+		}
+		if err := l.reconcile(ctx); err != nil {
+			return fmt.Errorf("objwal claim: %w", err)
+		}
+		l.mu.Lock()
+		l.startUploaderLocked()
+		l.reportLocked()
+		l.mu.Unlock()
+		return nil
+	})
+}
+
+// Release ends the writer role. With flush (Draining) it first uploads
+// everything pending, bounded by ctx. The uploader then stops; a fence
+// (ErrFenced) is forgotten, since following the new writer is what comes
+// next; and local entries after keep that the bucket does not hold (no
+// Primary committed them) are cut. The log takes followed entries again.
+func (l *Log) Release(ctx context.Context, flush bool, keep uint64) error {
+	return l.job(ctx, func() error {
+		l.mu.Lock()
+		if !l.writer {
+			l.mu.Unlock()
+			return l.truncateFollowed(keep)
+		}
+		if flush {
+			l.flushing = true
+		}
+		l.mu.Unlock()
+		if flush {
+			kick(l.upKick)
+			if err := l.waitUploaded(ctx); err != nil {
+				l.log.Warn("releasing the writer role before everything was uploaded", "error", err)
+			}
+		}
+		l.mu.Lock()
+		l.upCancel()
+		done := l.upDone
+		l.mu.Unlock()
+		<-done
+		l.mu.Lock()
+		l.writer, l.flushing = false, false
+		if errors.Is(l.err, ErrFenced) {
+			l.err = nil
+		}
+		clear(l.pend)
+		l.pend, l.pendBytes = l.pend[:0], 0
+		l.pendBuf = l.newPendBuf()
+		l.inflightBytes, l.inflightAt = 0, time.Time{}
+		keep = max(keep, l.uploaded)
+		l.mu.Unlock()
+		l.log.Info("released the writer role", "flushed", flush, "uploaded", keep)
+		return l.truncateFollowed(keep)
+	})
+}
+
+// waitUploaded waits until nothing appended is left to upload.
+func (l *Log) waitUploaded(ctx context.Context) error {
+	for {
+		l.mu.Lock()
+		idle, ch, err := len(l.pend) == 0 && l.inflightBytes == 0, l.upIdle, l.err
+		l.mu.Unlock()
+		switch {
+		case err != nil:
+			return err
+		case idle:
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// TruncateAfter cuts local entries after index, which no Primary
+// committed (a follower whose new Primary's history diverges there). It
+// refuses to cut what the bucket holds.
+func (l *Log) TruncateAfter(index uint64) error {
+	return l.job(context.Background(), func() error { return l.truncateFollowed(index) })
+}
+
+// truncateFollowed runs on the maintenance goroutine.
+func (l *Log) truncateFollowed(index uint64) error {
+	l.mu.Lock()
+	writer, uploaded := l.writer, l.uploaded
+	l.mu.Unlock()
+	if writer {
+		return errors.New("objwal: the writer cannot truncate its log")
+	}
+	last := l.wal.LastIndex()
+	if last <= index {
+		return nil
+	}
+	if index < uploaded || (l.meta != nil && index < l.meta.Index) || index < l.localSnapIdx {
+		return fmt.Errorf("objwal: refusing to cut the local log after index %d: object storage or a local snapshot holds entries through %d",
+			index, max(uploaded, l.localSnapIdx))
+	}
+	l.log.Warn("cutting local entries no Primary committed", "from", index+1, "to", last)
+	if err := l.truncateLocal(index); err != nil {
+		l.mu.Lock()
+		l.failLocked(err)
+		l.mu.Unlock()
+		return err
+	}
+	l.mu.Lock()
+	l.localSynced = min(l.localSynced, index)
+	l.reported = min(l.reported, index)
+	l.mu.Unlock()
+	return nil
+}
+
+// IsWriter reports whether the log is the bucket's writer.
+func (l *Log) IsWriter() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.writer
+}
+
+// FirstIndex is the oldest entry the local log holds (0: none).
+func (l *Log) FirstIndex() uint64 { return l.wal.FirstIndex() }
 
 func (l *Log) openWAL() error {
 	w, err := wal.Open(wal.Options{
@@ -396,10 +616,18 @@ func (l *Log) Append(e *netsyv1.Entry) error {
 	if err == nil {
 		err = l.wal.AppendFramed(e.Index, e.Revision, buf[off:])
 	}
-	if err != nil {
+	if err != nil || !l.writer {
 		l.pendBuf = buf[:off]
+		if err == nil {
+			// A follower keeps entries locally only (the Primary uploads
+			// them) and its receipts wait for the fsync: ask for it now.
+			l.wal.SyncTo(e.Index)
+		}
 		l.mu.Unlock()
-		return fmt.Errorf("objwal append: %w", err)
+		if err != nil {
+			return fmt.Errorf("objwal append: %w", err)
+		}
+		return nil
 	}
 	l.pendBuf = buf
 	l.pend = append(l.pend, pendEntry{index: e.Index, revision: e.Revision, off: off, end: len(l.pendBuf), at: now})
@@ -512,21 +740,24 @@ func (l *Log) Close() error {
 	l.mu.Lock()
 	if l.closing {
 		l.mu.Unlock()
-		<-l.upDone
 		l.wg.Wait()
 		return nil
 	}
 	l.closing = true
+	upDone, upCancel := l.upDone, l.upCancel
 	l.mu.Unlock()
 	close(l.closingCh)
 	kick(l.upKick)
 
 	t := l.clk.NewTimer(closeTimeout)
 	select {
-	case <-l.upDone:
+	case <-upDone:
 	case <-t.C():
 	}
 	t.Stop()
+	if upCancel != nil {
+		upCancel()
+	}
 	l.cancel()
 	l.wg.Wait()
 	l.mu.Lock()
@@ -590,7 +821,7 @@ func (l *Log) reportLocked() {
 		return
 	}
 	d := l.localSynced
-	if l.o.Mode == ModeSync && l.uploaded < d {
+	if l.writer && l.o.Mode == ModeSync && l.uploaded < d {
 		d = l.uploaded
 	}
 	if d > l.reported {

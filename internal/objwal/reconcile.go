@@ -83,9 +83,7 @@ func (l *Log) reportRecovery(v *bucketView) {
 // localState returns the last index the local state holds (log or
 // snapshot) and the local snapshot's index.
 func (l *Log) localState() (last, snapIdx uint64) {
-	if l.snap != nil {
-		snapIdx = l.snap.Header.Index
-	}
+	snapIdx = l.localSnapIdx
 	return max(l.wal.LastIndex(), snapIdx), snapIdx
 }
 
@@ -111,10 +109,13 @@ func (l *Log) catchUp(ctx context.Context) (*bucketView, error) {
 		l.log.Error("the local log lost entries it had fsync'd: the bucket holds them and they are fetched back",
 			"local_last", last, "checkpoint_index", m.Index, "checkpoint_seq", m.Seq, "wal_dir", l.o.WALDir)
 	}
-	// A local snapshot newer than the checkpoint can only be a restore that
-	// did not finish; the snapshot path redoes it.
-	if m.Seq > 0 && snapIdx <= m.Index {
-		agreed := min(last, m.Index)
+	// What the local state holds that needs no comparing with the bucket:
+	// the history agreed through the checkpoint (all of it, unless the disk
+	// lost entries it had fsync'd) and whatever a local snapshot covers. A
+	// snapshot beyond the checkpoint is an interrupted restore or one a
+	// follower took of entries its Primary committed: history either way.
+	agreed := max(min(last, m.Index), snapIdx)
+	if m.Seq > 0 {
 		from, ok, err := l.chunkHolding(ctx, agreed+1, m)
 		if err != nil {
 			return nil, err
@@ -230,14 +231,9 @@ func (l *Log) catchUpFromSnapshot(ctx context.Context) (*bucketView, error) {
 		return nil, fmt.Errorf("the bucket lacks %s, which this node uploaded (its newest chunk is %s); is this the right bucket?", walKey(m.Seq), walKey(top))
 	}
 	last, snapIdx := l.localState()
-	// What the local log holds of the history agreed through the
-	// checkpoint: all of it, unless the disk lost entries it had fsync'd.
-	skip := min(m.Index, last)
+	// As in catchUp: what needs no comparing.
+	skip := max(min(m.Index, last), snapIdx)
 	switch {
-	case snapIdx > m.Index && (snap == nil || snap.Header.Index < snapIdx):
-		// Only a restore puts a snapshot past the checkpoint, and the
-		// bucket's newest never goes backwards.
-		return nil, fmt.Errorf("the local snapshot at index %d is newer than the bucket's newest snapshot and than %s's checkpoint (index %d)", snapIdx, metaFileName, m.Index)
 	case snap != nil && snap.Header.Index > skip:
 		if err := l.installSnapshot(snap); err != nil {
 			return nil, err
@@ -267,7 +263,7 @@ func (l *Log) installSnapshot(snap *datafile.Snapshot) error {
 	if err := l.wal.SaveSnapshot(snap); err != nil {
 		return fmt.Errorf("save snapshot %s locally: %w", snapKey(h.Revision), err)
 	}
-	l.snap = snap
+	l.snap, l.localSnapIdx = snap, h.Index
 	m := l.meta.clone()
 	m.Seq, m.Index = h.WalSeq, h.Index
 	m.addSnapshot(h.Revision, h.WalSeq)
@@ -336,7 +332,7 @@ func (l *Log) applyChunks(ctx context.Context, baseSeq uint64, seqs []uint64, sk
 					matched++
 					continue
 				}
-				if l.o.Mode == ModeAsync {
+				if l.o.AckOnFsync && l.o.Mode == ModeAsync {
 					// Acknowledged once fsync'd: dropping it would lose a
 					// write a client was told is durable.
 					return fmt.Errorf("%w: the local log (%s) holds an acknowledged entry at index %d (revision %d) and %s holds a different one (revision %d); "+
@@ -344,7 +340,7 @@ func (l *Log) applyChunks(ctx context.Context, baseSeq uint64, seqs []uint64, sk
 						ErrHistoryConflict, l.wal.SegmentPath(e.Index), e.Index, tail[e.Index-skip-1].Revision, key, e.Revision)
 				}
 				l.log.Warn("DISCARDING local entries that object storage contradicts: another writer wrote this index first; "+
-					"in sync mode they were never acknowledged",
+					"no client was told they were durable (in sync mode only what is in the bucket is; in a cluster only what a quorum holds, which the new Primary has)",
 					"from", e.Index, "to", last, "chunk", key)
 				if err := l.truncateLocal(e.Index - 1); err != nil {
 					return err
@@ -468,7 +464,7 @@ func (l *Log) seed(ctx context.Context, v *bucketView) ([]*netsyv1.Entry, error)
 			if err := l.wal.SaveSnapshot(s); err != nil {
 				return nil, fmt.Errorf("seed snapshot: %w", err)
 			}
-			l.snap = s
+			l.snap, l.localSnapIdx = s, h.Index
 		}
 		key := snapKey(h.Revision)
 		_, err := l.uploadSnapshot(ctx, key, h.Index, openAttempts)

@@ -2,6 +2,7 @@ package objwal
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -29,20 +30,20 @@ type batch struct {
 // pending (in async mode: what is fsync'd and due), uploads it as the next
 // chunk, and repeats. One chunk is in flight at a time, so entries appended
 // during a PUT ride in the next one.
-func (l *Log) runUploader() {
+func (l *Log) runUploader(ctx context.Context, upDone chan struct{}) {
 	defer l.wg.Done()
-	defer close(l.upDone)
+	defer close(upDone)
 	for {
 		b, wait, done := l.takeBatch()
 		switch {
 		case done:
 			return
 		case b == nil:
-			if !l.idle(wait) {
+			if !l.idle(ctx, wait) {
 				return
 			}
 		default:
-			if !l.upload(b) {
+			if !l.upload(ctx, b) {
 				return
 			}
 		}
@@ -67,6 +68,10 @@ func (l *Log) takeBatch() (b *batch, wait time.Duration, done bool) {
 		}
 	}
 	if n == 0 {
+		if len(l.pend) == 0 && l.inflightBytes == 0 {
+			close(l.upIdle)
+			l.upIdle = make(chan struct{})
+		}
 		return nil, 0, l.closing && len(l.pend) == 0
 	}
 	if wait := l.holdLocked(n, now); wait > 0 {
@@ -82,7 +87,7 @@ func (l *Log) takeBatch() (b *batch, wait time.Duration, done bool) {
 		size += sz
 		take++
 	}
-	if l.o.Mode == ModeAsync && !l.closing && take == n && size < l.o.ChunkMaxBytes {
+	if l.o.Mode == ModeAsync && !l.closing && !l.flushing && take == n && size < l.o.ChunkMaxBytes {
 		if age := now.Sub(l.pend[0].at); age < l.o.ChunkMaxAge {
 			return nil, l.o.ChunkMaxAge - age, false
 		}
@@ -137,14 +142,14 @@ func (l *Log) newPendBuf() []byte {
 // write after idle) sets no expectation, so a lone writer is never held.
 // Nothing is acknowledged earlier for it: only the upload is delayed.
 func (l *Log) holdLocked(n int, now time.Time) time.Duration {
-	if l.o.Mode != ModeSync || l.closing || n >= l.expect || l.pendBytes >= int64(l.o.ChunkMaxBytes) {
+	if l.o.Mode != ModeSync || l.closing || l.flushing || n >= l.expect || l.pendBytes >= int64(l.o.ChunkMaxBytes) {
 		return 0
 	}
 	return max(l.holdUntil.Sub(now), 0)
 }
 
 // idle waits for a kick, wait to pass (if > 0), or the end.
-func (l *Log) idle(wait time.Duration) bool {
+func (l *Log) idle(ctx context.Context, wait time.Duration) bool {
 	var tc <-chan time.Time
 	if wait > 0 {
 		t := l.clk.NewTimer(wait)
@@ -154,14 +159,14 @@ func (l *Log) idle(wait time.Duration) bool {
 	select {
 	case <-l.upKick:
 	case <-tc:
-	case <-l.ctx.Done():
+	case <-ctx.Done():
 		return false
 	}
 	return true
 }
 
 // upload puts b as the next chunk and reports it; false stops the uploader.
-func (l *Log) upload(b *batch) bool {
+func (l *Log) upload(ctx context.Context, b *batch) bool {
 	body, err := encodeChunk(b.buf, b.ents)
 	l.mu.Lock()
 	seq := l.nextSeq
@@ -181,7 +186,7 @@ func (l *Log) upload(b *batch) bool {
 	l.mu.Unlock()
 
 	started := l.clk.Now()
-	if err := l.putChunk(seq, body); err != nil {
+	if err := l.putChunk(ctx, seq, body); err != nil {
 		if errors.Is(err, ErrFenced) {
 			l.mu.Lock()
 			l.failLocked(err)
@@ -225,10 +230,10 @@ func (l *Log) upload(b *batch) bool {
 // putChunk creates wal/{seq} with body. Transient failures retry the same
 // seq with the same bytes until it works, the log is fenced, or Close gives
 // up; a retry can therefore never put these entries at a second seq.
-func (l *Log) putChunk(seq uint64, body []byte) error {
+func (l *Log) putChunk(ctx context.Context, seq uint64, body []byte) error {
 	backoff := minBackoff
 	for attempt := 1; ; attempt++ {
-		err := l.putAttempt(walKey(seq), body)
+		err := l.putAttempt(ctx, walKey(seq), body)
 		// A success is reported by the caller once its state is updated,
 		// so a test woken by the hook sees the upload's effects.
 		if err != nil && l.hooks.putDone != nil {
@@ -242,7 +247,7 @@ func (l *Log) putChunk(seq uint64, body []byte) error {
 		l.stats.Retries++
 		closing := l.closing
 		l.mu.Unlock()
-		if closing || l.ctx.Err() != nil {
+		if closing || ctx.Err() != nil {
 			return fmt.Errorf("%w while %s is failing: %v", ErrClosed, walKey(seq), err)
 		}
 		if attempt == 1 || attempt%10 == 0 {
@@ -252,7 +257,7 @@ func (l *Log) putChunk(seq uint64, body []byte) error {
 		select {
 		case <-t.C():
 		case <-l.closingCh:
-		case <-l.ctx.Done():
+		case <-ctx.Done():
 		}
 		t.Stop()
 		backoff = min(2*backoff, maxBackoff)
@@ -261,8 +266,8 @@ func (l *Log) putChunk(seq uint64, body []byte) error {
 
 // putAttempt makes one attempt. A refused create is read back: our own
 // bytes mean an earlier attempt landed and only its answer was lost.
-func (l *Log) putAttempt(key string, body []byte) error {
-	ctx, cancel := l.attemptCtx(l.ctx, attemptTimeout)
+func (l *Log) putAttempt(ctx context.Context, key string, body []byte) error {
+	ctx, cancel := l.attemptCtx(ctx, attemptTimeout)
 	defer cancel()
 	_, err := l.store.PutIfAbsent(ctx, key, body)
 	if err == nil {
