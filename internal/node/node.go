@@ -27,6 +27,7 @@ import (
 	"github.com/netsy-io/netsy/internal/objstore"
 	objopen "github.com/netsy-io/netsy/internal/objstore/open"
 	"github.com/netsy-io/netsy/internal/objwal"
+	"github.com/netsy-io/netsy/internal/vfs"
 	"github.com/netsy-io/netsy/internal/wal"
 )
 
@@ -36,16 +37,17 @@ type Node struct {
 	log   hclog.Logger
 	clock clock.Clock
 
-	lock   *os.File
-	store  objstore.Store
-	objlog *objwal.Log
-	eng    *engine.Engine
-	api    *etcdapi.Server
-	grpc   *grpc.Server
-	http   *http.Server
-	client net.Listener
-	httpL  net.Listener
-	ready  atomic.Bool
+	lock     *os.File
+	store    objstore.Store
+	ownStore bool // opened here, so closed here
+	objlog   *objwal.Log
+	eng      *engine.Engine
+	api      *etcdapi.Server
+	grpc     *grpc.Server
+	http     *http.Server
+	client   net.Listener
+	httpL    net.Listener
+	ready    atomic.Bool
 
 	wg        sync.WaitGroup
 	closeOnce sync.Once
@@ -65,10 +67,28 @@ func durabilityMode(quorum int) objwal.Mode {
 
 // Start opens the data directory, reconciles with object storage, recovers
 // state and starts serving. ctx bounds start-up only.
-func Start(ctx context.Context, cfg config.Config, logger hclog.Logger, clk clock.Clock) (_ *Node, err error) {
+func Start(ctx context.Context, cfg config.Config, logger hclog.Logger, clk clock.Clock) (*Node, error) {
+	return StartWith(ctx, cfg, logger, Deps{Clock: clk})
+}
+
+// Deps replace what a node would otherwise build for itself: tests inject
+// a fake clock, an object store they control and a disk that can lose
+// power. Zero values take the real thing.
+type Deps struct {
+	Clock clock.Clock
+	// Store is used instead of opening --storage. The node does not close
+	// it: the caller may hand it to the node's next incarnation.
+	Store objstore.Store
+	// FS holds the local log (<data-dir>/wal) instead of the real disk.
+	FS vfs.FS
+}
+
+// StartWith is Start with injected dependencies.
+func StartWith(ctx context.Context, cfg config.Config, logger hclog.Logger, deps Deps) (_ *Node, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	clk := deps.Clock
 	if clk == nil {
 		clk = clock.Real()
 	}
@@ -93,18 +113,27 @@ func Start(ctx context.Context, cfg config.Config, logger hclog.Logger, clk cloc
 	if err != nil {
 		return nil, err
 	}
-	n.store, err = objopen.Open(ctx, storageURL, objopen.Options{
-		S3Endpoint:  cfg.S3Endpoint,
-		S3Region:    cfg.S3Region,
-		S3PathStyle: cfg.S3PathStyle,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("--storage: %w", err)
+	if deps.Store != nil {
+		n.store = deps.Store
+	} else {
+		n.store, err = objopen.Open(ctx, storageURL, objopen.Options{
+			S3Endpoint:  cfg.S3Endpoint,
+			S3Region:    cfg.S3Region,
+			S3PathStyle: cfg.S3PathStyle,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("--storage: %w", err)
+		}
+		n.ownStore = true
 	}
+	mode := durabilityMode(cfg.Quorum)
 	n.objlog, err = objwal.Open(ctx, objwal.Options{
-		Store:        n.store,
-		WALDir:       filepath.Join(cfg.DataDir, "wal"),
-		Mode:         durabilityMode(cfg.Quorum),
+		Store:  n.store,
+		WALDir: filepath.Join(cfg.DataDir, "wal"),
+		FS:     deps.FS,
+		Mode:   mode,
+		// A single node in async mode acknowledges on its local fsync.
+		AckOnFsync:   mode == objwal.ModeAsync,
 		SnapshotKeep: cfg.SnapshotKeep,
 		Clock:        clk,
 		Logger:       logger.Named("objwal"),
@@ -268,7 +297,7 @@ func (n *Node) Close() error {
 				n.closeErr = fmt.Errorf("close log: %w", err)
 			}
 		}
-		if n.store != nil {
+		if n.store != nil && n.ownStore {
 			n.store.Close()
 		}
 		if n.lock != nil {
