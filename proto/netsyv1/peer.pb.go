@@ -462,8 +462,10 @@ type ClusterState struct {
 	// elector term.
 	Version uint64 `protobuf:"varint,7,opt,name=version,proto3" json:"version,omitempty"`
 	// Filled only in GetClusterState answers.
-	Nodes         []*NodeStatus `protobuf:"bytes,8,rep,name=nodes,proto3" json:"nodes,omitempty"`
-	Events        []*Event      `protobuf:"bytes,9,rep,name=events,proto3" json:"events,omitempty"`
+	Nodes  []*NodeStatus `protobuf:"bytes,8,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	Events []*Event      `protobuf:"bytes,9,rep,name=events,proto3" json:"events,omitempty"`
+	// members are every registered node, for etcd's MemberList on any node.
+	Members       []*NodeInfo `protobuf:"bytes,10,rep,name=members,proto3" json:"members,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -557,6 +559,13 @@ func (x *ClusterState) GetNodes() []*NodeStatus {
 func (x *ClusterState) GetEvents() []*Event {
 	if x != nil {
 		return x.Events
+	}
+	return nil
+}
+
+func (x *ClusterState) GetMembers() []*NodeInfo {
+	if x != nil {
+		return x.Members
 	}
 	return nil
 }
@@ -1297,6 +1306,194 @@ func (*ResignResponse) Descriptor() ([]byte, []int) {
 	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{17}
 }
 
+type ReadIndexRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadIndexRequest) Reset() {
+	*x = ReadIndexRequest{}
+	mi := &file_netsy_v1_peer_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadIndexRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadIndexRequest) ProtoMessage() {}
+
+func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_netsy_v1_peer_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadIndexRequest.ProtoReflect.Descriptor instead.
+func (*ReadIndexRequest) Descriptor() ([]byte, []int) {
+	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{18}
+}
+
+// ReadIndexResponse is the Primary's commit point at the time of the
+// request, confirmed still current (its lease held, or its next wal seq
+// is still free): a replica that has applied this far may answer a
+// linearizable read.
+type ReadIndexResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Index         uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Revision      int64                  `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	PrimaryTerm   uint64                 `protobuf:"varint,3,opt,name=primary_term,json=primaryTerm,proto3" json:"primary_term,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadIndexResponse) Reset() {
+	*x = ReadIndexResponse{}
+	mi := &file_netsy_v1_peer_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadIndexResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadIndexResponse) ProtoMessage() {}
+
+func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_netsy_v1_peer_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadIndexResponse.ProtoReflect.Descriptor instead.
+func (*ReadIndexResponse) Descriptor() ([]byte, []int) {
+	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ReadIndexResponse) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *ReadIndexResponse) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *ReadIndexResponse) GetPrimaryTerm() uint64 {
+	if x != nil {
+		return x.PrimaryTerm
+	}
+	return 0
+}
+
+type LeaseRenewRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            int64                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseRenewRequest) Reset() {
+	*x = LeaseRenewRequest{}
+	mi := &file_netsy_v1_peer_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseRenewRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseRenewRequest) ProtoMessage() {}
+
+func (x *LeaseRenewRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_netsy_v1_peer_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseRenewRequest.ProtoReflect.Descriptor instead.
+func (*LeaseRenewRequest) Descriptor() ([]byte, []int) {
+	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *LeaseRenewRequest) GetId() int64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+type LeaseRenewResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ttl           int64                  `protobuf:"varint,1,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseRenewResponse) Reset() {
+	*x = LeaseRenewResponse{}
+	mi := &file_netsy_v1_peer_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseRenewResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseRenewResponse) ProtoMessage() {}
+
+func (x *LeaseRenewResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_netsy_v1_peer_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseRenewResponse.ProtoReflect.Descriptor instead.
+func (*LeaseRenewResponse) Descriptor() ([]byte, []int) {
+	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *LeaseRenewResponse) GetTtl() int64 {
+	if x != nil {
+		return x.Ttl
+	}
+	return 0
+}
+
 // FollowRequest is what a replica sends on its Follow stream.
 type FollowRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1312,7 +1509,7 @@ type FollowRequest struct {
 
 func (x *FollowRequest) Reset() {
 	*x = FollowRequest{}
-	mi := &file_netsy_v1_peer_proto_msgTypes[18]
+	mi := &file_netsy_v1_peer_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1324,7 +1521,7 @@ func (x *FollowRequest) String() string {
 func (*FollowRequest) ProtoMessage() {}
 
 func (x *FollowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_peer_proto_msgTypes[18]
+	mi := &file_netsy_v1_peer_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1337,7 +1534,7 @@ func (x *FollowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FollowRequest.ProtoReflect.Descriptor instead.
 func (*FollowRequest) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{18}
+	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *FollowRequest) GetMsg() isFollowRequest_Msg {
@@ -1411,7 +1608,7 @@ type FollowStart struct {
 
 func (x *FollowStart) Reset() {
 	*x = FollowStart{}
-	mi := &file_netsy_v1_peer_proto_msgTypes[19]
+	mi := &file_netsy_v1_peer_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1423,7 +1620,7 @@ func (x *FollowStart) String() string {
 func (*FollowStart) ProtoMessage() {}
 
 func (x *FollowStart) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_peer_proto_msgTypes[19]
+	mi := &file_netsy_v1_peer_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1436,7 +1633,7 @@ func (x *FollowStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FollowStart.ProtoReflect.Descriptor instead.
 func (*FollowStart) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{19}
+	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *FollowStart) GetNodeId() string {
@@ -1485,7 +1682,7 @@ type Receipt struct {
 
 func (x *Receipt) Reset() {
 	*x = Receipt{}
-	mi := &file_netsy_v1_peer_proto_msgTypes[20]
+	mi := &file_netsy_v1_peer_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1497,7 +1694,7 @@ func (x *Receipt) String() string {
 func (*Receipt) ProtoMessage() {}
 
 func (x *Receipt) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_peer_proto_msgTypes[20]
+	mi := &file_netsy_v1_peer_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1510,7 +1707,7 @@ func (x *Receipt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Receipt.ProtoReflect.Descriptor instead.
 func (*Receipt) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{20}
+	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Receipt) GetIndex() uint64 {
@@ -1546,7 +1743,7 @@ type FollowResponse struct {
 
 func (x *FollowResponse) Reset() {
 	*x = FollowResponse{}
-	mi := &file_netsy_v1_peer_proto_msgTypes[21]
+	mi := &file_netsy_v1_peer_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1558,7 +1755,7 @@ func (x *FollowResponse) String() string {
 func (*FollowResponse) ProtoMessage() {}
 
 func (x *FollowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_peer_proto_msgTypes[21]
+	mi := &file_netsy_v1_peer_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1571,7 +1768,7 @@ func (x *FollowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FollowResponse.ProtoReflect.Descriptor instead.
 func (*FollowResponse) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{21}
+	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *FollowResponse) GetPrimaryTerm() uint64 {
@@ -1674,7 +1871,7 @@ type Initial struct {
 
 func (x *Initial) Reset() {
 	*x = Initial{}
-	mi := &file_netsy_v1_peer_proto_msgTypes[22]
+	mi := &file_netsy_v1_peer_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1686,7 +1883,7 @@ func (x *Initial) String() string {
 func (*Initial) ProtoMessage() {}
 
 func (x *Initial) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_peer_proto_msgTypes[22]
+	mi := &file_netsy_v1_peer_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1699,7 +1896,7 @@ func (x *Initial) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Initial.ProtoReflect.Descriptor instead.
 func (*Initial) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{22}
+	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Initial) GetCommittedIndex() uint64 {
@@ -1760,7 +1957,7 @@ type EntryBatch struct {
 
 func (x *EntryBatch) Reset() {
 	*x = EntryBatch{}
-	mi := &file_netsy_v1_peer_proto_msgTypes[23]
+	mi := &file_netsy_v1_peer_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1772,7 +1969,7 @@ func (x *EntryBatch) String() string {
 func (*EntryBatch) ProtoMessage() {}
 
 func (x *EntryBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_peer_proto_msgTypes[23]
+	mi := &file_netsy_v1_peer_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1785,7 +1982,7 @@ func (x *EntryBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EntryBatch.ProtoReflect.Descriptor instead.
 func (*EntryBatch) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{23}
+	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *EntryBatch) GetEntries() []*Entry {
@@ -1807,7 +2004,7 @@ type Commit struct {
 
 func (x *Commit) Reset() {
 	*x = Commit{}
-	mi := &file_netsy_v1_peer_proto_msgTypes[24]
+	mi := &file_netsy_v1_peer_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1819,7 +2016,7 @@ func (x *Commit) String() string {
 func (*Commit) ProtoMessage() {}
 
 func (x *Commit) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_peer_proto_msgTypes[24]
+	mi := &file_netsy_v1_peer_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1832,7 +2029,7 @@ func (x *Commit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Commit.ProtoReflect.Descriptor instead.
 func (*Commit) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{24}
+	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Commit) GetIndex() uint64 {
@@ -1859,7 +2056,7 @@ type Compact struct {
 
 func (x *Compact) Reset() {
 	*x = Compact{}
-	mi := &file_netsy_v1_peer_proto_msgTypes[25]
+	mi := &file_netsy_v1_peer_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1871,7 +2068,7 @@ func (x *Compact) String() string {
 func (*Compact) ProtoMessage() {}
 
 func (x *Compact) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_peer_proto_msgTypes[25]
+	mi := &file_netsy_v1_peer_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1884,7 +2081,7 @@ func (x *Compact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Compact.ProtoReflect.Descriptor instead.
 func (*Compact) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{25}
+	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Compact) GetRevision() int64 {
@@ -1926,7 +2123,7 @@ const file_netsy_v1_peer_proto_rawDesc = "" +
 	"\rcluster_state\x18\x01 \x01(\v2\x16.netsy.v1.ClusterStateR\fclusterState\x12!\n" +
 	"\flock_counter\x18\x02 \x01(\x04R\vlockCounter\x12\x10\n" +
 	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12-\n" +
-	"\x06health\x18\x04 \x01(\x0e2\x15.netsy.v1.HealthStateR\x06health\"\xe9\x02\n" +
+	"\x06health\x18\x04 \x01(\x0e2\x15.netsy.v1.HealthStateR\x06health\"\x97\x03\n" +
 	"\fClusterState\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12,\n" +
@@ -1937,7 +2134,9 @@ const file_netsy_v1_peer_proto_rawDesc = "" +
 	"\x10registered_nodes\x18\x06 \x01(\rR\x0fregisteredNodes\x12\x18\n" +
 	"\aversion\x18\a \x01(\x04R\aversion\x12*\n" +
 	"\x05nodes\x18\b \x03(\v2\x14.netsy.v1.NodeStatusR\x05nodes\x12'\n" +
-	"\x06events\x18\t \x03(\v2\x0f.netsy.v1.EventR\x06events\"\xe7\x01\n" +
+	"\x06events\x18\t \x03(\v2\x0f.netsy.v1.EventR\x06events\x12,\n" +
+	"\amembers\x18\n" +
+	" \x03(\v2\x12.netsy.v1.NodeInfoR\amembers\"\xe7\x01\n" +
 	"\n" +
 	"NodeStatus\x12&\n" +
 	"\x04info\x18\x01 \x01(\v2\x12.netsy.v1.NodeInfoR\x04info\x12-\n" +
@@ -1980,7 +2179,16 @@ const file_netsy_v1_peer_proto_rawDesc = "" +
 	"\x0fHandoffResponse\x12;\n" +
 	"\rcluster_state\x18\x01 \x01(\v2\x16.netsy.v1.ClusterStateR\fclusterState\"\x0f\n" +
 	"\rResignRequest\"\x10\n" +
-	"\x0eResignResponse\"\xa9\x01\n" +
+	"\x0eResignResponse\"\x12\n" +
+	"\x10ReadIndexRequest\"h\n" +
+	"\x11ReadIndexResponse\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\x12!\n" +
+	"\fprimary_term\x18\x03 \x01(\x04R\vprimaryTerm\"#\n" +
+	"\x11LeaseRenewRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x03R\x02id\"&\n" +
+	"\x12LeaseRenewResponse\x12\x10\n" +
+	"\x03ttl\x18\x01 \x01(\x03R\x03ttl\"\xa9\x01\n" +
 	"\rFollowRequest\x12-\n" +
 	"\x05start\x18\x01 \x01(\v2\x15.netsy.v1.FollowStartH\x00R\x05start\x12-\n" +
 	"\areceipt\x18\x02 \x01(\v2\x11.netsy.v1.ReceiptH\x00R\areceipt\x123\n" +
@@ -2037,12 +2245,15 @@ const file_netsy_v1_peer_proto_rawDesc = "" +
 	"\x0eDeregisterNode\x12\x1f.netsy.v1.DeregisterNodeRequest\x1a .netsy.v1.DeregisterNodeResponse\x12=\n" +
 	"\tHeartbeat\x12\x13.netsy.v1.Heartbeat\x1a\x1b.netsy.v1.HeartbeatResponse\x12K\n" +
 	"\x0fGetClusterState\x12 .netsy.v1.GetClusterStateRequest\x1a\x16.netsy.v1.ClusterState\x12>\n" +
-	"\aHandoff\x12\x18.netsy.v1.HandoffRequest\x1a\x19.netsy.v1.HandoffResponse2\x9c\x02\n" +
+	"\aHandoff\x12\x18.netsy.v1.HandoffRequest\x1a\x19.netsy.v1.HandoffResponse2\xab\x03\n" +
 	"\x04Node\x12N\n" +
 	"\x10PushClusterState\x12\x16.netsy.v1.ClusterState\x1a\".netsy.v1.PushClusterStateResponse\x12B\n" +
 	"\fGetNodeState\x12\x1d.netsy.v1.GetNodeStateRequest\x1a\x13.netsy.v1.NodeState\x12<\n" +
 	"\x05Drain\x12\x18.netsy.v1.HandoffRequest\x1a\x19.netsy.v1.HandoffResponse\x12B\n" +
-	"\rResignElector\x12\x17.netsy.v1.ResignRequest\x1a\x18.netsy.v1.ResignResponse2I\n" +
+	"\rResignElector\x12\x17.netsy.v1.ResignRequest\x1a\x18.netsy.v1.ResignResponse\x12D\n" +
+	"\tReadIndex\x12\x1a.netsy.v1.ReadIndexRequest\x1a\x1b.netsy.v1.ReadIndexResponse\x12G\n" +
+	"\n" +
+	"LeaseRenew\x12\x1b.netsy.v1.LeaseRenewRequest\x1a\x1c.netsy.v1.LeaseRenewResponse2I\n" +
 	"\x06Follow\x12?\n" +
 	"\x06Follow\x12\x17.netsy.v1.FollowRequest\x1a\x18.netsy.v1.FollowResponse(\x010\x01B1Z/github.com/netsy-io/netsy/proto/netsyv1;netsyv1b\x06proto3"
 
@@ -2059,7 +2270,7 @@ func file_netsy_v1_peer_proto_rawDescGZIP() []byte {
 }
 
 var file_netsy_v1_peer_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_netsy_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_netsy_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_netsy_v1_peer_proto_goTypes = []any{
 	(HealthState)(0),                 // 0: netsy.v1.HealthState
 	(PrimaryState)(0),                // 1: netsy.v1.PrimaryState
@@ -2081,15 +2292,19 @@ var file_netsy_v1_peer_proto_goTypes = []any{
 	(*HandoffResponse)(nil),          // 17: netsy.v1.HandoffResponse
 	(*ResignRequest)(nil),            // 18: netsy.v1.ResignRequest
 	(*ResignResponse)(nil),           // 19: netsy.v1.ResignResponse
-	(*FollowRequest)(nil),            // 20: netsy.v1.FollowRequest
-	(*FollowStart)(nil),              // 21: netsy.v1.FollowStart
-	(*Receipt)(nil),                  // 22: netsy.v1.Receipt
-	(*FollowResponse)(nil),           // 23: netsy.v1.FollowResponse
-	(*Initial)(nil),                  // 24: netsy.v1.Initial
-	(*EntryBatch)(nil),               // 25: netsy.v1.EntryBatch
-	(*Commit)(nil),                   // 26: netsy.v1.Commit
-	(*Compact)(nil),                  // 27: netsy.v1.Compact
-	(*Entry)(nil),                    // 28: netsy.v1.Entry
+	(*ReadIndexRequest)(nil),         // 20: netsy.v1.ReadIndexRequest
+	(*ReadIndexResponse)(nil),        // 21: netsy.v1.ReadIndexResponse
+	(*LeaseRenewRequest)(nil),        // 22: netsy.v1.LeaseRenewRequest
+	(*LeaseRenewResponse)(nil),       // 23: netsy.v1.LeaseRenewResponse
+	(*FollowRequest)(nil),            // 24: netsy.v1.FollowRequest
+	(*FollowStart)(nil),              // 25: netsy.v1.FollowStart
+	(*Receipt)(nil),                  // 26: netsy.v1.Receipt
+	(*FollowResponse)(nil),           // 27: netsy.v1.FollowResponse
+	(*Initial)(nil),                  // 28: netsy.v1.Initial
+	(*EntryBatch)(nil),               // 29: netsy.v1.EntryBatch
+	(*Commit)(nil),                   // 30: netsy.v1.Commit
+	(*Compact)(nil),                  // 31: netsy.v1.Compact
+	(*Entry)(nil),                    // 32: netsy.v1.Entry
 }
 var file_netsy_v1_peer_proto_depIdxs = []int32{
 	0,  // 0: netsy.v1.Heartbeat.health:type_name -> netsy.v1.HealthState
@@ -2100,51 +2315,56 @@ var file_netsy_v1_peer_proto_depIdxs = []int32{
 	2,  // 5: netsy.v1.ClusterState.primary:type_name -> netsy.v1.NodeInfo
 	6,  // 6: netsy.v1.ClusterState.nodes:type_name -> netsy.v1.NodeStatus
 	7,  // 7: netsy.v1.ClusterState.events:type_name -> netsy.v1.Event
-	2,  // 8: netsy.v1.NodeStatus.info:type_name -> netsy.v1.NodeInfo
-	0,  // 9: netsy.v1.NodeStatus.health:type_name -> netsy.v1.HealthState
-	3,  // 10: netsy.v1.NodeStatus.last:type_name -> netsy.v1.Heartbeat
-	2,  // 11: netsy.v1.RegisterNodeRequest.node:type_name -> netsy.v1.NodeInfo
-	5,  // 12: netsy.v1.RegisterNodeResponse.cluster_state:type_name -> netsy.v1.ClusterState
-	3,  // 13: netsy.v1.NodeState.state:type_name -> netsy.v1.Heartbeat
-	2,  // 14: netsy.v1.NodeState.info:type_name -> netsy.v1.NodeInfo
-	5,  // 15: netsy.v1.NodeState.cluster_state:type_name -> netsy.v1.ClusterState
-	7,  // 16: netsy.v1.NodeState.events:type_name -> netsy.v1.Event
-	5,  // 17: netsy.v1.PushClusterStateResponse.current:type_name -> netsy.v1.ClusterState
-	5,  // 18: netsy.v1.HandoffResponse.cluster_state:type_name -> netsy.v1.ClusterState
-	21, // 19: netsy.v1.FollowRequest.start:type_name -> netsy.v1.FollowStart
-	22, // 20: netsy.v1.FollowRequest.receipt:type_name -> netsy.v1.Receipt
-	3,  // 21: netsy.v1.FollowRequest.heartbeat:type_name -> netsy.v1.Heartbeat
-	3,  // 22: netsy.v1.Receipt.heartbeat:type_name -> netsy.v1.Heartbeat
-	24, // 23: netsy.v1.FollowResponse.initial:type_name -> netsy.v1.Initial
-	25, // 24: netsy.v1.FollowResponse.entries:type_name -> netsy.v1.EntryBatch
-	26, // 25: netsy.v1.FollowResponse.commit:type_name -> netsy.v1.Commit
-	27, // 26: netsy.v1.FollowResponse.compact:type_name -> netsy.v1.Compact
-	28, // 27: netsy.v1.EntryBatch.entries:type_name -> netsy.v1.Entry
-	8,  // 28: netsy.v1.Elector.RegisterNode:input_type -> netsy.v1.RegisterNodeRequest
-	10, // 29: netsy.v1.Elector.DeregisterNode:input_type -> netsy.v1.DeregisterNodeRequest
-	3,  // 30: netsy.v1.Elector.Heartbeat:input_type -> netsy.v1.Heartbeat
-	12, // 31: netsy.v1.Elector.GetClusterState:input_type -> netsy.v1.GetClusterStateRequest
-	16, // 32: netsy.v1.Elector.Handoff:input_type -> netsy.v1.HandoffRequest
-	5,  // 33: netsy.v1.Node.PushClusterState:input_type -> netsy.v1.ClusterState
-	13, // 34: netsy.v1.Node.GetNodeState:input_type -> netsy.v1.GetNodeStateRequest
-	16, // 35: netsy.v1.Node.Drain:input_type -> netsy.v1.HandoffRequest
-	18, // 36: netsy.v1.Node.ResignElector:input_type -> netsy.v1.ResignRequest
-	20, // 37: netsy.v1.Follow.Follow:input_type -> netsy.v1.FollowRequest
-	9,  // 38: netsy.v1.Elector.RegisterNode:output_type -> netsy.v1.RegisterNodeResponse
-	11, // 39: netsy.v1.Elector.DeregisterNode:output_type -> netsy.v1.DeregisterNodeResponse
-	4,  // 40: netsy.v1.Elector.Heartbeat:output_type -> netsy.v1.HeartbeatResponse
-	5,  // 41: netsy.v1.Elector.GetClusterState:output_type -> netsy.v1.ClusterState
-	17, // 42: netsy.v1.Elector.Handoff:output_type -> netsy.v1.HandoffResponse
-	15, // 43: netsy.v1.Node.PushClusterState:output_type -> netsy.v1.PushClusterStateResponse
-	14, // 44: netsy.v1.Node.GetNodeState:output_type -> netsy.v1.NodeState
-	17, // 45: netsy.v1.Node.Drain:output_type -> netsy.v1.HandoffResponse
-	19, // 46: netsy.v1.Node.ResignElector:output_type -> netsy.v1.ResignResponse
-	23, // 47: netsy.v1.Follow.Follow:output_type -> netsy.v1.FollowResponse
-	38, // [38:48] is the sub-list for method output_type
-	28, // [28:38] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	2,  // 8: netsy.v1.ClusterState.members:type_name -> netsy.v1.NodeInfo
+	2,  // 9: netsy.v1.NodeStatus.info:type_name -> netsy.v1.NodeInfo
+	0,  // 10: netsy.v1.NodeStatus.health:type_name -> netsy.v1.HealthState
+	3,  // 11: netsy.v1.NodeStatus.last:type_name -> netsy.v1.Heartbeat
+	2,  // 12: netsy.v1.RegisterNodeRequest.node:type_name -> netsy.v1.NodeInfo
+	5,  // 13: netsy.v1.RegisterNodeResponse.cluster_state:type_name -> netsy.v1.ClusterState
+	3,  // 14: netsy.v1.NodeState.state:type_name -> netsy.v1.Heartbeat
+	2,  // 15: netsy.v1.NodeState.info:type_name -> netsy.v1.NodeInfo
+	5,  // 16: netsy.v1.NodeState.cluster_state:type_name -> netsy.v1.ClusterState
+	7,  // 17: netsy.v1.NodeState.events:type_name -> netsy.v1.Event
+	5,  // 18: netsy.v1.PushClusterStateResponse.current:type_name -> netsy.v1.ClusterState
+	5,  // 19: netsy.v1.HandoffResponse.cluster_state:type_name -> netsy.v1.ClusterState
+	25, // 20: netsy.v1.FollowRequest.start:type_name -> netsy.v1.FollowStart
+	26, // 21: netsy.v1.FollowRequest.receipt:type_name -> netsy.v1.Receipt
+	3,  // 22: netsy.v1.FollowRequest.heartbeat:type_name -> netsy.v1.Heartbeat
+	3,  // 23: netsy.v1.Receipt.heartbeat:type_name -> netsy.v1.Heartbeat
+	28, // 24: netsy.v1.FollowResponse.initial:type_name -> netsy.v1.Initial
+	29, // 25: netsy.v1.FollowResponse.entries:type_name -> netsy.v1.EntryBatch
+	30, // 26: netsy.v1.FollowResponse.commit:type_name -> netsy.v1.Commit
+	31, // 27: netsy.v1.FollowResponse.compact:type_name -> netsy.v1.Compact
+	32, // 28: netsy.v1.EntryBatch.entries:type_name -> netsy.v1.Entry
+	8,  // 29: netsy.v1.Elector.RegisterNode:input_type -> netsy.v1.RegisterNodeRequest
+	10, // 30: netsy.v1.Elector.DeregisterNode:input_type -> netsy.v1.DeregisterNodeRequest
+	3,  // 31: netsy.v1.Elector.Heartbeat:input_type -> netsy.v1.Heartbeat
+	12, // 32: netsy.v1.Elector.GetClusterState:input_type -> netsy.v1.GetClusterStateRequest
+	16, // 33: netsy.v1.Elector.Handoff:input_type -> netsy.v1.HandoffRequest
+	5,  // 34: netsy.v1.Node.PushClusterState:input_type -> netsy.v1.ClusterState
+	13, // 35: netsy.v1.Node.GetNodeState:input_type -> netsy.v1.GetNodeStateRequest
+	16, // 36: netsy.v1.Node.Drain:input_type -> netsy.v1.HandoffRequest
+	18, // 37: netsy.v1.Node.ResignElector:input_type -> netsy.v1.ResignRequest
+	20, // 38: netsy.v1.Node.ReadIndex:input_type -> netsy.v1.ReadIndexRequest
+	22, // 39: netsy.v1.Node.LeaseRenew:input_type -> netsy.v1.LeaseRenewRequest
+	24, // 40: netsy.v1.Follow.Follow:input_type -> netsy.v1.FollowRequest
+	9,  // 41: netsy.v1.Elector.RegisterNode:output_type -> netsy.v1.RegisterNodeResponse
+	11, // 42: netsy.v1.Elector.DeregisterNode:output_type -> netsy.v1.DeregisterNodeResponse
+	4,  // 43: netsy.v1.Elector.Heartbeat:output_type -> netsy.v1.HeartbeatResponse
+	5,  // 44: netsy.v1.Elector.GetClusterState:output_type -> netsy.v1.ClusterState
+	17, // 45: netsy.v1.Elector.Handoff:output_type -> netsy.v1.HandoffResponse
+	15, // 46: netsy.v1.Node.PushClusterState:output_type -> netsy.v1.PushClusterStateResponse
+	14, // 47: netsy.v1.Node.GetNodeState:output_type -> netsy.v1.NodeState
+	17, // 48: netsy.v1.Node.Drain:output_type -> netsy.v1.HandoffResponse
+	19, // 49: netsy.v1.Node.ResignElector:output_type -> netsy.v1.ResignResponse
+	21, // 50: netsy.v1.Node.ReadIndex:output_type -> netsy.v1.ReadIndexResponse
+	23, // 51: netsy.v1.Node.LeaseRenew:output_type -> netsy.v1.LeaseRenewResponse
+	27, // 52: netsy.v1.Follow.Follow:output_type -> netsy.v1.FollowResponse
+	41, // [41:53] is the sub-list for method output_type
+	29, // [29:41] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_netsy_v1_peer_proto_init() }
@@ -2153,12 +2373,12 @@ func file_netsy_v1_peer_proto_init() {
 		return
 	}
 	file_netsy_v1_log_proto_init()
-	file_netsy_v1_peer_proto_msgTypes[18].OneofWrappers = []any{
+	file_netsy_v1_peer_proto_msgTypes[22].OneofWrappers = []any{
 		(*FollowRequest_Start)(nil),
 		(*FollowRequest_Receipt)(nil),
 		(*FollowRequest_Heartbeat)(nil),
 	}
-	file_netsy_v1_peer_proto_msgTypes[21].OneofWrappers = []any{
+	file_netsy_v1_peer_proto_msgTypes[25].OneofWrappers = []any{
 		(*FollowResponse_Initial)(nil),
 		(*FollowResponse_Entries)(nil),
 		(*FollowResponse_Commit)(nil),
@@ -2170,7 +2390,7 @@ func file_netsy_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_netsy_v1_peer_proto_rawDesc), len(file_netsy_v1_peer_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   26,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -290,6 +290,8 @@ const (
 	Node_GetNodeState_FullMethodName     = "/netsy.v1.Node/GetNodeState"
 	Node_Drain_FullMethodName            = "/netsy.v1.Node/Drain"
 	Node_ResignElector_FullMethodName    = "/netsy.v1.Node/ResignElector"
+	Node_ReadIndex_FullMethodName        = "/netsy.v1.Node/ReadIndex"
+	Node_LeaseRenew_FullMethodName       = "/netsy.v1.Node/LeaseRenew"
 )
 
 // NodeClient is the client API for Node service.
@@ -305,6 +307,10 @@ type NodeClient interface {
 	Drain(ctx context.Context, in *HandoffRequest, opts ...grpc.CallOption) (*HandoffResponse, error)
 	// ResignElector asks the node to resign the Elector lock if it holds it.
 	ResignElector(ctx context.Context, in *ResignRequest, opts ...grpc.CallOption) (*ResignResponse, error)
+	// ReadIndex and LeaseRenew are answered by the Primary only: replicas use
+	// them to serve linearizable reads and forward lease keep-alives.
+	ReadIndex(ctx context.Context, in *ReadIndexRequest, opts ...grpc.CallOption) (*ReadIndexResponse, error)
+	LeaseRenew(ctx context.Context, in *LeaseRenewRequest, opts ...grpc.CallOption) (*LeaseRenewResponse, error)
 }
 
 type nodeClient struct {
@@ -355,6 +361,26 @@ func (c *nodeClient) ResignElector(ctx context.Context, in *ResignRequest, opts 
 	return out, nil
 }
 
+func (c *nodeClient) ReadIndex(ctx context.Context, in *ReadIndexRequest, opts ...grpc.CallOption) (*ReadIndexResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReadIndexResponse)
+	err := c.cc.Invoke(ctx, Node_ReadIndex_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *nodeClient) LeaseRenew(ctx context.Context, in *LeaseRenewRequest, opts ...grpc.CallOption) (*LeaseRenewResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LeaseRenewResponse)
+	err := c.cc.Invoke(ctx, Node_LeaseRenew_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // NodeServer is the server API for Node service.
 // All implementations must embed UnimplementedNodeServer
 // for forward compatibility.
@@ -368,6 +394,10 @@ type NodeServer interface {
 	Drain(context.Context, *HandoffRequest) (*HandoffResponse, error)
 	// ResignElector asks the node to resign the Elector lock if it holds it.
 	ResignElector(context.Context, *ResignRequest) (*ResignResponse, error)
+	// ReadIndex and LeaseRenew are answered by the Primary only: replicas use
+	// them to serve linearizable reads and forward lease keep-alives.
+	ReadIndex(context.Context, *ReadIndexRequest) (*ReadIndexResponse, error)
+	LeaseRenew(context.Context, *LeaseRenewRequest) (*LeaseRenewResponse, error)
 	mustEmbedUnimplementedNodeServer()
 }
 
@@ -389,6 +419,12 @@ func (UnimplementedNodeServer) Drain(context.Context, *HandoffRequest) (*Handoff
 }
 func (UnimplementedNodeServer) ResignElector(context.Context, *ResignRequest) (*ResignResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ResignElector not implemented")
+}
+func (UnimplementedNodeServer) ReadIndex(context.Context, *ReadIndexRequest) (*ReadIndexResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ReadIndex not implemented")
+}
+func (UnimplementedNodeServer) LeaseRenew(context.Context, *LeaseRenewRequest) (*LeaseRenewResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method LeaseRenew not implemented")
 }
 func (UnimplementedNodeServer) mustEmbedUnimplementedNodeServer() {}
 func (UnimplementedNodeServer) testEmbeddedByValue()              {}
@@ -483,6 +519,42 @@ func _Node_ResignElector_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Node_ReadIndex_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReadIndexRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodeServer).ReadIndex(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Node_ReadIndex_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodeServer).ReadIndex(ctx, req.(*ReadIndexRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Node_LeaseRenew_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LeaseRenewRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodeServer).LeaseRenew(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Node_LeaseRenew_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodeServer).LeaseRenew(ctx, req.(*LeaseRenewRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Node_ServiceDesc is the grpc.ServiceDesc for Node service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -505,6 +577,14 @@ var Node_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ResignElector",
 			Handler:    _Node_ResignElector_Handler,
+		},
+		{
+			MethodName: "ReadIndex",
+			Handler:    _Node_ReadIndex_Handler,
+		},
+		{
+			MethodName: "LeaseRenew",
+			Handler:    _Node_LeaseRenew_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
