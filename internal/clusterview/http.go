@@ -30,9 +30,9 @@ func LeaderOf(cs *netsyv1.ClusterState, self *netsyv1.NodeState) (Leader, bool) 
 		cs = self.GetClusterState()
 	}
 	l := Leader{
-		Primary:     refOf(cs.GetPrimary()),
+		Primary:     Ref(cs.GetPrimary()),
 		PrimaryTerm: cs.GetPrimaryTerm(),
-		Elector:     refOf(cs.GetElector()),
+		Elector:     Ref(cs.GetElector()),
 		ElectorTerm: cs.GetElectorTerm(),
 	}
 	return l, l.Primary != nil

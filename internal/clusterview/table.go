@@ -21,8 +21,8 @@ func WriteTable(out io.Writer, v View, events bool) error {
 	fmt.Fprintf(tw, "Primary:\t%s\n", describe(v.Primary, "none elected"))
 	fmt.Fprintf(tw, "Primary term:\t%d\n", v.PrimaryTerm)
 	fmt.Fprintf(tw, "Nodes registered:\t%d\n", v.RegisteredNodes)
-	if v.AnsweredBy != "" {
-		fmt.Fprintf(tw, "Answered by:\t%s\n", v.AnsweredBy)
+	if v.ViaNode != "" {
+		fmt.Fprintf(tw, "Via node:\t%s\n", v.ViaNode)
 	}
 	if v.Note != "" {
 		fmt.Fprintf(tw, "Note:\t%s\n", v.Note)

@@ -82,8 +82,9 @@ type EventRow struct {
 // View is the cluster as one answer described it.
 type View struct {
 	ClusterID string `json:"cluster_id"`
-	// AnsweredBy is the node whose own state came with the answer.
-	AnsweredBy string `json:"answered_by,omitempty"`
+	// ViaNode is the node whose own state came with the Cluster State:
+	// the node serving the HTTP request, or the one netsyctl asked first.
+	ViaNode string `json:"via_node,omitempty"`
 	// Note says whose view this is when it is not the Elector's; callers
 	// set it (FromProto cannot tell).
 	Note            string   `json:"note,omitempty"`
@@ -111,16 +112,16 @@ func FromProto(cs *netsyv1.ClusterState, self *netsyv1.NodeState) View {
 	}
 	v := View{
 		ClusterID:       cs.GetClusterId(),
-		Elector:         refOf(cs.GetElector()),
+		Elector:         Ref(cs.GetElector()),
 		ElectorTerm:     cs.GetElectorTerm(),
-		Primary:         refOf(cs.GetPrimary()),
+		Primary:         Ref(cs.GetPrimary()),
 		PrimaryTerm:     cs.GetPrimaryTerm(),
 		RegisteredNodes: cs.GetRegisteredNodes(),
 		Version:         cs.GetVersion(),
 		Nodes:           []NodeRow{},
 	}
 	if self != nil {
-		v.AnsweredBy = selfID(self)
+		v.ViaNode = selfID(self)
 	}
 
 	seen := map[string]bool{}
@@ -142,7 +143,7 @@ func FromProto(cs *netsyv1.ClusterState, self *netsyv1.NodeState) View {
 			continue
 		}
 		seen[id] = true
-		v.Nodes = append(v.Nodes, NodeRow{NodeRef: *refOf(m), Source: SourceMember, Health: "Unknown", PrimaryState: "Unknown"})
+		v.Nodes = append(v.Nodes, NodeRow{NodeRef: *Ref(m), Source: SourceMember, Health: "Unknown", PrimaryState: "Unknown"})
 	}
 	slices.SortFunc(v.Nodes, func(a, b NodeRow) int { return strings.Compare(a.NodeID, b.NodeID) })
 
@@ -177,7 +178,8 @@ func selfID(self *netsyv1.NodeState) string {
 	return self.GetState().GetNodeId()
 }
 
-func refOf(ni *netsyv1.NodeInfo) *NodeRef {
+// Ref is ni as JSON, or nil when ni names no node.
+func Ref(ni *netsyv1.NodeInfo) *NodeRef {
 	if ni.GetNodeId() == "" {
 		return nil
 	}
@@ -192,7 +194,7 @@ func refOf(ni *netsyv1.NodeInfo) *NodeRef {
 
 func electorRow(ns *netsyv1.NodeStatus) NodeRow {
 	r := NodeRow{
-		NodeRef:       *refOf(ns.GetInfo()),
+		NodeRef:       *Ref(ns.GetInfo()),
 		Source:        SourceElector,
 		Health:        Health(ns.GetHealth()),
 		PrimaryState:  "Unknown",
@@ -217,7 +219,7 @@ func selfRow(self *netsyv1.NodeState) NodeRow {
 	if info.GetNodeId() == "" {
 		info = &netsyv1.NodeInfo{NodeId: selfID(self), MemberId: self.GetState().GetMemberId()}
 	}
-	r := NodeRow{NodeRef: *refOf(info), Source: SourceSelf, Health: "Unknown", PrimaryState: "Unknown"}
+	r := NodeRow{NodeRef: *Ref(info), Source: SourceSelf, Health: "Unknown", PrimaryState: "Unknown"}
 	if hb := self.GetState(); hb != nil {
 		r.Health = Health(hb.GetHealth())
 		fillFromHeartbeat(&r, hb)

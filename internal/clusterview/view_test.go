@@ -174,8 +174,8 @@ func TestFromProtoRowsLagAndAge(t *testing.T) {
 	if v.Nodes[0].LatestRevision != 100 {
 		t.Errorf("n1 latest revision %d, want the Elector's 100", v.Nodes[0].LatestRevision)
 	}
-	if v.AnsweredBy != "n1" || v.Elector.MemberID != "8e9e05c52164694d" || v.Primary.NodeID != "n2" {
-		t.Errorf("header: answered by %q, elector %+v, primary %+v", v.AnsweredBy, v.Elector, v.Primary)
+	if v.ViaNode != "n1" || v.Elector.MemberID != "8e9e05c52164694d" || v.Primary.NodeID != "n2" {
+		t.Errorf("header: via %q, elector %+v, primary %+v", v.ViaNode, v.Elector, v.Primary)
 	}
 
 	// No Primary elected: nobody has a lag.
@@ -242,7 +242,7 @@ func TestJSONShape(t *testing.T) {
 	if err := json.Unmarshal(b, &m); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"cluster_id", "answered_by", "elector", "elector_term", "primary", "primary_term", "registered_nodes", "version", "nodes", "events"} {
+	for _, k := range []string{"cluster_id", "via_node", "elector", "elector_term", "primary", "primary_term", "registered_nodes", "version", "nodes", "events"} {
 		if _, ok := m[k]; !ok {
 			t.Errorf("no %q in %s", k, b)
 		}
