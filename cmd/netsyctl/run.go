@@ -21,7 +21,17 @@ const usage = `netsyctl operates Netsy nodes.
 Usage: netsyctl <command> [flags]
 
 Commands:
-  members             list the cluster's members
+  cluster-state       show the Elector, the Primary, their terms and every
+                      node's health, primary state, revisions, lag behind
+                      the Primary and last heartbeat (--events adds the
+                      event log); when the Elector does not answer, the
+                      view of the node that did, marked as such
+  members             list the cluster's members (with role, health and
+                      revision when the Elector answers)
+  deregister NODE     ask the Elector to remove NODE from the cluster
+  handoff             ask the Elector to move the Primary role gracefully
+                      (--to NODE prefers NODE); prints the new Primary, its
+                      term and how long it took
   snapshot save F     stream a consistent snapshot from a node into file F
   snapshot restore F  restore snapshot file F (from netsyctl or etcdctl
                       snapshot save) into a new data directory and an empty
@@ -30,6 +40,15 @@ Commands:
                       file-store object file such as objects/wal.dir/N.obj);
                       with --storage URL, F is an object key (wal/..., snapshots/...)
   version             print the version
+
+Finding the nodes: --endpoints takes client addresses (host:port,
+comma-separated, default 127.0.0.1:2379), as for etcdctl. cluster-state,
+deregister and handoff speak Netsy's peer protocol on the peer port: they
+read the peer addresses from the member list (the members' peer URLs) of
+the first endpoint that answers, or take them as given with
+--peer-endpoints (host:port, comma-separated), which skips the client port.
+Every command that talks to a node gives up after --timeout (10s; handoff
+1m) and prints JSON with -o json.
 
 Run 'netsyctl <command> -h' for the command's flags.
 `
@@ -44,10 +63,13 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	cmds := map[string]func(context.Context, []string, io.Writer) error{
-		"members":  runMembers,
-		"snapshot": runSnapshot,
-		"inspect":  runInspect,
-		"version":  runVersion,
+		"cluster-state": runClusterState,
+		"members":       runMembers,
+		"deregister":    runDeregister,
+		"handoff":       runHandoff,
+		"snapshot":      runSnapshot,
+		"inspect":       runInspect,
+		"version":       runVersion,
 	}
 	cmd, ok := cmds[args[0]]
 	if !ok {
@@ -66,15 +88,19 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // common holds the flags every command that talks to a node shares.
 type common struct {
-	endpoints string
-	output    string
-	timeout   time.Duration
+	endpoints     string
+	peerEndpoints string
+	output        string
+	timeout       time.Duration
 }
 
-func (c *common) bind(fs *flag.FlagSet) {
+func (c *common) bind(fs *flag.FlagSet) { c.bindWith(fs, 10*time.Second) }
+
+// bindWith is bind with a command's own default --timeout.
+func (c *common) bindWith(fs *flag.FlagSet, timeout time.Duration) {
 	fs.StringVar(&c.endpoints, "endpoints", "127.0.0.1:2379", "comma-separated client endpoints")
 	fs.StringVar(&c.output, "o", "table", "output format: table or json")
-	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "time limit for the command")
+	fs.DurationVar(&c.timeout, "timeout", timeout, "time limit for the command")
 }
 
 func (c *common) check() error {
@@ -87,18 +113,22 @@ func (c *common) check() error {
 // connect dials the endpoints and bounds the command by --timeout; close
 // releases both.
 func (c *common) connect(ctx context.Context) (cli *clientv3.Client, cctx context.Context, close func(), err error) {
-	cli, err = clientv3.New(clientv3.Config{
+	cli, err = c.newClient()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, c.timeout)
+	return cli, cctx, func() { cancel(); cli.Close() }, nil
+}
+
+func (c *common) newClient() (*clientv3.Client, error) {
+	return clientv3.New(clientv3.Config{
 		Endpoints:   strings.Split(c.endpoints, ","),
 		DialTimeout: c.timeout,
 		// The client's own JSON log lines (retries, a closed stream) must
 		// not mix into netsyctl's output; its errors are returned.
 		Logger: zap.NewNop(),
 	})
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	cctx, cancel := context.WithTimeout(ctx, c.timeout)
-	return cli, cctx, func() { cancel(); cli.Close() }, nil
 }
 
 func writeJSON(w io.Writer, v any) error {
