@@ -258,3 +258,31 @@ func (t *fakeTicker) Reset(d time.Duration) {
 	t.w = nw
 	t.f.add(nw)
 }
+
+// WithTimeout is context.WithTimeout on c: the context ends when d has
+// passed on c (a fake clock's Advance), not on the wall clock. The watcher
+// goroutine ends with the returned cancel.
+func WithTimeout(parent context.Context, c Clock, d time.Duration) (context.Context, context.CancelFunc) {
+	if _, real := c.(realClock); real {
+		return context.WithTimeout(parent, d)
+	}
+	ctx, cancel := context.WithCancel(parent)
+	t := c.NewTimer(d)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		select {
+		case <-t.C():
+			cancel()
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		t.Stop()
+		close(done)
+		wg.Wait()
+		cancel()
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/netsy-io/netsy/internal/clock"
 	"github.com/netsy-io/netsy/internal/datafile"
 	"github.com/netsy-io/netsy/internal/objstore"
 	netsyv1 "github.com/netsy-io/netsy/proto/netsyv1"
@@ -75,27 +76,9 @@ func encodeEntries(entries []*netsyv1.Entry) ([]byte, error) {
 }
 
 // attemptCtx bounds one object-storage call by timeout on the injected
-// clock. The watcher goroutine ends with the returned cancel.
+// clock.
 func (l *Log) attemptCtx(parent context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(parent)
-	t := l.clk.NewTimer(timeout)
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		select {
-		case <-t.C():
-			cancel()
-		case <-done:
-		}
-	}()
-	return ctx, func() {
-		t.Stop()
-		close(done)
-		wg.Wait()
-		cancel()
-	}
+	return clock.WithTimeout(parent, l.clk, timeout)
 }
 
 // transferTimeout bounds one attempt to move an object of size bytes

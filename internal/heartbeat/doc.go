@@ -1,0 +1,18 @@
+// Package heartbeat sends this node's state to the Elector on a cadence
+// and judges this node's own health from whether those sends get through.
+//
+// It owns the sender side of the Heartbeat rule: every Interval (default
+// 500 ms) one Heartbeat goes to the current Elector; a failed send is
+// retried once at once, and if that fails too the node marks itself
+// Degraded. It returns to Healthy by itself as soon as a send succeeds
+// again, with no restart. Every answered send reports the time it was
+// sent, by this node's monotonic clock: the Primary's lease counts from
+// the send, never from the answer.
+//
+// When this node is the Elector the send is a local call (the wiring
+// passes such a Send); it is still a heartbeat like any other, so the
+// Elector judges itself by the same rule.
+//
+// It must never decide roles, interpret the Elector's answer beyond
+// handing it on, or send anything but Heartbeats.
+package heartbeat

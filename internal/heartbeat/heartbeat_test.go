@@ -1,0 +1,162 @@
+package heartbeat
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/netsy-io/netsy/internal/clock"
+	"github.com/netsy-io/netsy/proto/netsyv1"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// elector is a scripted Send: it fails while down, records what it got.
+type elector struct {
+	mu    sync.Mutex
+	down  bool
+	got   []uint64 // seqs
+	calls chan struct{}
+}
+
+func (e *elector) send(ctx context.Context, hb *netsyv1.Heartbeat) (*netsyv1.HeartbeatResponse, error) {
+	e.mu.Lock()
+	down := e.down
+	e.got = append(e.got, hb.Seq)
+	e.mu.Unlock()
+	defer func() { e.calls <- struct{}{} }()
+	if down {
+		return nil, errors.New("unreachable")
+	}
+	return &netsyv1.HeartbeatResponse{Seq: hb.Seq}, nil
+}
+
+func (e *elector) setDown(d bool) {
+	e.mu.Lock()
+	e.down = d
+	e.mu.Unlock()
+}
+
+type healthLog struct {
+	mu sync.Mutex
+	ch chan bool
+}
+
+// A node marks itself Degraded only after a send and its immediate retry
+// fail, and is Healthy again after the next send that gets through;
+// answers carry the time their heartbeat was sent.
+func TestDegradeAfterRetryAndRecover(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1000, 0))
+	el := &elector{calls: make(chan struct{}, 100)}
+	health := make(chan bool, 10)
+	answered := make(chan time.Time, 100)
+	s := New(Config{
+		Interval: 500 * time.Millisecond,
+		Clock:    clk,
+		State:    func() *netsyv1.Heartbeat { return &netsyv1.Heartbeat{NodeId: "n1"} },
+		Send:     el.send,
+		Answered: func(_ *netsyv1.HeartbeatResponse, at time.Time) { answered <- at },
+		Health:   func(ok bool, _ error) { health <- ok },
+	})
+	s.Start()
+	defer s.Close()
+
+	<-el.calls
+	if ok := <-health; !ok {
+		t.Fatal("first successful send did not report Healthy")
+	}
+	if at := <-answered; !at.Equal(time.Unix(1000, 0)) {
+		t.Fatalf("answer reported sent at %v, want the send time", at)
+	}
+
+	el.setDown(true)
+	if err := clk.BlockUntil(t.Context(), 1); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(500 * time.Millisecond)
+	<-el.calls // the send
+	<-el.calls // its immediate retry, with no tick in between
+	if ok := <-health; ok {
+		t.Fatal("two failed sends did not report Degraded")
+	}
+	el.mu.Lock()
+	if n := len(el.got); n != 3 || el.got[1]+1 != el.got[2] {
+		t.Fatalf("sends %v: want the retry right after the failed send", el.got)
+	}
+	el.mu.Unlock()
+	if s.Healthy() {
+		t.Fatal("Healthy() after two failures")
+	}
+
+	el.setDown(false)
+	clk.Advance(500 * time.Millisecond)
+	<-el.calls
+	if ok := <-health; !ok {
+		t.Fatal("a successful send did not bring the node back to Healthy")
+	}
+}
+
+// One failure followed by a successful retry does not degrade the node.
+func TestOneFailureIsRetried(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1000, 0))
+	var mu sync.Mutex
+	fails := 1
+	calls := make(chan struct{}, 10)
+	health := make(chan bool, 10)
+	s := New(Config{
+		Clock: clk,
+		State: func() *netsyv1.Heartbeat { return &netsyv1.Heartbeat{} },
+		Send: func(context.Context, *netsyv1.Heartbeat) (*netsyv1.HeartbeatResponse, error) {
+			defer func() { calls <- struct{}{} }()
+			mu.Lock()
+			defer mu.Unlock()
+			if fails > 0 {
+				fails--
+				return nil, errors.New("blip")
+			}
+			return &netsyv1.HeartbeatResponse{}, nil
+		},
+		Health: func(ok bool, _ error) { health <- ok },
+	})
+	s.Start()
+	defer s.Close()
+	<-calls
+	<-calls
+	if ok := <-health; !ok {
+		t.Fatal("a failure cured by the retry degraded the node")
+	}
+}
+
+// A send that hangs is cut off after one interval on the injected clock.
+func TestSendBoundedByInterval(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1000, 0))
+	health := make(chan bool, 10)
+	started := make(chan struct{}, 10)
+	s := New(Config{
+		Clock: clk,
+		State: func() *netsyv1.Heartbeat { return &netsyv1.Heartbeat{} },
+		Send: func(ctx context.Context, _ *netsyv1.Heartbeat) (*netsyv1.HeartbeatResponse, error) {
+			started <- struct{}{}
+			<-ctx.Done()
+			return nil, ctx.Err()
+		},
+		Health: func(ok bool, _ error) { health <- ok },
+	})
+	s.Start()
+	defer s.Close()
+	for range 2 {
+		<-started
+		// The send's timer and the ticker are armed.
+		if err := clk.BlockUntil(t.Context(), 2); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(DefaultInterval)
+	}
+	if ok := <-health; ok {
+		t.Fatal("hanging sends did not degrade the node")
+	}
+}
