@@ -1,0 +1,126 @@
+package elector
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/netsy-io/netsy/proto/netsyv1"
+)
+
+// candidate is what the election knows of one node when it decides.
+type candidate struct {
+	id string
+	// state is what the node answered (or, under quorum 0, its last
+	// heartbeat); nil if it could not be contacted.
+	state *netsyv1.Heartbeat
+	// degraded is the Elector's own judgement (missed heartbeats).
+	degraded bool
+}
+
+// plan is what a decision may take into account besides the candidates.
+type plan struct {
+	quorum     int
+	registered int
+	// exclude are nodes that must not be elected (a Primary that just
+	// drained in a handoff).
+	exclude map[string]bool
+	// prefer is elected if it is eligible (netsyctl handoff --to), after a
+	// drain that left every committed entry in object storage.
+	prefer string
+}
+
+// Reasons an election fails this round; it is retried.
+var (
+	errContact    = errors.New("too few nodes answered for the quorum rule")
+	errNotReplica = errors.New("a contacted node is not a Replica")
+	errNoHealthy  = errors.New("no Healthy node to elect")
+	errTwoActive  = errors.New("more than one node says it is the Active Primary")
+)
+
+// contactNeed is how many nodes (besides a previous Primary, handled by
+// the handshake) an election must hear from: none under quorum 0 (every
+// acknowledged write is in object storage), every registered node under a
+// static quorum (a committed entry may sit on a minority of replicas), a
+// majority of the registered nodes under majority quorum (any majority
+// shares a node with the one that acknowledged a write).
+func contactNeed(quorum, registered int) int {
+	switch {
+	case quorum == 0:
+		return 0
+	case quorum > 0:
+		return registered
+	default:
+		return registered/2 + 1
+	}
+}
+
+// decide applies the seed's election steps 3 to 7 to what was gathered.
+// It returns the node to elect, or an already Active Primary to adopt
+// (adopt true), or why no node can be elected now.
+func decide(cands []candidate, p plan, contacted int, prevContacted bool) (winner string, adopt bool, err error) {
+	need := contactNeed(p.quorum, p.registered)
+	if prevContacted {
+		// A previous Primary that answered (as a Replica: it restarted or
+		// drained) is as good a witness as any other node.
+		contacted++
+	}
+	if contacted < need {
+		return "", false, fmt.Errorf("%w: %d of %d needed (quorum %d, %d registered)", errContact, contacted, need, p.quorum, p.registered)
+	}
+	var active []string
+	for _, c := range cands {
+		if c.state != nil && c.state.PrimaryState == netsyv1.PrimaryState_ACTIVE {
+			active = append(active, c.id)
+		}
+	}
+	switch len(active) {
+	case 0:
+	case 1:
+		return active[0], true, nil
+	default:
+		slices.Sort(active)
+		return "", false, fmt.Errorf("%w: %s", errTwoActive, strings.Join(active, ", "))
+	}
+	for _, c := range cands {
+		if c.state == nil || c.degraded || c.state.Health == netsyv1.HealthState_DEGRADED {
+			// A Degraded node fell back to synchronous object-storage
+			// writes when it degraded, so it holds nothing the bucket
+			// lacks: its Primary State need not block the election.
+			continue
+		}
+		if ps := c.state.PrimaryState; ps != netsyv1.PrimaryState_REPLICA {
+			return "", false, fmt.Errorf("%w: %s is %s", errNotReplica, c.id, ps)
+		}
+	}
+	var healthy []candidate
+	for _, c := range cands {
+		if c.state != nil && !c.degraded && c.state.Health == netsyv1.HealthState_HEALTHY && !p.exclude[c.id] {
+			healthy = append(healthy, c)
+		}
+	}
+	if len(healthy) == 0 {
+		return "", false, errNoHealthy
+	}
+	if p.prefer != "" {
+		for _, c := range healthy {
+			if c.id == p.prefer {
+				return c.id, false, nil
+			}
+		}
+	}
+	// Highest log position first (index, then revision: an index orders
+	// entries that share a revision), then the newest process, then the
+	// id so the choice is deterministic.
+	slices.SortFunc(healthy, func(a, b candidate) int {
+		return cmp.Or(
+			cmp.Compare(b.state.LatestIndex, a.state.LatestIndex),
+			cmp.Compare(b.state.LatestRevision, a.state.LatestRevision),
+			cmp.Compare(b.state.StartTimeUnixNano, a.state.StartTimeUnixNano),
+			cmp.Compare(a.id, b.id),
+		)
+	})
+	return healthy[0].id, false, nil
+}

@@ -1,0 +1,48 @@
+// Package elector is tier 2 of Netsy's election: while this node holds the
+// Elector lock (internal/s3lect), it keeps the map of registered nodes,
+// judges their health from heartbeats, chooses the Primary by auditing
+// node revisions, and pushes Cluster State to every node.
+//
+// It owns the node map, members.json (through internal/discovery: member
+// ids, and the primary term, which it raises with a conditional write
+// before it announces a Primary, so no Elector ever reuses one), the
+// deregistration of nodes that stayed Degraded, and the event log of role
+// changes it makes.
+//
+// # Rules
+//
+//  1. An Elector acts only while its lock is held: Run returns, and every
+//     call it makes is cancelled, the moment the lock's context ends.
+//  2. Until members.json and the nodes/ registrations are loaded it elects
+//     nothing. On taking over it first asks every registered node for its
+//     state and adopts a Primary that says it is Active.
+//  3. A node is Degraded once two heartbeats in a row are missing (or it
+//     says so itself), Healthy again on its next heartbeat. A node Degraded
+//     for longer than the deregistration timeout (0: never) is deregistered:
+//     removed from the map, its nodes/ file deleted; its member id stays.
+//  4. An election starts when there is no Primary, when the Primary is
+//     Degraded or says it is no longer Active, or for a handoff; it is
+//     retried every RetryInterval until it succeeds.
+//     a. The previous Primary is asked first. Active, Starting or Draining
+//     defers the election; a Replica (restarted or drained) lets it go
+//     on. If it cannot be reached, the election waits until both the
+//     handshake timeout and the Primary's lease (plus a quarter for
+//     clock-rate drift) have passed since the Elector last heard from it
+//     (or took over) — unless its address refuses connections: a dead
+//     process cannot serve.
+//     b. Nodes are asked for their state: none under quorum 0, every
+//     registered node under a static quorum, a majority of them under
+//     majority quorum; too few answers fail the round.
+//     c. A single Active node is adopted; more than one fails the round.
+//     Any contacted node that is not Degraded and not a Replica fails
+//     the round.
+//     d. Of the Healthy nodes, the one with the highest log index (then
+//     revision, then the newest start time) is elected — or the node a
+//     handoff asked for, when it is Healthy.
+//     e. The primary term is raised in members.json, then Cluster State is
+//     pushed to the new Primary first, then to every other node.
+//
+// The elector must never elect while the previous Primary may still hold
+// its lease, write members.json without a precondition, push a state with
+// a term it did not take from members.json, or act after its lock is lost.
+package elector

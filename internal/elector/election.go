@@ -1,0 +1,219 @@
+package elector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/netsy-io/netsy/internal/clock"
+	"github.com/netsy-io/netsy/proto/netsyv1"
+)
+
+// electSnapshot is what an election round starts from, copied in the loop.
+type electSnapshot struct {
+	prev       *netsyv1.NodeInfo
+	prevTerm   uint64
+	heardPrev  time.Time
+	nodes      []*netsyv1.NodeInfo
+	last       map[string]*netsyv1.Heartbeat
+	degraded   map[string]bool
+	registered int
+	handoff    *handoffReq
+}
+
+// electResult is what a round found.
+type electResult struct {
+	err      error
+	winner   *netsyv1.NodeInfo
+	term     uint64
+	adopt    bool
+	deferred bool // the previous Primary answered that it is still Primary
+	drained  bool // a handoff's Drain completed
+	took     time.Duration
+}
+
+var errWaitPrevious = errors.New("the previous Primary may still hold its lease")
+
+func (e *Elector) startElection(ctx context.Context, done chan<- electResult) {
+	e.electing = true
+	s := electSnapshot{
+		heardPrev:  e.heardPrimary,
+		last:       make(map[string]*netsyv1.Heartbeat, len(e.nodes)),
+		degraded:   make(map[string]bool, len(e.nodes)),
+		registered: len(e.nodes),
+		handoff:    e.handoff,
+	}
+	if e.primary != nil {
+		s.prev, s.prevTerm = e.primary, e.primaryTerm
+	}
+	for id, r := range e.nodes {
+		s.nodes = append(s.nodes, r.info)
+		s.last[id] = r.last
+		s.degraded[id] = r.health == netsyv1.HealthState_DEGRADED
+	}
+	e.goOwned(func() {
+		start := e.cfg.Clock.Now()
+		r := e.elect(ctx, s)
+		r.took = e.cfg.Clock.Since(start)
+		done <- r
+	})
+}
+
+// elect runs one round of the election (see the package doc, rule 4).
+func (e *Elector) elect(ctx context.Context, s electSnapshot) electResult {
+	var prevState *netsyv1.Heartbeat
+	exclude := map[string]bool{}
+	prefer := ""
+	if h := s.handoff; h != nil {
+		if !h.drained {
+			cctx, cancel := clock.WithTimeout(ctx, e.cfg.Clock, 30*time.Second)
+			err := e.cfg.Peers.Drain(cctx, h.from)
+			cancel()
+			if err != nil {
+				return electResult{err: fmt.Errorf("drain %s: %w", h.from.NodeId, err)}
+			}
+			return electResult{drained: true}
+		}
+		exclude[h.from.NodeId] = true
+		prefer = h.to
+	}
+	if p := s.prev; p != nil {
+		cctx, cancel := clock.WithTimeout(ctx, e.cfg.Clock, e.cfg.HeartbeatInterval)
+		st, err := e.cfg.Peers.GetNodeState(cctx, p)
+		cancel()
+		switch {
+		case err == nil:
+			switch ps := st.GetState().GetPrimaryState(); ps {
+			case netsyv1.PrimaryState_ACTIVE, netsyv1.PrimaryState_STARTING, netsyv1.PrimaryState_DRAINING:
+				if s.handoff == nil {
+					return electResult{deferred: true, err: fmt.Errorf("the previous Primary %s says it is %s", p.NodeId, ps)}
+				}
+				return electResult{err: fmt.Errorf("the previous Primary %s is still %s after draining", p.NodeId, ps)}
+			default:
+				prevState = st.GetState()
+			}
+		case e.cfg.Refused(err):
+			// Known gone: nothing of it can still be served.
+		default:
+			wait := max(e.cfg.HandshakeTimeout, e.cfg.leaseWait())
+			if waited := e.cfg.Clock.Since(s.heardPrev); waited < wait {
+				return electResult{err: fmt.Errorf("%w: it has not answered for %s of the %s an election waits (%v)", errWaitPrevious, waited, wait, err)}
+			}
+		}
+	}
+
+	var cands []candidate
+	contacted := 0
+	if e.cfg.Quorum == 0 {
+		for _, n := range s.nodes {
+			if s.prev != nil && n.NodeId == s.prev.NodeId {
+				continue
+			}
+			cands = append(cands, candidate{id: n.NodeId, state: s.last[n.NodeId], degraded: s.degraded[n.NodeId]})
+		}
+	} else {
+		type answer struct {
+			id string
+			hb *netsyv1.Heartbeat
+		}
+		answers := make(chan answer, len(s.nodes))
+		var wg sync.WaitGroup
+		for _, n := range s.nodes {
+			if s.prev != nil && n.NodeId == s.prev.NodeId {
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				cctx, cancel := clock.WithTimeout(ctx, e.cfg.Clock, 2*e.cfg.HeartbeatInterval)
+				defer cancel()
+				st, err := e.cfg.Peers.GetNodeState(cctx, n)
+				if err != nil {
+					answers <- answer{id: n.NodeId}
+					return
+				}
+				answers <- answer{id: n.NodeId, hb: st.GetState()}
+			}()
+		}
+		wg.Wait()
+		close(answers)
+		for a := range answers {
+			if a.hb != nil {
+				contacted++
+			}
+			cands = append(cands, candidate{id: a.id, state: a.hb, degraded: s.degraded[a.id]})
+		}
+	}
+	if prevState != nil {
+		cands = append(cands, candidate{id: s.prev.NodeId, state: prevState})
+	}
+	winnerID, adopt, err := decide(cands, plan{quorum: e.cfg.Quorum, registered: s.registered, exclude: exclude, prefer: prefer}, contacted, prevState != nil)
+	if err != nil {
+		return electResult{err: err}
+	}
+	var winner *netsyv1.NodeInfo
+	for _, n := range s.nodes {
+		if n.NodeId == winnerID {
+			winner = n
+		}
+	}
+	if adopt {
+		term := uint64(0)
+		for _, c := range cands {
+			if c.id == winnerID && c.state != nil {
+				term = c.state.PrimaryTerm
+			}
+		}
+		return electResult{winner: winner, term: term, adopt: true}
+	}
+	term, err := e.members.NextPrimaryTerm(ctx)
+	if err != nil {
+		return electResult{err: fmt.Errorf("raise the primary term in members.json: %w", err)}
+	}
+	return electResult{winner: winner, term: term}
+}
+
+// electFinished applies a round's result in the loop.
+func (e *Elector) electFinished(ctx context.Context, r electResult) {
+	now := e.cfg.Clock.Now()
+	switch {
+	case r.drained:
+		if e.handoff != nil {
+			e.handoff.drained = true
+			e.emit("primary_drained", e.handoff.from.NodeId, "handoff")
+			e.version++
+		}
+		e.nextTry = time.Time{}
+	case r.deferred:
+		e.heardPrimary = now
+		e.log.Info("election deferred", "reason", r.err)
+		e.nextTry = now.Add(e.cfg.RetryInterval)
+	case r.err != nil:
+		if e.handoff != nil && !e.handoff.drained {
+			e.log.Warn("handoff failed", "error", r.err)
+			e.failHandoff(r.err)
+		} else {
+			e.log.Info("no Primary elected this round; retrying", "error", r.err, "retry_in", e.cfg.RetryInterval)
+		}
+		e.nextTry = now.Add(e.cfg.RetryInterval)
+	default:
+		if _, ok := e.nodes[r.winner.NodeId]; !ok {
+			e.nextTry = now
+			return // deregistered meanwhile
+		}
+		how := "elected"
+		if r.adopt {
+			how = "adopted"
+		}
+		e.setPrimary(e.nodes[r.winner.NodeId].info, r.term, how)
+		e.log.Info("election finished", "primary", r.winner.NodeId, "primary_term", r.term, "took", r.took)
+		if e.handoff != nil {
+			h := e.handoff
+			e.handoff = nil
+			h.done <- nil
+		}
+		e.pushAll(ctx)
+	}
+}

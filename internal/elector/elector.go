@@ -1,0 +1,715 @@
+package elector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/netsy-io/netsy/internal/clock"
+	"github.com/netsy-io/netsy/internal/discovery"
+	"github.com/netsy-io/netsy/internal/objstore"
+	"github.com/netsy-io/netsy/proto/netsyv1"
+)
+
+// Defaults for Config fields left zero.
+const (
+	DefaultHeartbeatInterval     = 500 * time.Millisecond
+	DefaultDeregistrationTimeout = 3 * time.Minute
+	DefaultRetryInterval         = 500 * time.Millisecond
+	// maxEvents is how many events GetClusterState returns.
+	maxEvents = 100
+)
+
+// ErrNotLoaded is returned while the Elector has not loaded the node map.
+var ErrNotLoaded = errors.New("elector: still loading the node map")
+
+// Peers is what the Elector says to other nodes (and to itself).
+type Peers interface {
+	GetNodeState(ctx context.Context, n *netsyv1.NodeInfo) (*netsyv1.NodeState, error)
+	PushClusterState(ctx context.Context, n *netsyv1.NodeInfo, cs *netsyv1.ClusterState) (*netsyv1.PushClusterStateResponse, error)
+	// Drain asks a Primary to drain and become a Replica.
+	Drain(ctx context.Context, n *netsyv1.NodeInfo) error
+}
+
+// Config configures an Elector.
+type Config struct {
+	// Self is this node.
+	Self      *netsyv1.NodeInfo
+	ClusterID string
+	Store     objstore.Store
+	Peers     Peers
+	// Refused reports whether an error from Peers means the address
+	// refused the connection (the process is gone).
+	Refused func(error) bool
+	// Quorum is replication.quorum: 0, N > 0 or -1.
+	Quorum                int
+	HeartbeatInterval     time.Duration
+	DeregistrationTimeout time.Duration // 0: never; negative: the default
+	// HandshakeTimeout is how long an election waits for an unreachable
+	// previous Primary; it is never shorter than the lease wait.
+	HandshakeTimeout time.Duration
+	// LeaseWindow is the Primary's lease (default 2 heartbeat intervals).
+	LeaseWindow   time.Duration
+	RetryInterval time.Duration
+	Clock         clock.Clock
+	Logger        hclog.Logger
+	// OnEvent is told every event (for metrics); it must not block.
+	OnEvent func(*netsyv1.Event)
+}
+
+func (c *Config) setDefaults() error {
+	switch {
+	case c.Self == nil || c.Self.NodeId == "":
+		return errors.New("elector: Config.Self is missing")
+	case c.Store == nil || c.Peers == nil:
+		return errors.New("elector: Config.Store and Config.Peers are required")
+	}
+	if c.HeartbeatInterval <= 0 {
+		c.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if c.DeregistrationTimeout < 0 {
+		c.DeregistrationTimeout = DefaultDeregistrationTimeout
+	}
+	if c.LeaseWindow <= 0 {
+		c.LeaseWindow = 2 * c.HeartbeatInterval
+	}
+	if c.RetryInterval <= 0 {
+		c.RetryInterval = DefaultRetryInterval
+	}
+	if c.Refused == nil {
+		c.Refused = func(error) bool { return false }
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real()
+	}
+	if c.Logger == nil {
+		c.Logger = hclog.NewNullLogger()
+	}
+	if c.OnEvent == nil {
+		c.OnEvent = func(*netsyv1.Event) {}
+	}
+	return nil
+}
+
+// leaseWait is how long after it last heard from a Primary an Elector must
+// wait before electing a successor: the lease plus a quarter, so a Primary
+// whose clock runs up to 25% slower has given its lease up first.
+func (c *Config) leaseWait() time.Duration { return c.LeaseWindow + c.LeaseWindow/4 }
+
+// nodeRec is the Elector's record of one node.
+type nodeRec struct {
+	info *netsyv1.NodeInfo
+	last *netsyv1.Heartbeat
+	// lastAt is when the last heartbeat arrived, by the Elector's clock;
+	// zero if none since this Elector took over.
+	lastAt time.Time
+	// health as judged; degradedAt is when it became Degraded (or when
+	// this Elector took over, for a node not heard from).
+	health     netsyv1.HealthState
+	degradedAt time.Time
+}
+
+// Elector runs tier 2 while its lock is held. Create one per lock term.
+type Elector struct {
+	cfg     Config
+	log     hclog.Logger
+	term    uint64
+	members *discovery.MembersFile
+
+	reqs chan func()
+
+	// Owned by the loop goroutine.
+	started     time.Time
+	loaded      bool
+	nodes       map[string]*nodeRec
+	primary     *netsyv1.NodeInfo
+	primaryTerm uint64
+	// heardPrimary is when the Elector last heard from the Primary (a
+	// heartbeat or an answer), or took over.
+	heardPrimary time.Time
+	version      uint64
+	events       []*netsyv1.Event
+	electing     bool
+	nextTry      time.Time
+	handoff      *handoffReq
+	pushGen      uint64
+
+	wg sync.WaitGroup
+}
+
+type handoffReq struct {
+	to   string
+	done chan error
+	// drained is set once the old Primary answered the Drain.
+	drained bool
+	from    *netsyv1.NodeInfo
+}
+
+// New returns an Elector for the lock term.
+func New(cfg Config, term uint64) (*Elector, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	return &Elector{
+		cfg:     cfg,
+		log:     cfg.Logger.Named("elector").With("elector_term", term),
+		term:    term,
+		members: discovery.NewMembersFile(cfg.Store, cfg.ClusterID),
+		reqs:    make(chan func()),
+		nodes:   make(map[string]*nodeRec),
+	}, nil
+}
+
+// Term is the lock term this Elector acts under.
+func (e *Elector) Term() uint64 { return e.term }
+
+// Run acts as the Elector until ctx ends (the lock is lost or given up).
+func (e *Elector) Run(ctx context.Context) {
+	e.started = e.cfg.Clock.Now()
+	e.heardPrimary = e.started
+	e.emit("elector_acquired", e.cfg.Self.NodeId, "")
+	loadDone := make(chan error, 1)
+	e.goOwned(func() { loadDone <- e.load(ctx) })
+	ticker := e.cfg.Clock.NewTicker(e.cfg.HeartbeatInterval / 2)
+	defer ticker.Stop()
+	electDone := make(chan electResult, 1)
+	defer e.wg.Wait()
+	for {
+		select {
+		case <-ctx.Done():
+			e.log.Info("no longer the Elector")
+			e.failHandoff(errors.New("the Elector lost its lock"))
+			return
+		case f := <-e.reqs:
+			f()
+		case err := <-loadDone:
+			if err != nil {
+				e.log.Error("loading the node map failed; retrying", "error", err)
+				e.goOwned(func() {
+					if e.cfg.Clock.Sleep(ctx, e.cfg.RetryInterval) == nil {
+						loadDone <- e.load(ctx)
+					}
+				})
+				continue
+			}
+			e.loaded = true
+			e.pushAll(ctx)
+		case r := <-electDone:
+			e.electing = false
+			e.electFinished(ctx, r)
+		case now := <-ticker.C():
+			e.tick(ctx, now)
+		}
+		if e.loaded && !e.electing && e.needElection() && !e.cfg.Clock.Now().Before(e.nextTry) {
+			e.startElection(ctx, electDone)
+		}
+	}
+}
+
+// goOwned runs f on a goroutine Run waits for.
+func (e *Elector) goOwned(f func()) {
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		f()
+	}()
+}
+
+// do runs f in the loop and waits; ErrNotLoaded until the map is loaded
+// if needLoaded.
+func (e *Elector) do(ctx context.Context, needLoaded bool, f func() error) error {
+	res := make(chan error, 1)
+	select {
+	case e.reqs <- func() {
+		if needLoaded && !e.loaded {
+			res <- ErrNotLoaded
+			return
+		}
+		res <- f()
+	}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-res:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// load reads nodes/ and members.json, creating members.json (with member
+// ids for every registered node) if it is missing, then asks every node
+// for its state to find an Active Primary.
+func (e *Elector) load(ctx context.Context) error {
+	regs, bad, err := discovery.List(ctx, e.cfg.Store)
+	if err != nil {
+		return fmt.Errorf("list node registrations: %w", err)
+	}
+	for _, b := range bad {
+		e.log.Error("ignoring a node registration", "error", b)
+	}
+	var foreign []string
+	kept := regs[:0]
+	for _, r := range regs {
+		if r.ClusterID != e.cfg.ClusterID {
+			foreign = append(foreign, fmt.Sprintf("%s (cluster %q)", r.NodeID, r.ClusterID))
+			continue
+		}
+		kept = append(kept, r)
+	}
+	if len(foreign) > 0 {
+		e.log.Error("ignoring registrations of another cluster id on this bucket", "nodes", foreign, "cluster_id", e.cfg.ClusterID)
+	}
+	regs = kept
+	m, err := e.members.Update(ctx, func(m *discovery.Members) error {
+		m.ElectorTerm = max(m.ElectorTerm, e.term)
+		m.Assign(e.cfg.Self.NodeId)
+		for _, r := range regs {
+			m.Assign(r.NodeID)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("members.json: %w", err)
+	}
+	states := make(map[string]*netsyv1.NodeState)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	infos := make([]*netsyv1.NodeInfo, 0, len(regs))
+	for _, r := range regs {
+		info := &netsyv1.NodeInfo{NodeId: r.NodeID, MemberId: m.IDs[r.NodeID], PeerAddr: r.PeerAddr, ClientUrls: r.ClientURLs, HttpAddr: r.HTTPAddr}
+		infos = append(infos, info)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cctx, cancel := clock.WithTimeout(ctx, e.cfg.Clock, 2*e.cfg.HeartbeatInterval)
+			defer cancel()
+			st, err := e.cfg.Peers.GetNodeState(cctx, info)
+			if err == nil {
+				mu.Lock()
+				states[info.NodeId] = st
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return e.do(ctx, false, func() error {
+		now := e.cfg.Clock.Now()
+		for _, info := range infos {
+			e.addNode(info, now)
+		}
+		e.adoptFromStates(states)
+		return nil
+	})
+}
+
+// adoptFromStates learns the Primary from what nodes said at take-over:
+// one that says it is Active, else the one the nodes were last told of
+// (the handshake then decides whether it is gone).
+func (e *Elector) adoptFromStates(states map[string]*netsyv1.NodeState) {
+	var best *netsyv1.NodeState
+	var known *netsyv1.ClusterState
+	for _, st := range states {
+		hb := st.GetState()
+		if hb.GetPrimaryState() == netsyv1.PrimaryState_ACTIVE && (best == nil || hb.PrimaryTerm > best.State.PrimaryTerm) {
+			best = st
+		}
+		if cs := st.GetClusterState(); cs.GetPrimary() != nil && (known == nil || cs.PrimaryTerm > known.PrimaryTerm) {
+			known = cs
+		}
+		if r := e.nodes[hb.GetNodeId()]; r != nil {
+			r.last = hb
+		}
+	}
+	switch {
+	case best != nil:
+		e.setPrimary(e.nodes[best.State.NodeId].info, best.State.PrimaryTerm, "adopted")
+	case known != nil && e.nodes[known.Primary.NodeId] != nil:
+		// Not Active now (or not reachable): the previous Primary, to be
+		// replaced by an election that starts with the handshake.
+		e.primary = e.nodes[known.Primary.NodeId].info
+		e.primaryTerm = known.PrimaryTerm
+		e.log.Info("the nodes knew a Primary that does not say it is Active; electing", "previous", e.primary.NodeId, "primary_term", e.primaryTerm)
+	}
+}
+
+func (e *Elector) addNode(info *netsyv1.NodeInfo, now time.Time) *nodeRec {
+	r := e.nodes[info.NodeId]
+	if r == nil {
+		r = &nodeRec{health: netsyv1.HealthState_LOADING, degradedAt: now}
+		e.nodes[info.NodeId] = r
+	}
+	r.info = info
+	return r
+}
+
+func (e *Elector) setPrimary(info *netsyv1.NodeInfo, term uint64, how string) {
+	e.primary, e.primaryTerm = info, term
+	e.heardPrimary = e.cfg.Clock.Now()
+	e.version++
+	e.emit("primary_"+how, info.NodeId, "")
+	e.log.Info("Primary "+how, "node", info.NodeId, "primary_term", term)
+}
+
+// needElection reports whether the cluster lacks a working Primary.
+func (e *Elector) needElection() bool {
+	if e.handoff != nil {
+		return true
+	}
+	if e.primary == nil {
+		return len(e.nodes) > 0
+	}
+	r := e.nodes[e.primary.NodeId]
+	if r == nil {
+		return true // deregistered
+	}
+	if r.health == netsyv1.HealthState_DEGRADED {
+		return true
+	}
+	if hb := r.last; hb != nil && hb.PrimaryTerm == e.primaryTerm && hb.PrimaryId == e.primary.NodeId &&
+		hb.PrimaryState == netsyv1.PrimaryState_REPLICA {
+		// It knows it is the Primary at this term and is a Replica: it
+		// stepped down, failed to start, or restarted (a restarted node
+		// never takes up a term it had before: the audit must run again).
+		return true
+	}
+	return false
+}
+
+// tick judges health, deregisters long-Degraded nodes and probes a
+// Primary whose heartbeats stopped.
+func (e *Elector) tick(ctx context.Context, now time.Time) {
+	if !e.loaded {
+		return
+	}
+	missed := 2 * e.cfg.HeartbeatInterval
+	changed := false
+	for id, r := range e.nodes {
+		silent := r.lastAt.IsZero() && now.Sub(e.started) > missed || !r.lastAt.IsZero() && now.Sub(r.lastAt) > missed
+		if silent && r.health != netsyv1.HealthState_DEGRADED {
+			r.health = netsyv1.HealthState_DEGRADED
+			r.degradedAt = now
+			e.emit("node_degraded", id, "missed 2 heartbeats")
+			e.log.Warn("node Degraded: missed 2 heartbeats", "node", id)
+		}
+		if r.health == netsyv1.HealthState_DEGRADED && e.cfg.DeregistrationTimeout > 0 && now.Sub(r.degradedAt) > e.cfg.DeregistrationTimeout && id != e.cfg.Self.NodeId {
+			e.log.Warn("deregistering a node Degraded for longer than the deregistration timeout", "node", id, "timeout", e.cfg.DeregistrationTimeout)
+			delete(e.nodes, id)
+			e.emit("node_deregistered", id, "degraded longer than the deregistration timeout")
+			e.goOwned(func() {
+				if err := discovery.Deregister(ctx, e.cfg.Store, id); err != nil && ctx.Err() == nil {
+					e.log.Warn("delete a node's registration", "node", id, "error", err)
+				}
+			})
+			changed = true
+		}
+	}
+	// A Primary one heartbeat late is probed: a refused connection is a
+	// dead process, and waiting for the second miss would only delay the
+	// failover.
+	if p := e.primary; p != nil && !e.electing {
+		if r := e.nodes[p.NodeId]; r != nil && r.health != netsyv1.HealthState_DEGRADED && !r.lastAt.IsZero() && now.Sub(r.lastAt) > e.cfg.HeartbeatInterval+e.cfg.HeartbeatInterval/2 {
+			e.probePrimary(ctx, p)
+		}
+	}
+	if changed {
+		e.version++
+		e.pushAll(ctx)
+	}
+}
+
+// probePrimary asks the Primary for its state; a refused connection marks
+// it Degraded at once.
+func (e *Elector) probePrimary(ctx context.Context, p *netsyv1.NodeInfo) {
+	e.goOwned(func() {
+		cctx, cancel := clock.WithTimeout(ctx, e.cfg.Clock, e.cfg.HeartbeatInterval)
+		defer cancel()
+		_, err := e.cfg.Peers.GetNodeState(cctx, p)
+		if err == nil || !e.cfg.Refused(err) {
+			return
+		}
+		_ = e.do(ctx, true, func() error {
+			if r := e.nodes[p.NodeId]; r != nil && e.primary != nil && e.primary.NodeId == p.NodeId && r.health != netsyv1.HealthState_DEGRADED {
+				r.health, r.degradedAt = netsyv1.HealthState_DEGRADED, e.cfg.Clock.Now()
+				e.emit("node_degraded", p.NodeId, "its peer address refuses connections")
+				e.log.Warn("the Primary's peer address refuses connections; electing a new one", "node", p.NodeId)
+			}
+			return nil
+		})
+	})
+}
+
+// Heartbeat records a node's heartbeat and answers with the Cluster State.
+func (e *Elector) Heartbeat(ctx context.Context, hb *netsyv1.Heartbeat) (*netsyv1.HeartbeatResponse, error) {
+	var resp *netsyv1.HeartbeatResponse
+	err := e.do(ctx, false, func() error {
+		now := e.cfg.Clock.Now()
+		r := e.nodes[hb.NodeId]
+		if r == nil {
+			if !e.loaded {
+				resp = &netsyv1.HeartbeatResponse{Seq: hb.Seq, ClusterState: e.clusterState(false), Health: netsyv1.HealthState_LOADING}
+				return nil
+			}
+			return fmt.Errorf("node %q is not registered with this Elector", hb.NodeId)
+		}
+		r.last, r.lastAt = hb, now
+		h := hb.Health
+		if h == netsyv1.HealthState_HEALTH_UNKNOWN {
+			h = netsyv1.HealthState_HEALTHY
+		}
+		if h != r.health {
+			if r.health == netsyv1.HealthState_DEGRADED && h == netsyv1.HealthState_HEALTHY {
+				e.emit("node_recovered", hb.NodeId, "")
+				e.log.Info("node Healthy again", "node", hb.NodeId)
+			}
+			if h == netsyv1.HealthState_DEGRADED {
+				r.degradedAt = now
+				e.emit("node_degraded", hb.NodeId, "it says it is Degraded")
+			}
+			r.health = h
+		}
+		if e.primary != nil && hb.NodeId == e.primary.NodeId {
+			e.heardPrimary = now
+		}
+		resp = &netsyv1.HeartbeatResponse{Seq: hb.Seq, ClusterState: e.clusterState(false), Health: r.health}
+		return nil
+	})
+	return resp, err
+}
+
+// Register adds a node (which has written its nodes/ file) and returns
+// its member id.
+func (e *Elector) Register(ctx context.Context, info *netsyv1.NodeInfo, clusterID string) (uint64, *netsyv1.ClusterState, error) {
+	if clusterID != e.cfg.ClusterID {
+		return 0, nil, fmt.Errorf("node %s belongs to cluster %q; this is cluster %q", info.NodeId, clusterID, e.cfg.ClusterID)
+	}
+	if err := discovery.ValidateNodeID(info.NodeId); err != nil {
+		return 0, nil, err
+	}
+	m, err := e.members.Update(ctx, func(m *discovery.Members) error {
+		m.Assign(info.NodeId)
+		return nil
+	})
+	if err != nil {
+		return 0, nil, fmt.Errorf("members.json: %w", err)
+	}
+	id := m.IDs[info.NodeId]
+	var cs *netsyv1.ClusterState
+	err = e.do(ctx, true, func() error {
+		info = proto.Clone(info).(*netsyv1.NodeInfo)
+		info.MemberId = id
+		old := e.nodes[info.NodeId]
+		changed := old == nil || !proto.Equal(old.info, info)
+		e.addNode(info, e.cfg.Clock.Now())
+		if changed {
+			e.version++
+			e.emit("node_registered", info.NodeId, info.PeerAddr)
+			e.log.Info("node registered", "node", info.NodeId, "member_id", fmt.Sprintf("%x", id), "peer_addr", info.PeerAddr)
+			e.pushAll(ctx)
+		}
+		cs = e.clusterState(false)
+		return nil
+	})
+	return id, cs, err
+}
+
+// Deregister removes a node from the map and deletes its nodes/ file; its
+// member id stays in members.json.
+func (e *Elector) Deregister(ctx context.Context, nodeID string) error {
+	err := e.do(ctx, true, func() error {
+		if e.primary != nil && e.primary.NodeId == nodeID {
+			if r := e.nodes[nodeID]; r != nil && r.health != netsyv1.HealthState_DEGRADED {
+				return fmt.Errorf("node %s is the Primary: hand the role off first (netsyctl handoff)", nodeID)
+			}
+		}
+		if _, ok := e.nodes[nodeID]; !ok {
+			return nil
+		}
+		delete(e.nodes, nodeID)
+		e.version++
+		e.emit("node_deregistered", nodeID, "")
+		e.log.Info("node deregistered", "node", nodeID)
+		e.pushAll(ctx)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return discovery.Deregister(ctx, e.cfg.Store, nodeID)
+}
+
+// ClusterState returns the current state; full adds nodes and events.
+func (e *Elector) ClusterState(ctx context.Context, full bool) (*netsyv1.ClusterState, error) {
+	var cs *netsyv1.ClusterState
+	err := e.do(ctx, false, func() error {
+		cs = e.clusterState(full)
+		return nil
+	})
+	return cs, err
+}
+
+// Handoff moves the Primary role away from the current Primary (to the
+// node to, if given and eligible): the Primary drains, and an election
+// that excludes it follows. It returns once the new Primary is pushed.
+func (e *Elector) Handoff(ctx context.Context, to string) (*netsyv1.ClusterState, error) {
+	done := make(chan error, 1)
+	err := e.do(ctx, true, func() error {
+		if e.handoff != nil {
+			return errors.New("a handoff is already in progress")
+		}
+		if e.primary == nil {
+			return errors.New("there is no Primary to hand off from")
+		}
+		if to != "" {
+			if _, ok := e.nodes[to]; !ok {
+				return fmt.Errorf("node %q is not registered", to)
+			}
+			if to == e.primary.NodeId {
+				return fmt.Errorf("node %q is already the Primary", to)
+			}
+		}
+		e.handoff = &handoffReq{to: to, done: done, from: e.primary}
+		e.nextTry = time.Time{}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			return nil, err
+		}
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return e.ClusterState(ctx, false)
+}
+
+func (e *Elector) failHandoff(err error) {
+	if e.handoff != nil {
+		e.handoff.done <- err
+		e.handoff = nil
+	}
+}
+
+// clusterState builds what nodes are told.
+func (e *Elector) clusterState(full bool) *netsyv1.ClusterState {
+	self := e.cfg.Self
+	if r := e.nodes[self.NodeId]; r != nil {
+		self = r.info
+	}
+	cs := &netsyv1.ClusterState{
+		ClusterId:       e.cfg.ClusterID,
+		Elector:         self,
+		ElectorTerm:     e.term,
+		PrimaryTerm:     e.primaryTerm,
+		RegisteredNodes: uint32(len(e.nodes)),
+		Version:         e.version,
+	}
+	if e.primary != nil && !e.electingAway() {
+		cs.Primary = e.primary
+	}
+	ids := make([]string, 0, len(e.nodes))
+	for id := range e.nodes {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	now := e.cfg.Clock.Now()
+	for _, id := range ids {
+		r := e.nodes[id]
+		cs.Members = append(cs.Members, r.info)
+		if !full {
+			continue
+		}
+		ns := &netsyv1.NodeStatus{Info: r.info, Health: r.health, Last: r.last, LastHeartbeatAgeMs: -1}
+		if !r.lastAt.IsZero() {
+			ns.LastHeartbeatAgeMs = now.Sub(r.lastAt).Milliseconds()
+		}
+		if r.health == netsyv1.HealthState_DEGRADED {
+			ns.DegradedForMs = now.Sub(r.degradedAt).Milliseconds()
+		}
+		cs.Nodes = append(cs.Nodes, ns)
+	}
+	if full {
+		cs.Events = slices.Clone(e.events)
+	}
+	return cs
+}
+
+// electingAway reports whether the recorded Primary is being replaced
+// (it is no longer to be named as Primary: it is gone or draining).
+func (e *Elector) electingAway() bool {
+	if e.primary == nil {
+		return false
+	}
+	r := e.nodes[e.primary.NodeId]
+	return r == nil || r.health == netsyv1.HealthState_DEGRADED || (e.handoff != nil && e.handoff.drained)
+}
+
+// pushAll pushes the current state to the Primary first, then to every
+// other node. Pushes are best effort: a node that misses one learns the
+// state from its next heartbeat's answer.
+func (e *Elector) pushAll(ctx context.Context) {
+	e.pushGen++
+	gen := e.pushGen
+	cs := e.clusterState(false)
+	var first *netsyv1.NodeInfo
+	var rest []*netsyv1.NodeInfo
+	for _, r := range e.nodes {
+		if cs.Primary != nil && r.info.NodeId == cs.Primary.NodeId {
+			first = r.info
+		} else {
+			rest = append(rest, r.info)
+		}
+	}
+	e.goOwned(func() {
+		push := func(n *netsyv1.NodeInfo) {
+			cctx, cancel := clock.WithTimeout(ctx, e.cfg.Clock, 2*e.cfg.HeartbeatInterval)
+			defer cancel()
+			if _, err := e.cfg.Peers.PushClusterState(cctx, n, cs); err != nil && ctx.Err() == nil {
+				e.log.Debug("push cluster state", "node", n.NodeId, "version", gen, "error", err)
+			}
+		}
+		if first != nil {
+			push(first)
+		}
+		var wg sync.WaitGroup
+		for _, n := range rest {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				push(n)
+			}()
+		}
+		wg.Wait()
+	})
+}
+
+func (e *Elector) emit(kind, node, detail string) {
+	ev := &netsyv1.Event{
+		TimeUnixNano: e.cfg.Clock.Now().UnixNano(),
+		Kind:         kind,
+		NodeId:       node,
+		ElectorTerm:  e.term,
+		PrimaryTerm:  e.primaryTerm,
+		Detail:       detail,
+		Reporter:     e.cfg.Self.NodeId,
+	}
+	if r := e.nodes[node]; r != nil && r.last != nil {
+		ev.Revision = r.last.LatestRevision
+	}
+	e.events = append(e.events, ev)
+	if n := len(e.events); n > maxEvents {
+		e.events = slices.Delete(e.events, 0, n-maxEvents)
+	}
+	e.log.Info("event", "kind", kind, "node", node, "primary_term", e.primaryTerm, "rev", ev.Revision, "detail", detail)
+	e.cfg.OnEvent(ev)
+}

@@ -1,0 +1,480 @@
+package elector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"go.uber.org/goleak"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/netsy-io/netsy/internal/clock"
+	"github.com/netsy-io/netsy/internal/discovery"
+	"github.com/netsy-io/netsy/internal/objstore/mem"
+	"github.com/netsy-io/netsy/proto/netsyv1"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var errRefused = errors.New("connection refused")
+
+// reach is how a fake node answers.
+type reach int
+
+const (
+	up      reach = iota
+	refused       // the process is gone
+	silent        // no answer (a timeout)
+)
+
+// fakeNode is a node as the Elector's Peers see it: it answers with its
+// state, applies pushes the way a real node does (a push naming it
+// Primary makes it Active at once) and drains on request.
+type fakeNode struct {
+	info   *netsyv1.NodeInfo
+	reach  reach
+	hb     *netsyv1.Heartbeat
+	pushes []*netsyv1.ClusterState
+}
+
+type fakePeers struct {
+	mu     sync.Mutex
+	nodes  map[string]*fakeNode
+	order  []string // pushes naming a Primary, in order: "to<-primary"
+	drains []string
+}
+
+func (p *fakePeers) node(id string) *fakeNode {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.nodes[id]
+}
+
+func (p *fakePeers) answer(n *netsyv1.NodeInfo) (*fakeNode, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	f := p.nodes[n.NodeId]
+	switch {
+	case f == nil, f.reach == refused:
+		return nil, errRefused
+	case f.reach == silent:
+		return nil, context.DeadlineExceeded
+	}
+	return f, nil
+}
+
+func (p *fakePeers) GetNodeState(_ context.Context, n *netsyv1.NodeInfo) (*netsyv1.NodeState, error) {
+	f, err := p.answer(n)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return &netsyv1.NodeState{State: cloneHB(f.hb), Info: f.info}, nil
+}
+
+func (p *fakePeers) PushClusterState(_ context.Context, n *netsyv1.NodeInfo, cs *netsyv1.ClusterState) (*netsyv1.PushClusterStateResponse, error) {
+	f, err := p.answer(n)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	f.pushes = append(f.pushes, cs)
+	if cs.Primary == nil {
+		return &netsyv1.PushClusterStateResponse{Accepted: true}, nil
+	}
+	p.order = append(p.order, n.NodeId+"<-"+cs.Primary.NodeId)
+	f.hb.PrimaryTerm, f.hb.PrimaryId = cs.PrimaryTerm, cs.Primary.NodeId
+	if cs.Primary.NodeId == n.NodeId {
+		f.hb.PrimaryState = netsyv1.PrimaryState_ACTIVE
+	}
+	return &netsyv1.PushClusterStateResponse{Accepted: true}, nil
+}
+
+func (p *fakePeers) Drain(_ context.Context, n *netsyv1.NodeInfo) error {
+	f, err := p.answer(n)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	f.hb.PrimaryState = netsyv1.PrimaryState_REPLICA
+	p.drains = append(p.drains, n.NodeId)
+	return nil
+}
+
+func cloneHB(h *netsyv1.Heartbeat) *netsyv1.Heartbeat {
+	return proto.Clone(h).(*netsyv1.Heartbeat)
+}
+
+type cluster struct {
+	t      *testing.T
+	clk    *clock.Fake
+	store  *mem.Store
+	peers  *fakePeers
+	e      *Elector
+	stop   context.CancelFunc
+	done   chan struct{}
+	first  string
+	quorum int
+}
+
+func newCluster(t *testing.T, quorum int, ids ...string) *cluster {
+	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
+	c := &cluster{t: t, clk: clk, store: mem.New(clk), peers: &fakePeers{nodes: map[string]*fakeNode{}}, first: ids[0], quorum: quorum}
+	for i, id := range ids {
+		info := &netsyv1.NodeInfo{NodeId: id, PeerAddr: id + ":2380"}
+		c.peers.nodes[id] = &fakeNode{info: info, hb: &netsyv1.Heartbeat{
+			NodeId: id, Health: netsyv1.HealthState_HEALTHY, PrimaryState: netsyv1.PrimaryState_REPLICA,
+			LatestIndex: 10, LatestRevision: 10, StartTimeUnixNano: int64(i),
+		}}
+		err := discovery.Register(t.Context(), c.store, discovery.Registration{NodeID: id, ClusterID: "c1", PeerAddr: info.PeerAddr})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c
+}
+
+// begin starts the first Elector on the first node.
+func (c *cluster) begin(quorum int) *cluster {
+	c.start(1, quorum, c.first)
+	return c
+}
+
+func (c *cluster) start(term uint64, quorum int, self string) {
+	e, err := New(Config{
+		Self:              &netsyv1.NodeInfo{NodeId: self, PeerAddr: self + ":2380"},
+		ClusterID:         "c1",
+		Store:             c.store,
+		Peers:             c.peers,
+		Refused:           func(err error) bool { return errors.Is(err, errRefused) },
+		Quorum:            quorum,
+		HeartbeatInterval: 500 * time.Millisecond,
+		HandshakeTimeout:  3 * time.Second,
+		Clock:             c.clk,
+		Logger:            hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testLog{c.t}}),
+	}, term)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c.e, c.stop, c.done = e, cancel, make(chan struct{})
+	go func() {
+		defer close(c.done)
+		e.Run(ctx)
+	}()
+	c.t.Cleanup(c.close)
+}
+
+func (c *cluster) close() {
+	c.stop()
+	<-c.done
+}
+
+type testLog struct{ t *testing.T }
+
+func (w testLog) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// beat delivers a heartbeat from every node that is up.
+func (c *cluster) beat() {
+	for _, id := range c.ids() {
+		f := c.peers.node(id)
+		c.peers.mu.Lock()
+		ok, hb := f.reach == up, cloneHB(f.hb)
+		c.peers.mu.Unlock()
+		if !ok {
+			continue
+		}
+		if _, err := c.e.Heartbeat(c.t.Context(), hb); err != nil && !strings.Contains(err.Error(), "not registered") {
+			c.t.Fatalf("heartbeat %s: %v", id, err)
+		}
+	}
+}
+
+func (c *cluster) ids() []string {
+	c.peers.mu.Lock()
+	defer c.peers.mu.Unlock()
+	var out []string
+	for id := range c.peers.nodes {
+		out = append(out, id)
+	}
+	return out
+}
+
+// run moves time in heartbeat steps, every node that is up beating, until
+// cond holds (checked against the Elector's state) or limit passes.
+func (c *cluster) run(limit time.Duration, cond func(*netsyv1.ClusterState) bool) (*netsyv1.ClusterState, time.Duration) {
+	c.t.Helper()
+	const step = 250 * time.Millisecond
+	for waited := time.Duration(0); waited <= limit; waited += step {
+		c.beat()
+		for range 50 {
+			cs, err := c.e.ClusterState(c.t.Context(), true)
+			if err != nil {
+				c.t.Fatal(err)
+			}
+			if cond(cs) {
+				return cs, waited
+			}
+			time.Sleep(time.Millisecond) // let election goroutines report
+		}
+		c.clk.Advance(step)
+	}
+	cs, _ := c.e.ClusterState(c.t.Context(), true)
+	c.t.Fatalf("condition not reached within %v; state %v", limit, cs)
+	return nil, 0
+}
+
+func primaryIs(id string, term uint64) func(*netsyv1.ClusterState) bool {
+	return func(cs *netsyv1.ClusterState) bool {
+		return cs.GetPrimary() != nil && (id == "" || cs.Primary.NodeId == id) && (term == 0 || cs.PrimaryTerm == term)
+	}
+}
+
+func (c *cluster) set(id string, f func(*fakeNode)) {
+	c.peers.mu.Lock()
+	defer c.peers.mu.Unlock()
+	f(c.peers.nodes[id])
+}
+
+func TestSingleNodeElectsItself(t *testing.T) {
+	c := newCluster(t, -1, "n1").begin(-1)
+	cs, _ := c.run(5*time.Second, primaryIs("n1", 1))
+	if cs.RegisteredNodes != 1 || cs.Elector.NodeId != "n1" || cs.ElectorTerm != 1 {
+		t.Fatalf("state %v", cs)
+	}
+	m, _, err := discovery.NewMembersFile(c.store, "c1").Load(t.Context())
+	if err != nil || m.PrimaryTerm != 1 || m.IDs["n1"] == 0 {
+		t.Fatalf("members.json: %+v, %v", m, err)
+	}
+}
+
+// The node with the highest log index wins; ties go to the newest start.
+func TestElectsHighestRevision(t *testing.T) {
+	c := newCluster(t, -1, "n1", "n2", "n3")
+	c.set("n2", func(f *fakeNode) { f.hb.LatestIndex, f.hb.LatestRevision = 12, 12 })
+	c.begin(-1)
+	c.run(5*time.Second, primaryIs("n2", 1))
+	c.peers.mu.Lock()
+	defer c.peers.mu.Unlock()
+	if c.peers.order[0] != "n2<-n2" {
+		t.Fatalf("the first push naming n2 went to %s, want n2 itself (order %v)", c.peers.order[0], c.peers.order)
+	}
+}
+
+// A Primary whose process is gone (its address refuses connections) is
+// replaced without waiting out its lease; one that merely went silent is
+// replaced only after the handshake timeout and the lease wait have
+// passed since the Elector last heard from it.
+func TestFailoverWaitsForLeaseUnlessRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		reach   reach
+		minWait time.Duration
+		maxWait time.Duration
+	}{
+		{"refused", refused, 0, 2 * time.Second},
+		{"silent", silent, 3 * time.Second, 5 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t, -1, "n1", "n2", "n3")
+			c.set("n3", func(f *fakeNode) { f.hb.LatestIndex = 20 })
+			c.begin(-1)
+			c.run(5*time.Second, primaryIs("n3", 1))
+			c.set("n3", func(f *fakeNode) { f.reach = tc.reach })
+			c.set("n2", func(f *fakeNode) { f.hb.LatestIndex = 20 })
+			// n3 is gone, but n1 and n2 make a majority of 3.
+			_, took := c.run(10*time.Second, primaryIs("n2", 2))
+			if took < tc.minWait || took > tc.maxWait {
+				t.Fatalf("new Primary after %v, want between %v and %v", took, tc.minWait, tc.maxWait)
+			}
+		})
+	}
+}
+
+// Majority quorum needs a majority of the registered nodes; a static
+// quorum needs every one of them until the missing one is deregistered.
+func TestContactRules(t *testing.T) {
+	t.Run("majority", func(t *testing.T) {
+		c := newCluster(t, -1, "n1", "n2", "n3")
+		c.set("n2", func(f *fakeNode) { f.reach = refused })
+		c.set("n3", func(f *fakeNode) { f.reach = refused })
+		c.begin(-1)
+		c.clk.Advance(2 * time.Second)
+		cs, _ := c.e.ClusterState(t.Context(), false)
+		if cs.Primary != nil {
+			t.Fatalf("elected %s with 1 of 3 nodes reachable", cs.Primary.NodeId)
+		}
+		c.set("n2", func(f *fakeNode) { f.reach = up })
+		c.run(5*time.Second, primaryIs("", 0))
+	})
+	t.Run("static", func(t *testing.T) {
+		c := newCluster(t, 1, "n1", "n2", "n3")
+		c.set("n3", func(f *fakeNode) { f.reach = silent })
+		c.begin(1)
+		for range 8 {
+			c.beat()
+			c.clk.Advance(500 * time.Millisecond)
+		}
+		if cs, _ := c.e.ClusterState(t.Context(), false); cs.Primary != nil {
+			t.Fatalf("static quorum elected %s with n3 unreachable", cs.Primary.NodeId)
+		}
+		if err := c.e.Deregister(t.Context(), "n3"); err != nil {
+			t.Fatal(err)
+		}
+		cs, _ := c.run(5*time.Second, func(cs *netsyv1.ClusterState) bool { return cs.Primary != nil })
+		if cs.RegisteredNodes != 2 {
+			t.Fatalf("registered %d after the deregistration", cs.RegisteredNodes)
+		}
+	})
+	t.Run("disabled", func(t *testing.T) {
+		c := newCluster(t, 0, "n1", "n2", "n3")
+		c.set("n2", func(f *fakeNode) { f.reach = silent })
+		c.set("n3", func(f *fakeNode) { f.reach = silent })
+		c.begin(0)
+		c.run(5*time.Second, primaryIs("n1", 0))
+	})
+}
+
+// A node that says it is Active is adopted rather than replaced; a node
+// that is Starting blocks the election.
+func TestAdoptAndBlock(t *testing.T) {
+	c := newCluster(t, -1, "n1", "n2", "n3")
+	c.set("n3", func(f *fakeNode) { f.hb.PrimaryState, f.hb.PrimaryTerm = netsyv1.PrimaryState_STARTING, 7 })
+	c.begin(-1)
+	c.clk.Advance(time.Second)
+	c.beat()
+	if cs, _ := c.e.ClusterState(t.Context(), false); cs.Primary != nil {
+		t.Fatalf("elected %s while n3 is Starting", cs.Primary.NodeId)
+	}
+	c.set("n3", func(f *fakeNode) { f.hb.PrimaryState = netsyv1.PrimaryState_ACTIVE })
+	c.run(5*time.Second, primaryIs("n3", 7))
+}
+
+// A Degraded node is deregistered after the timeout (its member id
+// stays); with timeout 0 it never is.
+func TestDeregistrationTimeout(t *testing.T) {
+	for _, timeout := range []time.Duration{time.Minute, 0} {
+		t.Run(fmt.Sprint(timeout), func(t *testing.T) {
+			c := newCluster(t, -1, "n1", "n2", "n3").begin(-1)
+			c.e.cfg.DeregistrationTimeout = timeout
+			c.run(5*time.Second, func(cs *netsyv1.ClusterState) bool { return cs.Primary != nil })
+			c.set("n2", func(f *fakeNode) { f.reach = silent })
+			for range 200 { // 100 s
+				c.beat()
+				c.clk.Advance(500 * time.Millisecond)
+			}
+			cs, _ := c.run(time.Second, func(*netsyv1.ClusterState) bool { return true })
+			gone := cs.RegisteredNodes == 2
+			if gone != (timeout > 0) {
+				t.Fatalf("timeout %v: registered %d", timeout, cs.RegisteredNodes)
+			}
+			regs, _, _ := discovery.List(t.Context(), c.store)
+			for i := 0; i < 1000 && timeout > 0 && len(regs) != 2; i++ {
+				time.Sleep(time.Millisecond) // the file is deleted on its own goroutine
+				regs, _, _ = discovery.List(t.Context(), c.store)
+			}
+			if (len(regs) == 2) != (timeout > 0) {
+				t.Fatalf("timeout %v: %d registration files", timeout, len(regs))
+			}
+		})
+	}
+}
+
+// A handoff drains the Primary, elects another (the one asked for) at a
+// new term and never re-elects the drained one.
+func TestHandoff(t *testing.T) {
+	c := newCluster(t, -1, "n1", "n2", "n3")
+	c.set("n1", func(f *fakeNode) { f.hb.LatestIndex = 30 })
+	c.begin(-1)
+	c.run(5*time.Second, primaryIs("n1", 1))
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.e.Handoff(t.Context(), "n3")
+		done <- err
+	}()
+	cs, _ := c.run(5*time.Second, primaryIs("n3", 2))
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if d := c.peers.drains; len(d) != 1 || d[0] != "n1" {
+		t.Fatalf("drains %v", d)
+	}
+	if cs.Primary.NodeId != "n3" {
+		t.Fatal("handoff did not honour --to")
+	}
+}
+
+// A new Elector (a later lock term) adopts the Active Primary and any
+// Primary it elects gets a term above every earlier one.
+func TestNewElectorAdoptsAndNeverReusesTerms(t *testing.T) {
+	c := newCluster(t, -1, "n1", "n2", "n3").begin(-1)
+	c.run(5*time.Second, primaryIs("", 1))
+	first, _ := c.e.ClusterState(t.Context(), false)
+	c.close()
+	c.start(2, -1, "n2")
+	cs, _ := c.run(5*time.Second, primaryIs(first.Primary.NodeId, 1))
+	if cs.ElectorTerm != 2 || cs.Elector.NodeId != "n2" {
+		t.Fatalf("new Elector's state %v", cs)
+	}
+	old := first.Primary.NodeId
+	c.set(old, func(f *fakeNode) { f.reach = refused })
+	cs, _ = c.run(10*time.Second, func(cs *netsyv1.ClusterState) bool { return cs.Primary != nil && cs.Primary.NodeId != old })
+	if cs.PrimaryTerm != 2 {
+		t.Fatalf("primary term after the failover: %d, want 2", cs.PrimaryTerm)
+	}
+}
+
+func TestDecideTable(t *testing.T) {
+	hb := func(idx uint64, ps netsyv1.PrimaryState, h netsyv1.HealthState, start int64) *netsyv1.Heartbeat {
+		return &netsyv1.Heartbeat{LatestIndex: idx, PrimaryState: ps, Health: h, StartTimeUnixNano: start}
+	}
+	R, A, S := netsyv1.PrimaryState_REPLICA, netsyv1.PrimaryState_ACTIVE, netsyv1.PrimaryState_STARTING
+	H, D := netsyv1.HealthState_HEALTHY, netsyv1.HealthState_DEGRADED
+	for _, tc := range []struct {
+		name   string
+		cands  []candidate
+		p      plan
+		want   string
+		adopt  bool
+		errIs  error
+		contac int
+	}{
+		{"highest index", []candidate{{"a", hb(5, R, H, 0), false}, {"b", hb(7, R, H, 0), false}}, plan{quorum: -1, registered: 2}, "b", false, nil, 2},
+		{"newest start breaks ties", []candidate{{"a", hb(7, R, H, 2), false}, {"b", hb(7, R, H, 1), false}}, plan{quorum: -1, registered: 2}, "a", false, nil, 2},
+		{"degraded excluded", []candidate{{"a", hb(9, R, D, 0), false}, {"b", hb(7, R, H, 0), false}}, plan{quorum: -1, registered: 2}, "b", false, nil, 2},
+		{"judged degraded excluded", []candidate{{"a", hb(9, R, H, 0), true}, {"b", hb(7, R, H, 0), false}}, plan{quorum: -1, registered: 2}, "b", false, nil, 2},
+		{"active adopted", []candidate{{"a", hb(9, R, H, 0), false}, {"b", hb(7, A, H, 0), false}}, plan{quorum: -1, registered: 2}, "b", true, nil, 2},
+		{"two active", []candidate{{"a", hb(9, A, H, 0), false}, {"b", hb(7, A, H, 0), false}}, plan{quorum: -1, registered: 2}, "", false, errTwoActive, 2},
+		{"starting blocks", []candidate{{"a", hb(9, R, H, 0), false}, {"b", hb(7, S, H, 0), false}}, plan{quorum: -1, registered: 2}, "", false, errNotReplica, 2},
+		{"degraded starting does not block", []candidate{{"a", hb(9, R, H, 0), false}, {"b", hb(7, S, D, 0), false}}, plan{quorum: -1, registered: 2}, "a", false, nil, 2},
+		{"majority short", []candidate{{"a", hb(9, R, H, 0), false}, {"b", nil, false}, {"c", nil, false}}, plan{quorum: -1, registered: 3}, "", false, errContact, 1},
+		{"static short", []candidate{{"a", hb(9, R, H, 0), false}, {"b", hb(9, R, H, 0), false}, {"c", nil, false}}, plan{quorum: 1, registered: 3}, "", false, errContact, 2},
+		{"prefer", []candidate{{"a", hb(9, R, H, 0), false}, {"b", hb(7, R, H, 0), false}}, plan{quorum: -1, registered: 2, prefer: "b"}, "b", false, nil, 2},
+		{"exclude", []candidate{{"a", hb(9, R, H, 0), false}, {"b", hb(7, R, H, 0), false}}, plan{quorum: -1, registered: 2, exclude: map[string]bool{"a": true}}, "b", false, nil, 2},
+		{"none healthy", []candidate{{"a", hb(9, R, D, 0), false}}, plan{quorum: 0, registered: 1}, "", false, errNoHealthy, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, adopt, err := decide(tc.cands, tc.p, tc.contac, false)
+			if tc.errIs != nil {
+				if !errors.Is(err, tc.errIs) {
+					t.Fatalf("err %v, want %v", err, tc.errIs)
+				}
+				return
+			}
+			if err != nil || got != tc.want || adopt != tc.adopt {
+				t.Fatalf("got %q adopt %v err %v; want %q adopt %v", got, adopt, err, tc.want, tc.adopt)
+			}
+		})
+	}
+}
