@@ -124,6 +124,7 @@ func TestCertsCommands(t *testing.T) {
 		{[]string{"certs", "client", "bob", "--dir", dir, "--cluster-id", "staging"}, `--cluster-id "staging": the CA in ` + dir + ` is cluster "prod"'s`},
 		{[]string{"certs", "node", "bad/name", "--dir", dir}, "is not allowed"},
 		{[]string{"certs", "node", "ca", "--dir", dir}, `name "ca" is the CA's files`},
+		{[]string{"certs", "node", "n9", "--dir", dir, "--hosts", "n9:2379"}, `host "n9:2379" is neither a DNS name nor an IP address`},
 		{[]string{"certs", "node", "--dir", dir}, "want one NAME"},
 		{[]string{"certs", "client", "x", "--dir", filepath.Join(dir, "none")}, "create the CA with `netsyctl certs init"},
 		{[]string{"certs", "init", "--dir", t.TempDir()}, "--cluster-id: required"},

@@ -43,8 +43,12 @@
 // (IdentityFromContext, UnaryRequestLog, StreamRequestLog) and the
 // certificate expiry metric (NewExpiryCollector).
 //
-// This package must never accept a certificate it has not verified itself
-// against the trusted CA file, never identify anyone by host name or
-// subject, never start a goroutine, and never read the wall clock: the
-// time of every validity check comes from the injected clock.
+// A dialer that is not a peer (netsyctl, an etcd client) verifies the
+// server the standard way, by host name, against a CA file read once.
+//
+// This package must never accept a peer's or a client's certificate it has
+// not verified itself against the trusted CA file, never identify a peer
+// or a client by host name or subject, never start a goroutine, and never
+// read the wall clock: the time of every validity check comes from the
+// injected clock.
 package tlsconf

@@ -182,8 +182,10 @@ func (ca *CA) Issue(l Leaf) (cert *x509.Certificate, certPEMBytes, keyPEMBytes [
 		case h == "":
 		case ip != nil:
 			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
-		default:
+		case validDNSName(h):
 			tmpl.DNSNames = append(tmpl.DNSNames, h)
+		default:
+			return nil, nil, nil, fmt.Errorf("host %q is neither a DNS name nor an IP address", h)
 		}
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, key.Public(), ca.Key)
@@ -199,6 +201,22 @@ func (ca *CA) Issue(l Leaf) (cert *x509.Certificate, certPEMBytes, keyPEMBytes [
 		return nil, nil, nil, err
 	}
 	return cert, certPEM(der), kp, nil
+}
+
+// validDNSName accepts letters, digits, '-' and '.', and a leading "*."
+// for a wildcard.
+func validDNSName(h string) bool {
+	h = strings.TrimPrefix(h, "*.")
+	if h == "" || len(h) > 253 || strings.HasPrefix(h, ".") || strings.HasSuffix(h, ".") || strings.Contains(h, "..") {
+		return false
+	}
+	for i := 0; i < len(h); i++ {
+		c := h[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.') {
+			return false
+		}
+	}
+	return true
 }
 
 func newSerial() (*big.Int, error) {

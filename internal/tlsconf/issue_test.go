@@ -32,7 +32,7 @@ func TestCA(t *testing.T) {
 	if _, _, _, err := ca.Issue(Leaf{Identity: peerID("c1", "n"), NotBefore: t0, Validity: time.Hour}); err == nil {
 		t.Fatal("certificate for no use issued")
 	}
-	cert, _, _, err := ca.Issue(Leaf{Identity: peerID("c1", "n"), Hosts: []string{"n.example", "10.0.0.1", "[::1]"},
+	cert, _, _, err := ca.Issue(Leaf{Identity: peerID("c1", "n"), Hosts: []string{"n.example", "10.0.0.1", "[::1]", "*.n.example"},
 		NotBefore: t0, Validity: 100 * 365 * 24 * time.Hour, ServerAuth: true, ClientAuth: true})
 	if err != nil {
 		t.Fatal(err)
@@ -40,9 +40,16 @@ func TestCA(t *testing.T) {
 	if !cert.NotAfter.Equal(ca.Cert.NotAfter) {
 		t.Fatalf("leaf outlives its CA: %v > %v", cert.NotAfter, ca.Cert.NotAfter)
 	}
-	if len(cert.DNSNames) != 1 || cert.DNSNames[0] != "n.example" || len(cert.IPAddresses) != 2 ||
+	if len(cert.DNSNames) != 2 || cert.DNSNames[0] != "n.example" || cert.DNSNames[1] != "*.n.example" || len(cert.IPAddresses) != 2 ||
 		!cert.IPAddresses[0].Equal([]byte{10, 0, 0, 1}) || cert.IPAddresses[1].String() != "::1" {
 		t.Fatalf("SANs %v %v", cert.DNSNames, cert.IPAddresses)
+	}
+
+	for _, h := range []string{"n1:2379", "a b", "http://n1", "n1..example", "*"} {
+		if _, _, _, err := ca.Issue(Leaf{Identity: peerID("c1", "n"), Hosts: []string{h}, NotBefore: t0, Validity: time.Hour, ServerAuth: true}); err == nil ||
+			!strings.Contains(err.Error(), "is neither a DNS name nor an IP address") {
+			t.Errorf("host %q: %v", h, err)
+		}
 	}
 
 	other := newPKI(t, "c1")
