@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -13,6 +14,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/netsy-io/netsy/internal/clock"
+	"github.com/netsy-io/netsy/internal/tlsconf"
 	"github.com/netsy-io/netsy/internal/version"
 )
 
@@ -39,6 +42,9 @@ Commands:
   inspect F           dump a Netsy data file (segment, chunk or snapshot, or a
                       file-store object file such as objects/wal.dir/N.obj);
                       with --storage URL, F is an object key (wal/..., snapshots/...)
+  certs init|node|client
+                      create a development CA and node and client
+                      certificates for a TLS cluster
   version             print the version
 
 Finding the nodes: --endpoints takes client addresses (host:port,
@@ -49,6 +55,7 @@ the first endpoint that answers, or take them as given with
 --peer-endpoints (host:port, comma-separated), which skips the client port.
 Every command that talks to a node gives up after --timeout (10s; handoff
 1m) and prints JSON with -o json.
+TLS: --cacert, --cert and --key, as for etcdctl.
 
 Run 'netsyctl <command> -h' for the command's flags.
 `
@@ -69,6 +76,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		"handoff":       runHandoff,
 		"snapshot":      runSnapshot,
 		"inspect":       runInspect,
+		"certs":         runCerts,
 		"version":       runVersion,
 	}
 	cmd, ok := cmds[args[0]]
@@ -92,6 +100,9 @@ type common struct {
 	peerEndpoints string
 	output        string
 	timeout       time.Duration
+	// cacert, cert and key are etcdctl's TLS flags; with any of them set
+	// every connection to a node is TLS.
+	cacert, cert, key string
 }
 
 func (c *common) bind(fs *flag.FlagSet) { c.bindWith(fs, 10*time.Second) }
@@ -101,13 +112,37 @@ func (c *common) bindWith(fs *flag.FlagSet, timeout time.Duration) {
 	fs.StringVar(&c.endpoints, "endpoints", "127.0.0.1:2379", "comma-separated client endpoints")
 	fs.StringVar(&c.output, "o", "table", "output format: table or json")
 	fs.DurationVar(&c.timeout, "timeout", timeout, "time limit for the command")
+	fs.StringVar(&c.cacert, "cacert", "", "verify the nodes' certificates with this CA bundle (TLS; default: the system's CAs)")
+	fs.StringVar(&c.cert, "cert", "", "present this client certificate (TLS, with --key)")
+	fs.StringVar(&c.key, "key", "", "key of the --cert client certificate")
 }
 
 func (c *common) check() error {
 	if c.output != "table" && c.output != "json" {
 		return fmt.Errorf("-o: %q is not table or json", c.output)
 	}
+	if (c.cert == "") != (c.key == "") {
+		return errors.New("--cert and --key: give both or neither")
+	}
 	return nil
+}
+
+// tlsConfig is the TLS of every connection to a node, nil for plaintext.
+// Nodes are verified by host name against --cacert, as etcdctl does.
+func (c *common) tlsConfig() (*tls.Config, error) {
+	if c.cacert == "" && c.cert == "" && c.key == "" {
+		return nil, nil
+	}
+	cfg, err := tlsconf.ClientConfig(tlsconf.ClientOptions{
+		CertFile:      c.cert,
+		KeyFile:       c.key,
+		TrustedCAFile: c.cacert,
+		Clock:         clock.Real(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("--cacert/--cert/--key: %w", err)
+	}
+	return cfg, nil
 }
 
 // connect dials the endpoints and bounds the command by --timeout; close
@@ -122,9 +157,14 @@ func (c *common) connect(ctx context.Context) (cli *clientv3.Client, cctx contex
 }
 
 func (c *common) newClient() (*clientv3.Client, error) {
+	tlsCfg, err := c.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
 	return clientv3.New(clientv3.Config{
 		Endpoints:   strings.Split(c.endpoints, ","),
 		DialTimeout: c.timeout,
+		TLS:         tlsCfg,
 		// The client's own JSON log lines (retries, a closed stream) must
 		// not mix into netsyctl's output; its errors are returned.
 		Logger: zap.NewNop(),
