@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -214,6 +215,9 @@ type Log struct {
 	// wal is replaced only during Open (truncation reopens it).
 	wal *wal.WAL
 
+	// curMode is the durability mode (Options.Mode, then SetMode).
+	curMode atomic.Int32
+
 	mu sync.Mutex
 	// writer is true while this log is the bucket's writer (Claim to
 	// Release): appends are queued for upload and the uploader runs,
@@ -317,6 +321,7 @@ func open(ctx context.Context, o Options, h hooks) (*Log, error) {
 		upDone:    closedChan(),
 		upIdle:    make(chan struct{}),
 	}
+	l.curMode.Store(int32(o.Mode))
 	l.pendBuf = l.newPendBuf()
 	var err error
 	if l.meta, err = readMetaFS(l.o.FS, l.metaPath); err != nil {
@@ -549,7 +554,7 @@ func (l *Log) openWAL() error {
 		// as it takes a batch (takeBatch), so one fsync runs alongside
 		// each PUT instead of one per write batch competing with it; an
 		// append to an idle uploader asks at once (Append).
-		SyncOnRequest: l.o.Mode == ModeSync,
+		SyncOnRequest: l.mode() == ModeSync,
 		Logger:        l.o.Logger.Named("wal"),
 		Clock:         l.clk,
 	})
@@ -558,6 +563,29 @@ func (l *Log) openWAL() error {
 	}
 	l.wal = w
 	return nil
+}
+
+func (l *Log) mode() Mode { return Mode(l.curMode.Load()) }
+
+// SetMode changes the durability mode of a running log: the Primary uses
+// object-storage acknowledgement (ModeSync) whenever its quorum cannot be
+// met by replicas, and the local fsync (ModeAsync) when it is the whole
+// cluster. Entries already reported durable stay so.
+func (l *Log) SetMode(m Mode) {
+	l.mu.Lock()
+	if l.mode() == m {
+		l.mu.Unlock()
+		return
+	}
+	l.curMode.Store(int32(m))
+	l.wal.SetSyncOnRequest(m == ModeSync)
+	if m == ModeSync && len(l.pend) > 0 {
+		l.wal.SyncTo(l.pend[len(l.pend)-1].index)
+	}
+	l.reportLocked()
+	l.mu.Unlock()
+	l.log.Info("durability mode changed", "mode", m)
+	kick(l.upKick)
 }
 
 // Attach makes onSync the receiver of durability reports (replacing
@@ -632,17 +660,18 @@ func (l *Log) Append(e *netsyv1.Entry) error {
 	l.pendBuf = buf
 	l.pend = append(l.pend, pendEntry{index: e.Index, revision: e.Revision, off: off, end: len(l.pendBuf), at: now})
 	l.pendBytes += int64(len(l.pendBuf) - off)
-	if l.o.Mode == ModeSync && l.inflightBytes == 0 && !now.Before(l.holdUntil) {
+	if l.mode() == ModeSync && l.inflightBytes == 0 && !now.Before(l.holdUntil) {
 		// The uploader is idle, so this entry goes up at once: its fsync
 		// should start now too, ahead of the PUT rather than alongside
 		// it (measured: sequential puts lose 10% when the local fsync
 		// and MinIO's write share the disk).
 		l.wal.SyncTo(e.Index)
 	}
+	sync := l.mode() == ModeSync
 	l.mu.Unlock()
 	// In async mode only the local fsync makes an entry uploadable, and
 	// onWALSync kicks then.
-	if l.o.Mode == ModeSync {
+	if sync {
 		kick(l.upKick)
 	}
 	return nil
@@ -704,7 +733,7 @@ func (l *Log) Backpressure() error {
 		oldest = l.pend[0].at
 	}
 	bound := stallBound
-	if l.o.Mode == ModeAsync {
+	if l.mode() == ModeAsync {
 		bound += l.o.ChunkMaxAge
 	}
 	if !oldest.IsZero() && now.Sub(oldest) >= bound {
@@ -803,7 +832,7 @@ func (l *Log) onWALSync(index uint64, err error) {
 	// timer for the oldest one's age, so only a first one or a full chunk
 	// is news. Maintenance cares about uploaded entries becoming local
 	// (the checkpoint) and about a waiting snapshot.
-	upWake := l.o.Mode == ModeAsync &&
+	upWake := l.mode() == ModeAsync &&
 		len(l.pend) > 0 && (l.pend[0].index > prev || l.pendBytes >= int64(l.o.ChunkMaxBytes))
 	maintWake := err != nil || l.uploaded > prev || l.nextSnap != nil
 	l.mu.Unlock()
@@ -821,7 +850,7 @@ func (l *Log) reportLocked() {
 		return
 	}
 	d := l.localSynced
-	if l.writer && l.o.Mode == ModeSync && l.uploaded < d {
+	if l.writer && l.mode() == ModeSync && l.uploaded < d {
 		d = l.uploaded
 	}
 	if d > l.reported {

@@ -61,7 +61,7 @@ func (l *Log) reportRecovery(v *bucketView) {
 		case v.bucketLast > t.After:
 			l.log.Warn("the torn record cut off the local log was already in object storage; entries were restored from there",
 				"path", t.Path, "after_index", t.After, "bucket_last", v.bucketLast)
-		case l.o.Mode == ModeSync:
+		case l.mode() == ModeSync:
 			l.log.Warn("the torn record cut off the local log was never acknowledged: object storage does not hold it, and sync mode acknowledges only what is there",
 				"path", t.Path, "after_index", t.After)
 		default:
@@ -71,7 +71,7 @@ func (l *Log) reportRecovery(v *bucketView) {
 	}
 	if n := len(v.unuploaded); n > 0 {
 		from, to := v.unuploaded[0].Index, v.unuploaded[n-1].Index
-		if l.o.Mode == ModeSync {
+		if l.mode() == ModeSync {
 			l.log.Warn("kept local entries that object storage lacked: sync mode never acknowledged them, and they are now uploaded (clients saw their writes fail or time out, so their outcome was unknown)",
 				"from", from, "to", to)
 		} else {
@@ -332,7 +332,7 @@ func (l *Log) applyChunks(ctx context.Context, baseSeq uint64, seqs []uint64, sk
 					matched++
 					continue
 				}
-				if l.o.AckOnFsync && l.o.Mode == ModeAsync {
+				if l.o.AckOnFsync && l.mode() == ModeAsync {
 					// Acknowledged once fsync'd: dropping it would lose a
 					// write a client was told is durable.
 					return fmt.Errorf("%w: the local log (%s) holds an acknowledged entry at index %d (revision %d) and %s holds a different one (revision %d); "+
@@ -444,7 +444,7 @@ func (l *Log) claim(ctx context.Context, v *bucketView) error {
 	l.chunks = refs
 	l.mu.Unlock()
 	l.log.Info("claimed the next wal seq; this node is the writer", "seq", seq-1, "index", lastIdx,
-		"uploaded_entries", len(pending), "mode", l.o.Mode)
+		"uploaded_entries", len(pending), "mode", l.mode())
 	return nil
 }
 

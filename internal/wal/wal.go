@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -131,7 +132,7 @@ type WAL struct {
 	snapMu sync.Mutex // serializes SaveSnapshot
 
 	// Owned by the writer goroutine (and by Open before it starts).
-	lazy         bool   // Options.SyncOnRequest
+	lazy         atomic.Bool // Options.SyncOnRequest, or SetSyncOnRequest
 	unsynced     uint64 // newest index written but not fsync'd (0: none)
 	unsyncedN    uint64 // entries written but not fsync'd
 	active       *segment
@@ -196,7 +197,6 @@ func Open(opts Options) (*WAL, error) {
 		snapDir: filepath.Join(opts.Dir, "snap"),
 		segSize: opts.SegmentBytes,
 		onSync:  opts.OnSync,
-		lazy:    opts.SyncOnRequest,
 		log:     opts.Logger,
 		clk:     opts.Clock,
 		kick:    make(chan struct{}, 1),
@@ -209,6 +209,7 @@ func Open(opts Options) (*WAL, error) {
 		spareDone:  make(chan struct{}),
 		prepared:   make(chan struct{}),
 	}
+	w.lazy.Store(opts.SyncOnRequest)
 	if w.segSize == 0 {
 		w.segSize = DefaultSegmentBytes
 	}
@@ -583,6 +584,15 @@ func (w *WAL) WaitSynced(ctx context.Context, index uint64) error {
 	}
 }
 
+// SetSyncOnRequest changes Options.SyncOnRequest on a running log (objwal
+// switches between its durability modes). Turning it off fsyncs whatever
+// is written at the next batch.
+func (w *WAL) SetSyncOnRequest(on bool) {
+	if w.lazy.Swap(on) && !on {
+		w.wake()
+	}
+}
+
 // SyncTo asks the writer to fsync at least through index; it does not
 // wait (OnSync or WaitSynced report it). Without Options.SyncOnRequest
 // every batch is fsync'd anyway and it does nothing useful.
@@ -705,7 +715,7 @@ func (w *WAL) commit(buf []byte, meta []frameMeta, want bool) error {
 			w.unsynced = m.index
 			w.unsyncedN++
 		}
-		if w.unsynced == 0 || w.lazy && !want {
+		if w.unsynced == 0 || w.lazy.Load() && !want {
 			return nil
 		}
 		if err := w.syncActive(); err != nil {
