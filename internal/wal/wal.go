@@ -133,8 +133,8 @@ type WAL struct {
 
 	// Owned by the writer goroutine (and by Open before it starts).
 	lazy         atomic.Bool // Options.SyncOnRequest, or SetSyncOnRequest
-	unsynced     uint64 // newest index written but not fsync'd (0: none)
-	unsyncedN    uint64 // entries written but not fsync'd
+	unsynced     uint64      // newest index written but not fsync'd (0: none)
+	unsyncedN    uint64      // entries written but not fsync'd
 	active       *segment
 	file         vfs.File
 	bw           *bufio.Writer
