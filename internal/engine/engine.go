@@ -143,6 +143,11 @@ type Engine struct {
 
 	notifyMu sync.Mutex
 	notifyCh chan struct{}
+	// durableCh is closed and replaced when the durable index advances.
+	durableCh chan struct{}
+
+	// feed keeps the writer's newest entries for Follow streams.
+	feed *feed
 
 	// Owned by the loop goroutine.
 	lastIdx     uint64
@@ -199,6 +204,8 @@ func Open(cfg Config) (*Engine, error) {
 		ctrl:      make(chan func()),
 		snapDone:  make(chan struct{}, 1),
 		notifyCh:  make(chan struct{}),
+		durableCh: make(chan struct{}),
+		feed:      newFeed(),
 	}
 	if err := e.recover(); err != nil {
 		_ = store.Close()
@@ -372,7 +379,12 @@ func (e *Engine) processSync() {
 	// Each error is handled once: a step-down must not repeat.
 	e.syncErr = nil
 	e.syncMu.Unlock()
-	e.durableIdx.Store(idx)
+	if idx != e.durableIdx.Swap(idx) {
+		e.notifyMu.Lock()
+		close(e.durableCh)
+		e.durableCh = make(chan struct{})
+		e.notifyMu.Unlock()
+	}
 	if e.writer.Load() {
 		e.commitUpTo(idx)
 	} else {
@@ -542,6 +554,7 @@ func (e *Engine) rollbackPending() {
 		e.lease.reattachAll(e.store, e.committedRev.Load())
 	}
 	e.lastIdx, e.lastRev = e.committedIdx.Load(), e.committedRev.Load()
+	e.feed.truncate(e.lastIdx)
 	e.publishAppended()
 }
 
@@ -560,6 +573,7 @@ func (e *Engine) appendEntry(ent *netsyv1.Entry, p *proposal, revoked []*netsyv1
 	e.lastTerm.Store(ent.Term)
 	e.sinceSnap++
 	e.publishAppended()
+	e.feed.add(ent)
 }
 
 // expireWaits answers with ErrTimeout every writer still waiting for

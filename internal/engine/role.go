@@ -99,18 +99,10 @@ func (e *Engine) promote(ctx context.Context, term int64, prepare func(context.C
 			return err
 		}
 	}
-	n, err := e.catchUpStorage()
+	n, err := e.adoptStorage()
 	if err != nil {
-		e.failStorage(err)
 		return err
 	}
-	e.syncMu.Lock()
-	e.syncedIdx = e.lastIdx
-	e.syncMu.Unlock()
-	e.durableIdx.Store(e.lastIdx)
-	e.committedIdx.Store(e.lastIdx)
-	e.committedRev.Store(e.lastRev)
-	e.broadcast()
 	e.lease.extendAll()
 	e.term.Store(term)
 	e.lastTerm.Store(term)
@@ -118,6 +110,107 @@ func (e *Engine) promote(ctx context.Context, term int64, prepare func(context.C
 	e.publishAppended()
 	e.log.Info("writing as the Primary", "term", term, "index", e.lastIdx, "rev", e.lastRev, "applied_from_storage", n)
 	return nil
+}
+
+// adoptStorage applies everything the storage holds beyond the state and
+// makes it committed: after a Starting step or a catch-up from object
+// storage, the storage holds only history.
+func (e *Engine) adoptStorage() (int, error) {
+	n, err := e.catchUpStorage()
+	if err != nil {
+		e.failStorage(err)
+		return n, err
+	}
+	e.syncMu.Lock()
+	e.syncedIdx = e.lastIdx
+	e.syncMu.Unlock()
+	e.durableIdx.Store(e.lastIdx)
+	e.committedIdx.Store(e.lastIdx)
+	e.committedRev.Store(e.lastRev)
+	e.publishAppended()
+	e.broadcast()
+	return n, nil
+}
+
+// Resync brings a follower up to what its storage holds after prepare
+// (a catch-up from object storage, for a replica too far behind for its
+// Primary to stream to): entries followed but not applied are dropped
+// first, and what the storage then holds is applied as committed.
+func (e *Engine) Resync(ctx context.Context, prepare func(context.Context) error) error {
+	var err error
+	if lerr := e.inLoop(ctx, func() {
+		if e.writer.Load() {
+			err = errors.New("engine: the writer cannot resync")
+			return
+		}
+		e.follow, e.commitLimit = nil, e.committedIdx.Load()
+		if tr, ok := e.cfg.Storage.(truncater); ok {
+			if err = tr.TruncateAfter(e.lastIdx); err != nil {
+				return
+			}
+		}
+		if prepare != nil {
+			if err = prepare(ctx); err != nil {
+				e.publishAppended()
+				return
+			}
+		}
+		var n int
+		n, err = e.adoptStorage()
+		if err == nil {
+			e.log.Info("caught up from storage", "index", e.lastIdx, "rev", e.lastRev, "applied", n)
+		}
+	}); lerr != nil {
+		return lerr
+	}
+	return err
+}
+
+// ReadEntries returns up to max entries from index from on, for a Follow
+// stream: the writer's newest entries from memory (durable or not), older
+// ones from the storage (durable only). It returns none when from is past
+// the last entry.
+func (e *Engine) ReadEntries(from uint64, max int) ([]*netsyv1.Entry, error) {
+	if ents, ok := e.feed.read(from, max); ok {
+		return ents, nil
+	}
+	var out []*netsyv1.Entry
+	stop := errors.New("enough")
+	err := e.cfg.Storage.Replay(from, func(ent *netsyv1.Entry) error {
+		out = append(out, ent)
+		if len(out) >= max {
+			return stop
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, stop) {
+		return nil, err
+	}
+	return out, nil
+}
+
+// EntryTerm returns the term that wrote the entry at index, if the engine
+// still holds it (memory or storage).
+func (e *Engine) EntryTerm(index uint64) (int64, bool) {
+	if t, ok := e.feed.term(index); ok {
+		return t, true
+	}
+	ents, err := e.ReadEntries(index, 1)
+	if err != nil || len(ents) == 0 || ents[0].Index != index {
+		return 0, false
+	}
+	return ents[0].Term, true
+}
+
+// AppendNotify returns a channel closed when the writer next appends.
+func (e *Engine) AppendNotify() <-chan struct{} { return e.feed.wait() }
+
+// DurableNotify returns a channel closed when the durable index next
+// advances.
+func (e *Engine) DurableNotify() <-chan struct{} {
+	e.notifyMu.Lock()
+	defer e.notifyMu.Unlock()
+	return e.durableCh
 }
 
 // catchUpStorage applies what the storage holds after the applied state:

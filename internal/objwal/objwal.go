@@ -533,6 +533,67 @@ func (l *Log) truncateFollowed(index uint64) error {
 	return nil
 }
 
+// CatchUp brings a follower's local log up to the bucket (a replica too
+// far behind for its Primary's stream), as Open does.
+func (l *Log) CatchUp(ctx context.Context) error {
+	return l.job(ctx, func() error {
+		l.mu.Lock()
+		writer := l.writer
+		l.mu.Unlock()
+		if writer {
+			return errors.New("objwal: the writer does not catch up")
+		}
+		return l.follow(ctx)
+	})
+}
+
+// StillWriter confirms that this log is still the bucket's writer: no
+// chunk exists at its next seq, which another writer must create before it
+// writes anything. A Primary whose lease has lapsed asks this before it
+// answers a linearizable read; the caller batches concurrent reads. It
+// returns ErrFenced when the seq is taken by someone else.
+func (l *Log) StillWriter(ctx context.Context) error {
+	for {
+		l.mu.Lock()
+		writer, seq, err, inflight := l.writer, l.nextSeq, l.err, l.inflightBytes > 0
+		l.mu.Unlock()
+		switch {
+		case err != nil:
+			return err
+		case !writer:
+			return errors.New("objwal: not the writer")
+		}
+		key := walKey(seq)
+		_, err = l.openGet(ctx, key)
+		switch {
+		case isNotFound(err):
+			return nil
+		case err != nil:
+			return fmt.Errorf("check %s: %w", key, err)
+		case !inflight:
+			l.mu.Lock()
+			moved := l.nextSeq > seq
+			l.mu.Unlock()
+			if !moved {
+				return fmt.Errorf("%s exists: %w", key, ErrFenced)
+			}
+		}
+		// Our own upload of that seq may be what is there: wait for its
+		// outcome and check the seq after it.
+		for {
+			l.mu.Lock()
+			moved, err := l.nextSeq > seq, l.err
+			l.mu.Unlock()
+			if moved || err != nil {
+				break
+			}
+			if err := l.clk.Sleep(ctx, 5*time.Millisecond); err != nil {
+				return err
+			}
+		}
+	}
+}
+
 // IsWriter reports whether the log is the bucket's writer.
 func (l *Log) IsWriter() bool {
 	l.mu.Lock()

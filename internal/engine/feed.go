@@ -1,0 +1,88 @@
+package engine
+
+import (
+	"sync"
+
+	"github.com/netsy-io/netsy/proto/netsyv1"
+)
+
+// feedEntries is how many of the newest entries the writer keeps in memory
+// for replicas; a replica further behind reads from the storage.
+const feedEntries = 16384
+
+// feed holds the newest entries the writer appended, durable or not, in
+// index order, so Follow streams can send an entry before it is durable
+// here (a Primary's own fsync runs beside the sending).
+type feed struct {
+	mu     sync.Mutex
+	ents   []*netsyv1.Entry // dense indices; ents[0] is the oldest kept
+	notify chan struct{}
+}
+
+func newFeed() *feed { return &feed{notify: make(chan struct{})} }
+
+// add appends e, which must follow the last entry (or start a new run).
+func (f *feed) add(e *netsyv1.Entry) {
+	f.mu.Lock()
+	if n := len(f.ents); n > 0 && f.ents[n-1].Index+1 != e.Index {
+		f.ents = f.ents[:0]
+	}
+	if len(f.ents) >= feedEntries {
+		// Drop the oldest quarter at once, so trimming is rare.
+		k := feedEntries / 4
+		clear(f.ents[:k])
+		f.ents = append(f.ents[:0], f.ents[k:]...)
+	}
+	f.ents = append(f.ents, e)
+	close(f.notify)
+	f.notify = make(chan struct{})
+	f.mu.Unlock()
+}
+
+// truncate drops the entries after index (a rollback).
+func (f *feed) truncate(index uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := len(f.ents)
+	for n > 0 && f.ents[n-1].Index > index {
+		n--
+	}
+	clear(f.ents[n:])
+	f.ents = f.ents[:n]
+}
+
+// read returns up to max entries from index from on. ok is false when from
+// is older than the oldest entry kept (the caller reads the storage).
+func (f *feed) read(from uint64, max int) (ents []*netsyv1.Entry, ok bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.ents) == 0 {
+		return nil, true
+	}
+	first, last := f.ents[0].Index, f.ents[len(f.ents)-1].Index
+	switch {
+	case from < first:
+		return nil, false
+	case from > last:
+		return nil, true
+	}
+	i := int(from - first)
+	j := min(len(f.ents), i+max)
+	return append([]*netsyv1.Entry(nil), f.ents[i:j]...), true
+}
+
+// term returns the term of the entry at index, if kept.
+func (f *feed) term(index uint64) (int64, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.ents) == 0 || index < f.ents[0].Index || index > f.ents[len(f.ents)-1].Index {
+		return 0, false
+	}
+	return f.ents[index-f.ents[0].Index].Term, true
+}
+
+func (f *feed) wait() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.notify
+}
