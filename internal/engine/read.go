@@ -84,9 +84,9 @@ func (e *Engine) readTxn(r *pb.TxnRequest, rev int64) (*pb.TxnResponse, error) {
 	return resp, nil
 }
 
-// serializableTxn reports whether every range of a read-only txn asks
+// SerializableTxn reports whether every range of a read-only txn asks
 // for a serializable read (etcd's rule for a txn).
-func serializableTxn(r *pb.TxnRequest) bool {
+func SerializableTxn(r *pb.TxnRequest) bool {
 	for _, ops := range [][]*pb.RequestOp{r.Success, r.Failure} {
 		for _, op := range ops {
 			switch v := op.Request.(type) {
@@ -95,7 +95,7 @@ func serializableTxn(r *pb.TxnRequest) bool {
 					return false
 				}
 			case *pb.RequestOp_RequestTxn:
-				if !serializableTxn(v.RequestTxn) {
+				if !SerializableTxn(v.RequestTxn) {
 					return false
 				}
 			}

@@ -191,8 +191,8 @@ func (e *Engine) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb
 // Txn runs a transaction. Read-only transactions are served from the
 // committed state without entering the write loop.
 func (e *Engine) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {
-	if !isWriteTxn(r) {
-		if !serializableTxn(r) {
+	if !IsWriteTxn(r) {
+		if !SerializableTxn(r) {
 			if err := e.Deposed(); err != nil {
 				return nil, err
 			}
@@ -501,7 +501,8 @@ func txnPath(s *mvcc.Store, rev int64, r *pb.TxnRequest, path []bool) []bool {
 	return path
 }
 
-func isWriteTxn(r *pb.TxnRequest) bool {
+// IsWriteTxn reports whether a txn writes anything, in either branch.
+func IsWriteTxn(r *pb.TxnRequest) bool {
 	return hasWrite(r.Success) || hasWrite(r.Failure)
 }
 
@@ -511,7 +512,7 @@ func hasWrite(ops []*pb.RequestOp) bool {
 		case *pb.RequestOp_RequestPut, *pb.RequestOp_RequestDeleteRange:
 			return true
 		case *pb.RequestOp_RequestTxn:
-			if isWriteTxn(v.RequestTxn) {
+			if IsWriteTxn(v.RequestTxn) {
 				return true
 			}
 		}

@@ -1596,14 +1596,17 @@ func (*FollowRequest_Heartbeat) isFollowRequest_Msg() {}
 // FollowStart opens the stream: the replica holds its log through
 // last_index (entry last_term wrote it) and wants what follows.
 type FollowStart struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	PrimaryTerm   uint64                 `protobuf:"varint,2,opt,name=primary_term,json=primaryTerm,proto3" json:"primary_term,omitempty"`
-	LastIndex     uint64                 `protobuf:"varint,3,opt,name=last_index,json=lastIndex,proto3" json:"last_index,omitempty"`
-	LastRevision  int64                  `protobuf:"varint,4,opt,name=last_revision,json=lastRevision,proto3" json:"last_revision,omitempty"`
-	LastTerm      int64                  `protobuf:"varint,5,opt,name=last_term,json=lastTerm,proto3" json:"last_term,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	NodeId       string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	PrimaryTerm  uint64                 `protobuf:"varint,2,opt,name=primary_term,json=primaryTerm,proto3" json:"primary_term,omitempty"`
+	LastIndex    uint64                 `protobuf:"varint,3,opt,name=last_index,json=lastIndex,proto3" json:"last_index,omitempty"`
+	LastRevision int64                  `protobuf:"varint,4,opt,name=last_revision,json=lastRevision,proto3" json:"last_revision,omitempty"`
+	LastTerm     int64                  `protobuf:"varint,5,opt,name=last_term,json=lastTerm,proto3" json:"last_term,omitempty"`
+	// committed_index is the replica's own commit point: entries through it
+	// are history on every node, so a diverged log is cut back to it.
+	CommittedIndex uint64 `protobuf:"varint,6,opt,name=committed_index,json=committedIndex,proto3" json:"committed_index,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *FollowStart) Reset() {
@@ -1667,6 +1670,13 @@ func (x *FollowStart) GetLastRevision() int64 {
 func (x *FollowStart) GetLastTerm() int64 {
 	if x != nil {
 		return x.LastTerm
+	}
+	return 0
+}
+
+func (x *FollowStart) GetCommittedIndex() uint64 {
+	if x != nil {
+		return x.CommittedIndex
 	}
 	return 0
 }
@@ -2193,14 +2203,15 @@ const file_netsy_v1_peer_proto_rawDesc = "" +
 	"\x05start\x18\x01 \x01(\v2\x15.netsy.v1.FollowStartH\x00R\x05start\x12-\n" +
 	"\areceipt\x18\x02 \x01(\v2\x11.netsy.v1.ReceiptH\x00R\areceipt\x123\n" +
 	"\theartbeat\x18\x03 \x01(\v2\x13.netsy.v1.HeartbeatH\x00R\theartbeatB\x05\n" +
-	"\x03msg\"\xaa\x01\n" +
+	"\x03msg\"\xd3\x01\n" +
 	"\vFollowStart\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12!\n" +
 	"\fprimary_term\x18\x02 \x01(\x04R\vprimaryTerm\x12\x1d\n" +
 	"\n" +
 	"last_index\x18\x03 \x01(\x04R\tlastIndex\x12#\n" +
 	"\rlast_revision\x18\x04 \x01(\x03R\flastRevision\x12\x1b\n" +
-	"\tlast_term\x18\x05 \x01(\x03R\blastTerm\"R\n" +
+	"\tlast_term\x18\x05 \x01(\x03R\blastTerm\x12'\n" +
+	"\x0fcommitted_index\x18\x06 \x01(\x04R\x0ecommittedIndex\"R\n" +
 	"\aReceipt\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x121\n" +
 	"\theartbeat\x18\x02 \x01(\v2\x13.netsy.v1.HeartbeatR\theartbeat\"\xf6\x01\n" +

@@ -1,0 +1,38 @@
+// Package primary is this node's Primary life cycle: Replica → Starting →
+// Active → Draining → Replica, the Primary's lease, and the Primary's side
+// of the replication protocol (Follow streams, read index, forwarded lease
+// renewals).
+//
+// Rules it enforces:
+//   - Starting is the preflight. The replica role stops feeding the
+//     engine, the term is recorded on local disk, and the engine is
+//     promoted with object storage's claim as its Starting step (objwal
+//     catches up with the bucket and claims the next wal seq, the fence)
+//     before it accepts a write.
+//   - A term is taken up once per node: a Cluster State naming this node
+//     Primary at a term it held before (it restarted, or drained) is not
+//     acted on; the node stays a Replica at that term, which tells the
+//     Elector to run its audit again.
+//   - A Primary steps down at once (no flush) when the Cluster State names
+//     another Primary at a higher term, or when object storage fences it
+//     (its chunk's seq was taken); it drains (flushes to object storage,
+//     then steps down) when the Elector asks for a handoff.
+//   - The lease: the Primary counts, on its own clock, from the send time
+//     of the last heartbeat the Elector answered. While that is within the
+//     lease window it answers linearizable reads from memory; after it,
+//     every linearizable read waits for a check that no chunk exists at
+//     its next wal seq (one check serves every read that arrived before it
+//     started), so an Elector outage costs latency, not availability. A
+//     taken seq makes it step down.
+//   - Follow streams send every entry in index order from where the
+//     replica's log agrees with ours (same term at its last index), cutting
+//     a diverged replica back to its own commit point; entries older than
+//     what this node still holds send the replica to object storage first.
+//     Every message carries the primary term. Commits follow the engine's
+//     commit point. A slow replica slows only its own stream (gRPC flow
+//     control); nothing is dropped.
+//
+// It must never accept a write before the claim succeeded, answer a
+// linearizable read on a lapsed lease without the seq check, or stream an
+// entry out of order.
+package primary

@@ -1,0 +1,189 @@
+package primary
+
+import (
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/netsy-io/netsy/proto/netsyv1"
+)
+
+// followBatch is how many entries one EntryBatch carries at most.
+const followBatch = 512
+
+// Replica is the Primary's record of one following replica.
+type Replica struct {
+	NodeID string
+	// Durable is the highest index the replica reported fsync'd.
+	Durable uint64
+	// Last is the heartbeat its last receipt carried.
+	Last *netsyv1.Heartbeat
+	// At is when that receipt arrived.
+	At time.Time
+}
+
+// replicas are the Primary's followers, for lag and (later) quorum.
+type replicas struct {
+	mu sync.Mutex
+	m  map[string]*Replica
+}
+
+func (r *replicas) record(id string, durable uint64, hb *netsyv1.Heartbeat, at time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil {
+		r.m = map[string]*Replica{}
+	}
+	rec := r.m[id]
+	if rec == nil {
+		rec = &Replica{NodeID: id}
+		r.m[id] = rec
+	}
+	rec.Durable = max(rec.Durable, durable)
+	if hb != nil {
+		rec.Last, rec.At = hb, at
+	}
+}
+
+// FollowService serves Follow streams for the Primary role.
+type FollowService struct {
+	netsyv1.UnsafeFollowServer
+	P *Primary
+	// Heartbeat is where a receipt's embedded heartbeat goes: the same
+	// path as a standalone heartbeat.
+	Heartbeat func(*netsyv1.Heartbeat)
+	reps      replicas
+}
+
+var _ netsyv1.FollowServer = (*FollowService)(nil)
+
+// Replicas returns a copy of what the followers last reported.
+func (s *FollowService) Replicas() []Replica {
+	s.reps.mu.Lock()
+	defer s.reps.mu.Unlock()
+	out := make([]Replica, 0, len(s.reps.m))
+	for _, r := range s.reps.m {
+		out = append(out, *r)
+	}
+	return out
+}
+
+// Follow serves one replica: see the package doc.
+func (s *FollowService) Follow(stream netsyv1.Follow_FollowServer) error {
+	p := s.P
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	start := first.GetStart()
+	if start == nil {
+		return status.Error(codes.InvalidArgument, "netsy: a Follow stream starts with FollowStart")
+	}
+	state, term := p.State()
+	if state != netsyv1.PrimaryState_ACTIVE || start.PrimaryTerm != term {
+		return status.Errorf(codes.FailedPrecondition, "netsy: this node is not the Active Primary at term %d (it is %s at term %d)", start.PrimaryTerm, state, term)
+	}
+	eng := p.cfg.Engine
+	init := &netsyv1.Initial{
+		CommittedIndex:    eng.CommittedIndex(),
+		CommittedRevision: eng.CurrentRevision(),
+		CompactRevision:   eng.CompactRevision(),
+	}
+	next := start.LastIndex + 1
+	last, _, _ := eng.LastAppended()
+	if start.LastIndex > 0 {
+		t, ok := eng.EntryTerm(start.LastIndex)
+		if start.LastIndex > last || !ok || t != start.LastTerm {
+			// The replica's log diverges from ours somewhere after its own
+			// commit point (or we cannot tell): cut it back there.
+			cut := min(start.CommittedIndex, last)
+			if start.LastIndex > cut {
+				init.Truncate, init.TruncateAfter = true, cut
+				next = cut + 1
+			}
+		}
+	}
+	if next <= last {
+		if ents, err := eng.ReadEntries(next, 1); err != nil || len(ents) == 0 || ents[0].Index != next {
+			init.CatchUpFromStorage = true
+			init.NextIndex = next
+			p.log.Info("a replica is behind what this node holds; it catches up from object storage first",
+				"replica", start.NodeId, "from", next)
+			return stream.Send(&netsyv1.FollowResponse{PrimaryTerm: term, Msg: &netsyv1.FollowResponse_Initial{Initial: init}})
+		}
+	}
+	init.NextIndex = next
+	if err := stream.Send(&netsyv1.FollowResponse{PrimaryTerm: term, Msg: &netsyv1.FollowResponse_Initial{Initial: init}}); err != nil {
+		return err
+	}
+	p.log.Debug("replica following", "replica", start.NodeId, "from", next, "primary_term", term)
+
+	ctx := stream.Context()
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			m, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			now := p.cfg.Clock.Now()
+			switch v := m.Msg.(type) {
+			case *netsyv1.FollowRequest_Receipt:
+				s.reps.record(start.NodeId, v.Receipt.Index, v.Receipt.Heartbeat, now)
+				if hb := v.Receipt.Heartbeat; hb != nil && s.Heartbeat != nil {
+					s.Heartbeat(hb)
+				}
+			case *netsyv1.FollowRequest_Heartbeat:
+				s.reps.record(start.NodeId, 0, v.Heartbeat, now)
+				if s.Heartbeat != nil {
+					s.Heartbeat(v.Heartbeat)
+				}
+			}
+		}
+	}()
+
+	sentCommit := uint64(0)
+	for {
+		appended, committed := eng.AppendNotify(), eng.CommitNotify()
+		if s, t := p.State(); s != netsyv1.PrimaryState_ACTIVE || t != term {
+			return status.Errorf(codes.Unavailable, "netsy: this node stopped being the Primary at term %d", term)
+		}
+		ents, err := eng.ReadEntries(next, followBatch)
+		if err != nil {
+			return status.Errorf(codes.Internal, "netsy: read entries from %d: %v", next, err)
+		}
+		if len(ents) > 0 {
+			if ents[0].Index != next {
+				return status.Errorf(codes.Internal, "netsy: entries from %d start at %d", next, ents[0].Index)
+			}
+			msg := &netsyv1.FollowResponse{PrimaryTerm: term, Msg: &netsyv1.FollowResponse_Entries{Entries: &netsyv1.EntryBatch{Entries: ents}}}
+			if err := stream.Send(msg); err != nil {
+				return err
+			}
+			next = ents[len(ents)-1].Index + 1
+		}
+		if c := eng.CommittedIndex(); c > sentCommit {
+			msg := &netsyv1.FollowResponse{PrimaryTerm: term, Msg: &netsyv1.FollowResponse_Commit{Commit: &netsyv1.Commit{Index: c, Revision: eng.CurrentRevision()}}}
+			if err := stream.Send(msg); err != nil {
+				return err
+			}
+			sentCommit = c
+		}
+		if len(ents) == followBatch {
+			continue
+		}
+		select {
+		case <-appended:
+		case <-committed:
+		case err := <-recvErr:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-p.ctx.Done():
+			return status.Error(codes.Unavailable, "netsy: server stopping")
+		}
+	}
+}

@@ -1,0 +1,512 @@
+package primary
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/netsy-io/netsy/internal/clock"
+	"github.com/netsy-io/netsy/internal/engine"
+	"github.com/netsy-io/netsy/internal/objwal"
+	"github.com/netsy-io/netsy/proto/netsyv1"
+)
+
+// Engine is what the Primary role needs of the engine.
+type Engine interface {
+	Promote(ctx context.Context, term int64, prepare func(context.Context) error) error
+	Demote(ctx context.Context, flush bool) (uint64, error)
+	IsWriter() bool
+	CommittedIndex() uint64
+	CurrentRevision() int64
+	CompactRevision() int64
+	LastAppended() (index uint64, revision, term int64)
+	ReadEntries(from uint64, max int) ([]*netsyv1.Entry, error)
+	EntryTerm(index uint64) (int64, bool)
+	AppendNotify() <-chan struct{}
+	CommitNotify() <-chan struct{}
+	LeaseRenew(ctx context.Context, id int64) (int64, error)
+}
+
+// Log is what the Primary role needs of object storage.
+type Log interface {
+	Claim(ctx context.Context) error
+	Release(ctx context.Context, flush bool, keep uint64) error
+	StillWriter(ctx context.Context) error
+	SetMode(objwal.Mode)
+}
+
+// Config configures the Primary role.
+type Config struct {
+	Self   string
+	Engine Engine
+	Log    Log
+	Quorum int
+	// LeaseWindow is the Primary's lease (SPEC §5.4; default 1 s, two
+	// heartbeat intervals).
+	LeaseWindow time.Duration
+	// TermFile records, durably, the highest term this node took up.
+	TermFile string
+	// StopFollowing makes the replica role stop feeding the engine before
+	// a promotion; it returns once it has.
+	StopFollowing func(ctx context.Context) error
+	// Changed is told every change of state (to heartbeat at once, log an
+	// event); it must not block.
+	Changed func(state netsyv1.PrimaryState, term uint64)
+	// DrainTimeout bounds a drain's wait for pending writes.
+	DrainTimeout time.Duration
+	Clock        clock.Clock
+	Logger       hclog.Logger
+}
+
+// Primary is the role. Its loop owns the state; other goroutines send it
+// messages.
+type Primary struct {
+	cfg Config
+	log hclog.Logger
+
+	msgs   chan func()
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	// Readable from any goroutine.
+	state      atomic.Int32  // netsyv1.PrimaryState
+	term       atomic.Uint64 // the term held (Starting, Active, Draining) or last held
+	leaseUntil atomic.Int64  // unix nanos by this node's clock
+
+	// Owned by the loop.
+	tookTerm  uint64 // highest term ever taken up (persisted)
+	refused   uint64 // last term refused, to log it once
+	cs        *netsyv1.ClusterState
+	busy      bool // a promotion, step-down or drain is running
+	pendingCS *netsyv1.ClusterState
+
+	checks fenceChecks
+}
+
+// ErrNotActive answers what only an Active Primary may answer; it is the
+// engine's not-the-writer error, so callers may send the request on.
+var ErrNotActive = engine.ErrNotPrimary
+
+// New reads the term file and returns the role in state Replica.
+func New(cfg Config) (*Primary, error) {
+	if cfg.LeaseWindow <= 0 {
+		cfg.LeaseWindow = time.Second
+	}
+	if cfg.DrainTimeout <= 0 {
+		cfg.DrainTimeout = 10 * time.Second
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.StopFollowing == nil {
+		cfg.StopFollowing = func(context.Context) error { return nil }
+	}
+	if cfg.Changed == nil {
+		cfg.Changed = func(netsyv1.PrimaryState, uint64) {}
+	}
+	p := &Primary{cfg: cfg, log: cfg.Logger.Named("primary"), msgs: make(chan func(), 16)}
+	p.checks.p = p
+	t, err := readTerm(cfg.TermFile)
+	if err != nil {
+		return nil, err
+	}
+	p.tookTerm = t
+	p.term.Store(t)
+	p.state.Store(int32(netsyv1.PrimaryState_REPLICA))
+	return p, nil
+}
+
+// Start runs the loop until Close.
+func (p *Primary) Start() {
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for {
+			select {
+			case f := <-p.msgs:
+				f()
+			case <-p.ctx.Done():
+				return
+			}
+		}
+	}()
+}
+
+// Close stops the loop and waits for what it started.
+func (p *Primary) Close() {
+	if p.cancel != nil {
+		p.cancel()
+	}
+	p.wg.Wait()
+}
+
+func (p *Primary) send(f func()) {
+	select {
+	case p.msgs <- f:
+	case <-p.ctx.Done():
+	}
+}
+
+// goOwned runs f on a goroutine Close waits for.
+func (p *Primary) goOwned(f func()) {
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		f()
+	}()
+}
+
+// State is this node's primary state and the term it holds or last held.
+func (p *Primary) State() (netsyv1.PrimaryState, uint64) {
+	return netsyv1.PrimaryState(p.state.Load()), p.term.Load()
+}
+
+// Active reports whether this node is the Active Primary.
+func (p *Primary) Active() bool {
+	return netsyv1.PrimaryState(p.state.Load()) == netsyv1.PrimaryState_ACTIVE
+}
+
+func (p *Primary) setState(s netsyv1.PrimaryState, term uint64) {
+	p.state.Store(int32(s))
+	p.term.Store(term)
+	p.log.Info("primary state", "state", s, "primary_term", term)
+	p.cfg.Changed(s, term)
+}
+
+// Observe hands the role a Cluster State this node accepted.
+func (p *Primary) Observe(cs *netsyv1.ClusterState) {
+	p.send(func() { p.observe(cs) })
+}
+
+func (p *Primary) observe(cs *netsyv1.ClusterState) {
+	p.cs = cs
+	if p.busy {
+		p.pendingCS = cs
+		return
+	}
+	state, term := p.State()
+	named := cs.GetPrimary().GetNodeId() == p.cfg.Self
+	switch state {
+	case netsyv1.PrimaryState_REPLICA:
+		switch {
+		case !named:
+		case cs.PrimaryTerm <= p.tookTerm:
+			if p.refused != cs.PrimaryTerm {
+				p.refused = cs.PrimaryTerm
+				p.log.Warn("named Primary at a term this node held before (it restarted or drained); staying a Replica so the Elector runs its audit again",
+					"primary_term", cs.PrimaryTerm, "held", p.tookTerm)
+				p.term.Store(cs.PrimaryTerm)
+				p.cfg.Changed(state, cs.PrimaryTerm)
+			}
+		default:
+			p.promote(cs.PrimaryTerm)
+		}
+	case netsyv1.PrimaryState_ACTIVE:
+		if !named && cs.Primary != nil && cs.PrimaryTerm > term {
+			p.log.Warn("another node is Primary at a higher term; stepping down", "primary", cs.Primary.NodeId, "primary_term", cs.PrimaryTerm, "held", term)
+			p.stepDown("superseded")
+			return
+		}
+		p.setMode(cs)
+	}
+}
+
+// setMode picks the durability of writes: until replicas acknowledge
+// writes, a cluster of more than one node acknowledges through object
+// storage; a node alone with majority quorum is its own majority.
+func (p *Primary) setMode(cs *netsyv1.ClusterState) {
+	mode := objwal.ModeSync
+	if p.cfg.Quorum == -1 && cs.GetRegisteredNodes() <= 1 {
+		mode = objwal.ModeAsync
+	}
+	p.cfg.Log.SetMode(mode)
+}
+
+// promote runs the Starting step.
+func (p *Primary) promote(term uint64) {
+	p.busy = true
+	p.setState(netsyv1.PrimaryState_STARTING, term)
+	cs := p.cs
+	p.goOwned(func() {
+		start := p.cfg.Clock.Now()
+		err := p.starting(term)
+		p.send(func() {
+			p.busy = false
+			if err != nil {
+				p.log.Error("Starting failed; back to Replica", "primary_term", term, "error", err)
+				p.setState(netsyv1.PrimaryState_REPLICA, term)
+			} else {
+				// A fresh push proved the Elector answers: the lease starts.
+				p.Answered(p.cfg.Clock.Now())
+				p.setMode(cs)
+				p.setState(netsyv1.PrimaryState_ACTIVE, term)
+				p.log.Info("Active", "primary_term", term, "took", p.cfg.Clock.Since(start))
+			}
+			p.replayPending()
+		})
+	})
+}
+
+func (p *Primary) starting(term uint64) error {
+	ctx := p.ctx
+	if err := p.cfg.StopFollowing(ctx); err != nil {
+		return fmt.Errorf("stop following: %w", err)
+	}
+	if err := writeTerm(p.cfg.TermFile, term); err != nil {
+		return err
+	}
+	p.send(func() { p.tookTerm = max(p.tookTerm, term) })
+	// Writes are acknowledged through object storage until the mode is
+	// chosen: never weaker than the cluster may need.
+	p.cfg.Log.SetMode(objwal.ModeSync)
+	return p.cfg.Engine.Promote(ctx, int64(term), p.cfg.Log.Claim)
+}
+
+// replayPending applies a Cluster State that arrived while busy.
+func (p *Primary) replayPending() {
+	if cs := p.pendingCS; cs != nil {
+		p.pendingCS = nil
+		p.observe(cs)
+	}
+}
+
+// stepDown makes an Active Primary a Replica without a flush.
+func (p *Primary) stepDown(why string) {
+	if p.busy {
+		return
+	}
+	p.busy = true
+	_, term := p.State()
+	p.goOwned(func() {
+		committed, err := p.cfg.Engine.Demote(p.ctx, false)
+		if err == nil {
+			err = p.cfg.Log.Release(p.ctx, false, committed)
+		}
+		p.send(func() {
+			p.busy = false
+			if err != nil {
+				p.log.Error("stepping down", "why", why, "error", err)
+			}
+			p.setState(netsyv1.PrimaryState_REPLICA, term)
+			p.replayPending()
+		})
+	})
+}
+
+// Deposed is told by the engine that object storage fenced it.
+func (p *Primary) Deposed(err error) {
+	p.send(func() {
+		if p.Active() {
+			p.log.Error("fenced by object storage; stepping down", "error", err)
+			p.stepDown("fenced")
+		}
+	})
+}
+
+// Drain flushes an Active Primary to object storage and makes it a
+// Replica (a handoff).
+func (p *Primary) Drain(ctx context.Context) error {
+	done := make(chan error, 1)
+	p.send(func() {
+		if !p.Active() || p.busy {
+			if s, _ := p.State(); s == netsyv1.PrimaryState_REPLICA {
+				done <- nil
+			} else {
+				done <- fmt.Errorf("cannot drain: this node is %s", s)
+			}
+			return
+		}
+		p.busy = true
+		_, term := p.State()
+		p.setState(netsyv1.PrimaryState_DRAINING, term)
+		p.goOwned(func() {
+			dctx, cancel := clock.WithTimeout(p.ctx, p.cfg.Clock, p.cfg.DrainTimeout)
+			defer cancel()
+			committed, err := p.cfg.Engine.Demote(dctx, true)
+			if err == nil {
+				err = p.cfg.Log.Release(dctx, true, committed)
+			}
+			p.send(func() {
+				p.busy = false
+				p.setState(netsyv1.PrimaryState_REPLICA, term)
+				p.replayPending()
+				done <- err
+			})
+		})
+	})
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Answered renews the lease: the Elector answered a heartbeat sent at
+// sentAt (by this node's clock).
+func (p *Primary) Answered(sentAt time.Time) {
+	until := sentAt.Add(p.cfg.LeaseWindow).UnixNano()
+	for {
+		cur := p.leaseUntil.Load()
+		if until <= cur || p.leaseUntil.CompareAndSwap(cur, until) {
+			return
+		}
+	}
+}
+
+// LeaseHeld reports whether the lease is current.
+func (p *Primary) LeaseHeld() bool {
+	return p.cfg.Clock.Now().UnixNano() < p.leaseUntil.Load()
+}
+
+// ConfirmLinearizable returns nil when a linearizable read may be answered
+// from this node's memory now: it is the Active Primary and its lease
+// holds, or a check begun after this call found its next wal seq free.
+func (p *Primary) ConfirmLinearizable(ctx context.Context) error {
+	if !p.Active() {
+		return ErrNotActive
+	}
+	if p.LeaseHeld() {
+		return nil
+	}
+	return p.checks.confirm(ctx)
+}
+
+// ReadIndex answers a replica's read index: the commit point, confirmed.
+func (p *Primary) ReadIndex(ctx context.Context) (*netsyv1.ReadIndexResponse, error) {
+	idx, rev := p.cfg.Engine.CommittedIndex(), p.cfg.Engine.CurrentRevision()
+	_, term := p.State()
+	if err := p.ConfirmLinearizable(ctx); err != nil {
+		return nil, err
+	}
+	return &netsyv1.ReadIndexResponse{Index: idx, Revision: rev, PrimaryTerm: term}, nil
+}
+
+// LeaseRenew renews a lease for a replica's client.
+func (p *Primary) LeaseRenew(ctx context.Context, id int64) (int64, error) {
+	if !p.Active() {
+		return 0, engine.ErrNotPrimary
+	}
+	return p.cfg.Engine.LeaseRenew(ctx, id)
+}
+
+// fenceChecks batches seq checks: every caller waits for a check that
+// started after it arrived, and one check answers all who were waiting
+// when it started.
+type fenceChecks struct {
+	p       *Primary
+	mu      sync.Mutex
+	waiting []chan error
+	running bool
+}
+
+func (f *fenceChecks) confirm(ctx context.Context) error {
+	ch := make(chan error, 1)
+	f.mu.Lock()
+	f.waiting = append(f.waiting, ch)
+	if !f.running {
+		f.running = true
+		f.p.goOwned(f.run)
+	}
+	f.mu.Unlock()
+	select {
+	case err := <-ch:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (f *fenceChecks) run() {
+	for {
+		f.mu.Lock()
+		batch := f.waiting
+		f.waiting = nil
+		if len(batch) == 0 {
+			f.running = false
+			f.mu.Unlock()
+			return
+		}
+		f.mu.Unlock()
+		cctx, cancel := clock.WithTimeout(f.p.ctx, f.p.cfg.Clock, 5*time.Second)
+		err := f.p.cfg.Log.StillWriter(cctx)
+		cancel()
+		if errors.Is(err, objwal.ErrFenced) {
+			f.p.Deposed(err)
+		}
+		if err != nil {
+			err = fmt.Errorf("%w: %v", engine.ErrNoLeader, err)
+		}
+		for _, ch := range batch {
+			ch <- err
+		}
+	}
+}
+
+// termFile is the content of TermFile.
+type termFile struct {
+	Term uint64 `json:"term"`
+}
+
+func readTerm(path string) (uint64, error) {
+	if path == "" {
+		return 0, nil
+	}
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read %s: %w", path, err)
+	}
+	var t termFile
+	if err := json.Unmarshal(b, &t); err != nil {
+		return 0, fmt.Errorf("%s is damaged (%v): remove it only if the node is stopped; it records the last primary term this node held", path, err)
+	}
+	return t.Term, nil
+}
+
+// writeTerm records term durably before it is taken up.
+func writeTerm(path string, term uint64) error {
+	if path == "" {
+		return nil
+	}
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	_, err = f.WriteString(`{"term":` + strconv.FormatUint(term, 10) + "}\n")
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

@@ -1,0 +1,461 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+
+	"github.com/netsy-io/netsy/internal/clock"
+	"github.com/netsy-io/netsy/internal/engine"
+	"github.com/netsy-io/netsy/internal/peer"
+	"github.com/netsy-io/netsy/proto/netsyv1"
+)
+
+// Local is the local engine, as the Backend uses it.
+type Local interface {
+	Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error)
+	Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error)
+	DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error)
+	Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error)
+	Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error)
+	LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error)
+	LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error)
+	LeaseRenew(ctx context.Context, id int64) (int64, error)
+	LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error)
+	LeaseLeases(ctx context.Context, r *pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, error)
+	CurrentRevision() int64
+	CompactRevision() int64
+	Events(from, to int64, limit int) ([]*mvccpb.Event, int64, error)
+	CommitNotify() <-chan struct{}
+	WatchErr() error
+	Status(ctx context.Context) (*pb.StatusResponse, error)
+	Hash(ctx context.Context) (*pb.HashResponse, error)
+	HashKV(ctx context.Context, rev int64) (*pb.HashKVResponse, error)
+	Snapshot(ctx context.Context, w io.Writer) (int64, error)
+	CommittedIndex() uint64
+	IsWriter() bool
+}
+
+// Roles is what the Backend needs to know about the cluster.
+type Roles interface {
+	// Primary returns the Primary this node knows and its term, or nil.
+	Primary() (*netsyv1.NodeInfo, uint64)
+	// Changed returns a channel closed when the roles next change.
+	Changed() <-chan struct{}
+	// Active reports whether this node is the Active Primary.
+	Active() bool
+	// ConfirmLinearizable confirms this Active Primary may answer a
+	// linearizable read from memory now.
+	ConfirmLinearizable(ctx context.Context) error
+	// Members lists the registered nodes, for MemberList.
+	Members() []*netsyv1.NodeInfo
+	// Identity is the header identity: cluster id, this node's member id.
+	Identity() (clusterID, memberID uint64)
+}
+
+// BackendConfig configures a Backend.
+type BackendConfig struct {
+	Local Local
+	Roles Roles
+	// Conn returns a connection to a peer address; nil makes the Backend
+	// local only (what the peer port serves: a forwarded request is never
+	// forwarded again).
+	Conn func(addr string) (*grpc.ClientConn, error)
+	// PrimaryWait bounds how long a request waits for a Primary to be
+	// known or to take over (default 5 s).
+	PrimaryWait time.Duration
+	// ReadIndexWait bounds how long a linearizable read waits for this
+	// node to apply the confirmed commit point before it is forwarded
+	// (default 1 s).
+	ReadIndexWait time.Duration
+	Clock         clock.Clock
+}
+
+// Backend is the etcd API's backend on every node; see the package doc.
+type Backend struct {
+	cfg      BackendConfig
+	l        Local
+	readIdx  batcher[*netsyv1.ReadIndexResponse]
+	identity func() (uint64, uint64)
+}
+
+// NewBackend returns a Backend.
+func NewBackend(cfg BackendConfig) *Backend {
+	if cfg.PrimaryWait <= 0 {
+		cfg.PrimaryWait = 5 * time.Second
+	}
+	if cfg.ReadIndexWait <= 0 {
+		cfg.ReadIndexWait = time.Second
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real()
+	}
+	b := &Backend{cfg: cfg, l: cfg.Local}
+	b.readIdx.do, b.readIdx.clk = b.fetchReadIndex, cfg.Clock
+	return b
+}
+
+// errNoPrimary is returned when no Primary took over in time.
+var errNoPrimary = engine.ErrNoLeader
+
+// primaryConn waits (bounded) until a Primary other than this node is
+// known and returns a connection to it; nil when this node is the Active
+// Primary.
+func (b *Backend) primaryConn(ctx context.Context, avoid string) (*grpc.ClientConn, error) {
+	ctx, cancel := clock.WithTimeout(ctx, b.cfg.Clock, b.cfg.PrimaryWait)
+	defer cancel()
+	for {
+		changed := b.cfg.Roles.Changed()
+		if b.cfg.Roles.Active() {
+			return nil, nil
+		}
+		if p, _ := b.cfg.Roles.Primary(); p != nil && p.NodeId != avoid && b.cfg.Conn != nil {
+			if _, self := b.cfg.Roles.Identity(); p.MemberId != self {
+				return b.cfg.Conn(p.PeerAddr)
+			}
+		}
+		if b.cfg.Conn == nil {
+			return nil, engine.ErrNotPrimary
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return nil, errNoPrimary
+			}
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// notEvaluated reports whether err says the request was refused before
+// it was evaluated (the target is not the Primary), so it may go again.
+func notEvaluated(err error) bool {
+	if errors.Is(err, engine.ErrNotPrimary) || errors.Is(err, engine.ErrNoLeader) {
+		return true
+	}
+	s, ok := status.FromError(err)
+	if !ok {
+		return false
+	}
+	switch s.Message() {
+	case rpctypes.ErrGRPCNotLeader.Error(), engine.ErrNotPrimary.Error():
+		return true
+	}
+	// The connection could not be made: nothing was sent.
+	return peer.Refused(err)
+}
+
+// write runs a write where the Primary is: locally when this node is the
+// Active Primary, else through the Primary's peer port. A refusal before
+// evaluation waits for the next Primary and goes again.
+func write[T any](ctx context.Context, b *Backend, local func(context.Context) (T, error), remote func(context.Context, *grpc.ClientConn) (T, error)) (T, error) {
+	var zero T
+	avoid := ""
+	for {
+		conn, err := b.primaryConn(ctx, avoid)
+		if err != nil {
+			return zero, err
+		}
+		var resp T
+		if conn == nil {
+			resp, err = local(ctx)
+		} else {
+			resp, err = remote(ctx, conn)
+		}
+		if err == nil || !notEvaluated(err) || ctx.Err() != nil {
+			return resp, err
+		}
+		// Not the Primary (any more): wait for the roles to move on.
+		if p, _ := b.cfg.Roles.Primary(); p != nil {
+			avoid = p.NodeId
+		}
+		select {
+		case <-b.cfg.Roles.Changed():
+			avoid = ""
+		case <-ctx.Done():
+			return zero, ctx.Err()
+		case <-b.cfg.Clock.After(50 * time.Millisecond):
+			avoid = ""
+		}
+	}
+}
+
+func (b *Backend) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error) {
+	return write(ctx, b, func(ctx context.Context) (*pb.PutResponse, error) { return b.l.Put(ctx, r) },
+		func(ctx context.Context, c *grpc.ClientConn) (*pb.PutResponse, error) {
+			return pb.NewKVClient(c).Put(ctx, r)
+		})
+}
+
+func (b *Backend) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
+	return write(ctx, b, func(ctx context.Context) (*pb.DeleteRangeResponse, error) { return b.l.DeleteRange(ctx, r) },
+		func(ctx context.Context, c *grpc.ClientConn) (*pb.DeleteRangeResponse, error) {
+			return pb.NewKVClient(c).DeleteRange(ctx, r)
+		})
+}
+
+func (b *Backend) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error) {
+	return write(ctx, b, func(ctx context.Context) (*pb.CompactionResponse, error) { return b.l.Compact(ctx, r) },
+		func(ctx context.Context, c *grpc.ClientConn) (*pb.CompactionResponse, error) {
+			return pb.NewKVClient(c).Compact(ctx, r)
+		})
+}
+
+func (b *Backend) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
+	return write(ctx, b, func(ctx context.Context) (*pb.LeaseGrantResponse, error) { return b.l.LeaseGrant(ctx, r) },
+		func(ctx context.Context, c *grpc.ClientConn) (*pb.LeaseGrantResponse, error) {
+			return pb.NewLeaseClient(c).LeaseGrant(ctx, r)
+		})
+}
+
+func (b *Backend) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
+	return write(ctx, b, func(ctx context.Context) (*pb.LeaseRevokeResponse, error) { return b.l.LeaseRevoke(ctx, r) },
+		func(ctx context.Context, c *grpc.ClientConn) (*pb.LeaseRevokeResponse, error) {
+			return pb.NewLeaseClient(c).LeaseRevoke(ctx, r)
+		})
+}
+
+func (b *Backend) LeaseRenew(ctx context.Context, id int64) (int64, error) {
+	return write(ctx, b, func(ctx context.Context) (int64, error) { return b.l.LeaseRenew(ctx, id) },
+		func(ctx context.Context, c *grpc.ClientConn) (int64, error) {
+			resp, err := netsyv1.NewNodeClient(c).LeaseRenew(ctx, &netsyv1.LeaseRenewRequest{Id: id})
+			if err != nil {
+				if s, ok := status.FromError(err); ok && s.Message() == engine.ErrLeaseNotFound.Error() {
+					return 0, engine.ErrLeaseNotFound
+				}
+				return 0, err
+			}
+			return resp.Ttl, nil
+		})
+}
+
+// LeaseTimeToLive and LeaseLeases are answered by the Primary: only it
+// knows when a lease expires.
+func (b *Backend) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
+	return write(ctx, b, func(ctx context.Context) (*pb.LeaseTimeToLiveResponse, error) { return b.l.LeaseTimeToLive(ctx, r) },
+		func(ctx context.Context, c *grpc.ClientConn) (*pb.LeaseTimeToLiveResponse, error) {
+			return pb.NewLeaseClient(c).LeaseTimeToLive(ctx, r)
+		})
+}
+
+func (b *Backend) LeaseLeases(ctx context.Context, r *pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, error) {
+	return write(ctx, b, func(ctx context.Context) (*pb.LeaseLeasesResponse, error) { return b.l.LeaseLeases(ctx, r) },
+		func(ctx context.Context, c *grpc.ClientConn) (*pb.LeaseLeasesResponse, error) {
+			return pb.NewLeaseClient(c).LeaseLeases(ctx, r)
+		})
+}
+
+// Range serves serializable reads locally; linearizable ones after a read
+// index (see the package doc).
+func (b *Backend) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
+	if !r.Serializable {
+		if err := b.linearizable(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return b.l.Range(ctx, r)
+}
+
+// Txn: a write goes to the Primary; a read-only txn is a read.
+func (b *Backend) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {
+	if engine.IsWriteTxn(r) {
+		return write(ctx, b, func(ctx context.Context) (*pb.TxnResponse, error) { return b.l.Txn(ctx, r) },
+			func(ctx context.Context, c *grpc.ClientConn) (*pb.TxnResponse, error) {
+				return pb.NewKVClient(c).Txn(ctx, r)
+			})
+	}
+	if !engine.SerializableTxn(r) {
+		if err := b.linearizable(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return b.l.Txn(ctx, r)
+}
+
+// linearizable returns once this node may answer a linearizable read from
+// its own state.
+func (b *Backend) linearizable(ctx context.Context) error {
+	for {
+		if b.cfg.Roles.Active() {
+			err := b.cfg.Roles.ConfirmLinearizable(ctx)
+			if err == nil || !errors.Is(err, engine.ErrNotPrimary) {
+				return err
+			}
+		}
+		if b.cfg.Conn == nil {
+			return engine.ErrNotPrimary
+		}
+		ri, err := b.readIdx.get(ctx)
+		if err != nil {
+			if notEvaluated(err) && ctx.Err() == nil {
+				if werr := b.waitRoles(ctx); werr != nil {
+					return err
+				}
+				continue
+			}
+			return err
+		}
+		return b.waitApplied(ctx, ri.Index)
+	}
+}
+
+// waitRoles waits (bounded) for the roles to change.
+func (b *Backend) waitRoles(ctx context.Context) error {
+	ctx, cancel := clock.WithTimeout(ctx, b.cfg.Clock, b.cfg.PrimaryWait)
+	defer cancel()
+	select {
+	case <-b.cfg.Roles.Changed():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// waitApplied waits until this node has applied index.
+func (b *Backend) waitApplied(ctx context.Context, index uint64) error {
+	if b.l.CommittedIndex() >= index {
+		return nil
+	}
+	ctx, cancel := clock.WithTimeout(ctx, b.cfg.Clock, b.cfg.ReadIndexWait)
+	defer cancel()
+	for {
+		ch := b.l.CommitNotify()
+		if b.l.CommittedIndex() >= index {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("%w: this replica has not applied the Primary's commit point %d (it is at %d)", engine.ErrTimeout, index, b.l.CommittedIndex())
+		}
+	}
+}
+
+// fetchReadIndex asks the Primary for its confirmed commit point.
+func (b *Backend) fetchReadIndex(ctx context.Context) (*netsyv1.ReadIndexResponse, error) {
+	conn, err := b.primaryConn(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	if conn == nil {
+		// This node became the Primary meanwhile.
+		return nil, engine.ErrNotPrimary
+	}
+	return netsyv1.NewNodeClient(conn).ReadIndex(ctx, &netsyv1.ReadIndexRequest{})
+}
+
+// The watch side reads the local committed log.
+func (b *Backend) CurrentRevision() int64 { return b.l.CurrentRevision() }
+func (b *Backend) CompactRevision() int64 { return b.l.CompactRevision() }
+func (b *Backend) Events(from, to int64, limit int) ([]*mvccpb.Event, int64, error) {
+	return b.l.Events(from, to, limit)
+}
+func (b *Backend) CommitNotify() <-chan struct{} { return b.l.CommitNotify() }
+func (b *Backend) WatchErr() error               { return b.l.WatchErr() }
+
+// Status reports this node, with the Primary as leader.
+func (b *Backend) Status(ctx context.Context) (*pb.StatusResponse, error) {
+	st, err := b.l.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	st.Leader = 0
+	if p, _ := b.cfg.Roles.Primary(); p != nil {
+		st.Leader = p.MemberId
+	}
+	return st, nil
+}
+
+func (b *Backend) Hash(ctx context.Context) (*pb.HashResponse, error) { return b.l.Hash(ctx) }
+func (b *Backend) HashKV(ctx context.Context, rev int64) (*pb.HashKVResponse, error) {
+	return b.l.HashKV(ctx, rev)
+}
+func (b *Backend) Snapshot(ctx context.Context, w io.Writer) (int64, error) {
+	return b.l.Snapshot(ctx, w)
+}
+
+// MemberList lists every registered node with its member id and URLs.
+func (b *Backend) MemberList(context.Context) (*pb.MemberListResponse, error) {
+	resp := &pb.MemberListResponse{Header: &pb.ResponseHeader{Revision: b.l.CurrentRevision()}}
+	for _, m := range b.cfg.Roles.Members() {
+		resp.Members = append(resp.Members, &pb.Member{
+			ID:         m.MemberId,
+			Name:       m.NodeId,
+			PeerURLs:   []string{"http://" + m.PeerAddr},
+			ClientURLs: m.ClientUrls,
+		})
+	}
+	return resp, nil
+}
+
+// Identity is the header identity; the raft term is the primary term.
+func (b *Backend) Identity() (clusterID, memberID, raftTerm uint64) {
+	c, m := b.cfg.Roles.Identity()
+	_, term := b.cfg.Roles.Primary()
+	return c, m, max(term, 1)
+}
+
+// batcher shares one call among concurrent callers: a caller gets the
+// result of a call that started after it arrived.
+type batcher[T any] struct {
+	do      func(context.Context) (T, error)
+	clk     clock.Clock
+	mu      sync.Mutex
+	waiting []chan result[T]
+	running bool
+}
+
+type result[T any] struct {
+	v   T
+	err error
+}
+
+func (bt *batcher[T]) get(ctx context.Context) (T, error) {
+	ch := make(chan result[T], 1)
+	bt.mu.Lock()
+	bt.waiting = append(bt.waiting, ch)
+	if !bt.running {
+		bt.running = true
+		go bt.run(context.WithoutCancel(ctx))
+	}
+	bt.mu.Unlock()
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-ctx.Done():
+		var zero T
+		return zero, ctx.Err()
+	}
+}
+
+// run serves batches until none waits; each call is bounded by its own
+// timeout, so it always ends.
+func (bt *batcher[T]) run(base context.Context) {
+	for {
+		bt.mu.Lock()
+		batch := bt.waiting
+		bt.waiting = nil
+		if len(batch) == 0 {
+			bt.running = false
+			bt.mu.Unlock()
+			return
+		}
+		bt.mu.Unlock()
+		ctx, cancel := clock.WithTimeout(base, bt.clk, 5*time.Second)
+		v, err := bt.do(ctx)
+		cancel()
+		for _, ch := range batch {
+			ch <- result[T]{v, err}
+		}
+	}
+}

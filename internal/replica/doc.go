@@ -1,0 +1,43 @@
+// Package replica is how a node that is not the Primary keeps up and
+// serves clients: it follows the Primary over a Follow stream, and its
+// Backend answers the etcd API on any node, forwarding to the Primary what
+// only the Primary may decide.
+//
+// Following (Follower):
+//   - On a Cluster State naming another node Primary, the node opens a
+//     Follow stream to it at once, saying where its log ends (index, the
+//     term that wrote it) and its commit point; a broken stream is
+//     reopened with backoff, resuming from the log's end.
+//   - Every message must carry the term the stream was opened for; any
+//     other term ends the stream. The Initial message may cut the log back
+//     (entries no Primary committed) or send the node to object storage
+//     first (it is further behind than the Primary holds); entries must
+//     then continue the log exactly, or the stream ends.
+//   - Entries are appended to the local log (group-committed fsync) and
+//     applied once the Primary's Commit covers them and they are durable
+//     here. A Receipt (the highest fsync'd index, with this node's
+//     heartbeat embedded) goes out whenever that index advances, and a
+//     heartbeat alone when no receipt went out within the cadence; one
+//     goroutine sends, so sends never interleave.
+//   - Stop ends following before a promotion and returns only once nothing
+//     more reaches the engine.
+//
+// Serving (Backend):
+//   - Writes, compaction and lease grants, revokes and keep-alives go to
+//     the Primary: the local engine when this node is the Active Primary,
+//     else the Primary's peer port. A request the Primary refused without
+//     evaluating it (it is not, or no longer, the Primary) waits for the
+//     next Primary and is sent there; a request whose outcome is unknown is
+//     never sent twice.
+//   - Serializable reads are served locally at once. Linearizable reads are
+//     served locally after a read index: the Primary confirms its commit
+//     point (concurrent reads share one request that began after they
+//     arrived) and the node waits until it has applied that far. On the
+//     Primary itself the lease (or the seq check) stands in for it.
+//   - Watches read the local committed log, so they carry only committed
+//     entries on every node.
+//
+// It must never apply an entry the Primary has not committed, answer a
+// linearizable read before it has applied the confirmed commit point, or
+// retry a write that may have been applied.
+package replica
