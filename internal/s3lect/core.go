@@ -187,6 +187,9 @@ type core struct {
 	hold     *holding
 	release  *releasing
 	inflight *op
+	// triedAcquire: this process made an acquiring write; from then on it
+	// follows the ordinary rules for its own lock too (ownLock).
+	triedAcquire bool
 
 	out []effect
 }
@@ -319,16 +322,29 @@ func (c *core) acquireOp(now time.Time) *op {
 	term := max(c.maxTerm, c.minTerm()) + 1
 	switch c.view.kind {
 	case viewAbsent:
+		c.triedAcquire = true
 		return &op{kind: opCreate, body: c.newBody(now, term)}
 	case viewLock, viewCorrupt:
 		if c.view.etag == "" {
 			return nil // known only from Observed: read it for the ETag first
 		}
-		if (c.view.kind == viewLock && c.view.body.Released) || c.stale(now) {
+		if (c.view.kind == viewLock && c.view.body.Released) || c.stale(now) || c.ownLock() {
+			c.triedAcquire = true
 			return &op{kind: opTakeover, etag: c.view.etag, body: c.newBody(now, term)}
 		}
 	}
 	return nil
+}
+
+// ownLock reports whether the lock is held in this very node's name and
+// address by a previous process of this node (it restarted): only before
+// this process made any acquiring write of its own. Nobody else is acting on it (one process per node id and
+// address: a second one cannot bind the address, and discovery refuses
+// the id at another address), so waiting a lease for it to go stale would
+// only keep the cluster without an Elector.
+func (c *core) ownLock() bool {
+	b := c.view.body
+	return !c.triedAcquire && c.view.kind == viewLock && c.hold == nil && b.HolderID == c.p.nodeID && b.HolderAddr == c.p.addr && c.p.addr != ""
 }
 
 // staleAfter is how long the current version must stay unchanged before

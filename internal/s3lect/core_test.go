@@ -586,3 +586,31 @@ func TestFailingReadsRetryEveryPoll(t *testing.T) {
 		t.Fatalf("next = %+v a poll after the failed read, want a read", o)
 	}
 }
+
+// Rule 2's exception: a node restarted while its lock still names it
+// (same id and address) takes the lock back at once, at the next term,
+// instead of leaving the cluster without an Elector for a lease; a second
+// loss in the same process follows the ordinary rules again.
+func TestRestartedHolderRetakesOwnLockAtOnce(t *testing.T) {
+	w := newWorld(3, faults{fastMax: 100 * time.Millisecond})
+	n1 := w.addNode("n1", unit, nil)
+	n2 := w.addNode("n2", unit, nil)
+	n1.start()
+	w.after(time.Second, n2.start)
+	w.at(20*time.Second, n1.crash)
+	restart := 20*time.Second + 500*time.Millisecond
+	w.at(restart, n1.start)
+	w.runUntil(restart + 5*time.Second)
+	if err := w.checkSafety(); err != nil {
+		t.Fatal(err)
+	}
+	if len(w.intervals) != 2 || w.intervals[1].node != "n1" || w.intervals[1].term != 2 {
+		t.Fatalf("leaderships %+v, want n1 at term 1, then n1 again at term 2 right after its restart", w.intervals)
+	}
+	if d := w.intervals[1].start - restart; d > 2*time.Second {
+		t.Fatalf("the restarted node took its lock back %v after it started, want at once", d)
+	}
+	if n2.ops[opCreate]+n2.ops[opTakeover] != 0 {
+		t.Fatalf("n2 tried to acquire: %v", n2.ops)
+	}
+}

@@ -37,9 +37,11 @@
 //     ETag, or tier 2 reporting that write's counter (Observed): both happen
 //     after the write landed. A different version starts the count again.
 //     written_at, or any other machine's clock, decides nothing.
-//  2. A node acquires only a lock that is absent, released or stale for it.
-//     A live lock is never taken, so a joining node cannot unseat a working
-//     Elector.
+//  2. A node acquires only a lock that is absent, released or stale for it,
+//     or one held in its own node id and address by a process that is not
+//     acting on it (itself restarted: one process per node id and address).
+//     A live lock of another node is never taken, so a joining node cannot
+//     unseat a working Elector.
 //  3. The holder may act until HolderFraction (0.8) of its lease has passed
 //     on its own clock since it sent its last successful write. An observer
 //     waits a whole lease from a moment after that write landed, so the
