@@ -422,15 +422,19 @@ func TestPeersFromMemberList(t *testing.T) {
 // TestPeerCommandsOnAClientPort runs against a real single node, whose
 // member list names its client address as its peer URL and whose client
 // port does not speak the peer protocol.
-func TestPeerCommandsOnAClientPort(t *testing.T) {
+func TestClusterCommandsOnARealNode(t *testing.T) {
 	n := startNode(t)
-	_, errOut, code := run(t, "cluster-state", "--endpoints", n.ClientAddr())
-	if code == 0 || !strings.Contains(errOut, "does not serve Netsy's peer protocol") || !strings.Contains(errOut, n.ClientAddr()) {
-		t.Errorf("cluster-state: exit %d: %s", code, errOut)
+	out, errOut, code := run(t, "cluster-state", "--endpoints", n.ClientAddr())
+	if code != 0 || !strings.Contains(out, "n1") || !strings.Contains(out, "Active") {
+		t.Errorf("cluster-state: exit %d: %s\n%s", code, errOut, out)
 	}
-	out, errOut, code := run(t, "members", "--endpoints", n.ClientAddr())
-	if code != 0 || !strings.HasPrefix(out, "ID  ") || strings.Contains(out, "ROLE") {
+	out, errOut, code = run(t, "members", "--endpoints", n.ClientAddr())
+	if code != 0 || !strings.Contains(out, "ROLE") || !strings.Contains(out, "n1") {
 		t.Errorf("members: exit %d %s\n%s", code, errOut, out)
+	}
+	_, errOut, code = run(t, "cluster-state", "--peer-endpoints", n.ClientAddr())
+	if code == 0 || !strings.Contains(errOut, "does not serve Netsy's peer protocol") {
+		t.Errorf("cluster-state on a client address: exit %d: %s", code, errOut)
 	}
 }
 

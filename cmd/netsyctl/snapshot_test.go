@@ -33,10 +33,11 @@ func startNode(t *testing.T) *node.Node {
 	t.Helper()
 	cfg := config.Default()
 	cfg.DataDir = t.TempDir()
-	cfg.ClientAddr, cfg.HTTPAddr = freeAddr(t), freeAddr(t)
+	cfg.ClientAddr, cfg.HTTPAddr, cfg.PeerAddr = freeAddr(t), freeAddr(t), freeAddr(t)
+	cfg.NodeID = "n1"
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	n, err := node.Start(ctx, cfg, hclog.NewNullLogger(), clock.Real())
+	n, err := node.StartWith(ctx, cfg, hclog.NewNullLogger(), node.Deps{Clock: clock.Real(), WaitReady: true})
 	if err != nil {
 		t.Fatal(err)
 	}

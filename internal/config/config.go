@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/netsy-io/netsy/internal/discovery"
 	"github.com/netsy-io/netsy/internal/etcdapi"
 	"github.com/netsy-io/netsy/internal/mvcc"
 )
@@ -58,6 +59,30 @@ type Config struct {
 	// MaxRequestBytes bounds the encoded size of one client write request
 	// (etcd's --max-request-bytes, same default).
 	MaxRequestBytes int
+
+	// NodeID names this node in the cluster (nodes/{node_id}.json).
+	NodeID string
+	// PeerAddr is the host:port of the peer protocol.
+	PeerAddr string
+	// AdvertiseClient and AdvertisePeer are how other nodes and clients
+	// reach this one (default: the listen addresses).
+	AdvertiseClient string
+	AdvertisePeer   string
+	// ClusterID names the cluster; nodes of another cluster id on the same
+	// bucket are refused.
+	ClusterID string
+	// ElectorLease and ElectorRenew time the Elector lock (s3lect).
+	ElectorLease time.Duration
+	ElectorRenew time.Duration
+	// HeartbeatInterval is the heartbeat cadence; a node missing two is
+	// Degraded, and the Primary's lease is two intervals.
+	HeartbeatInterval time.Duration
+	// PrimaryHandshakeTimeout is how long an election waits for an
+	// unreachable previous Primary (never less than its lease).
+	PrimaryHandshakeTimeout time.Duration
+	// DeregistrationTimeout deregisters a node Degraded this long (0:
+	// never).
+	DeregistrationTimeout time.Duration
 }
 
 // MaxRequestBytesLimit is the largest --max-request-bytes accepted: the
@@ -68,18 +93,51 @@ const MaxRequestBytesLimit = 32 << 20
 // Default returns the configuration of `netsy` run with no flags.
 func Default() Config {
 	return Config{
-		DataDir:                "./netsy-data",
-		ClientAddr:             "127.0.0.1:2379",
-		HTTPAddr:               "127.0.0.1:2381",
-		ProgressNotifyInterval: 5 * time.Second,
-		LogLevel:               "info",
-		LogFormat:              "text",
-		Name:                   "default",
-		SnapshotEveryRevisions: 100000,
-		SnapshotKeep:           3,
-		ValueSpillMin:          mvcc.DefaultSpillMin,
-		MaxRequestBytes:        etcdapi.DefaultMaxRequestBytes,
+		DataDir:                 "./netsy-data",
+		ClientAddr:              "127.0.0.1:2379",
+		HTTPAddr:                "127.0.0.1:2381",
+		ProgressNotifyInterval:  5 * time.Second,
+		LogLevel:                "info",
+		LogFormat:               "text",
+		SnapshotEveryRevisions:  100000,
+		SnapshotKeep:            3,
+		ValueSpillMin:           mvcc.DefaultSpillMin,
+		MaxRequestBytes:         etcdapi.DefaultMaxRequestBytes,
+		Quorum:                  -1,
+		NodeID:                  defaultNodeID(),
+		PeerAddr:                "127.0.0.1:2380",
+		ClusterID:               "netsy",
+		ElectorLease:            15 * time.Second,
+		ElectorRenew:            5 * time.Second,
+		HeartbeatInterval:       500 * time.Millisecond,
+		PrimaryHandshakeTimeout: 3 * time.Second,
+		DeregistrationTimeout:   3 * time.Minute,
 	}
+}
+
+// defaultNodeID is the host name, if it is a valid node id.
+func defaultNodeID() string {
+	h, err := os.Hostname()
+	if err != nil || discovery.ValidateNodeID(h) != nil {
+		return "netsy"
+	}
+	return h
+}
+
+// AdvertiseClientURL is the client URL other nodes and clients are given.
+func (c Config) AdvertiseClientURL() string {
+	if c.AdvertiseClient != "" {
+		return c.AdvertiseClient
+	}
+	return "http://" + c.ClientAddr
+}
+
+// AdvertisePeerAddr is the peer address other nodes are given.
+func (c Config) AdvertisePeerAddr() string {
+	if c.AdvertisePeer != "" {
+		return c.AdvertisePeer
+	}
+	return c.PeerAddr
 }
 
 // StorageURL is the permanent store's URL with the default resolved.
@@ -118,8 +176,40 @@ func (c Config) Validate() error {
 	default:
 		return fmt.Errorf("--log-format: %q is not text or json", c.LogFormat)
 	}
-	if c.Name == "" {
-		return errors.New("--name: must not be empty")
+	if err := discovery.ValidateNodeID(c.NodeID); err != nil {
+		return fmt.Errorf("--node-id: %w", err)
+	}
+	if err := checkHostPort(c.PeerAddr); err != nil {
+		return fmt.Errorf("--peer-addr: %w", err)
+	}
+	if c.AdvertiseClient == "" && unspecifiedHost(c.ClientAddr) {
+		return fmt.Errorf("--advertise-client: required when --client-addr listens on every interface (%s): give the URL clients reach this node at", c.ClientAddr)
+	}
+	if c.AdvertisePeer == "" && unspecifiedHost(c.PeerAddr) {
+		return fmt.Errorf("--advertise-peer: required when --peer-addr listens on every interface (%s): give the host:port other nodes reach this node at", c.PeerAddr)
+	}
+	if c.AdvertiseClient != "" && !strings.HasPrefix(c.AdvertiseClient, "http://") && !strings.HasPrefix(c.AdvertiseClient, "https://") {
+		return fmt.Errorf("--advertise-client: %q is not an http:// or https:// URL", c.AdvertiseClient)
+	}
+	if c.AdvertisePeer != "" {
+		if err := checkHostPort(c.AdvertisePeer); err != nil {
+			return fmt.Errorf("--advertise-peer: %w", err)
+		}
+	}
+	if err := checkClusterID(c.ClusterID); err != nil {
+		return fmt.Errorf("--cluster-id: %w", err)
+	}
+	if c.ElectorLease <= 0 || c.ElectorRenew <= 0 || c.ElectorRenew > c.ElectorLease/2 {
+		return fmt.Errorf("--elector-renew: must be positive and at most half of --elector-lease (%s), got %s", c.ElectorLease, c.ElectorRenew)
+	}
+	if c.HeartbeatInterval <= 0 {
+		return fmt.Errorf("--heartbeat-interval: must be positive, got %s", c.HeartbeatInterval)
+	}
+	if c.PrimaryHandshakeTimeout < 0 {
+		return fmt.Errorf("--primary-handshake-timeout: must not be negative, got %s", c.PrimaryHandshakeTimeout)
+	}
+	if c.DeregistrationTimeout < 0 {
+		return fmt.Errorf("--deregistration-timeout: must be 0 (never) or positive, got %s", c.DeregistrationTimeout)
 	}
 	if c.Storage != "" && !strings.HasPrefix(c.Storage, "file://") && !strings.HasPrefix(c.Storage, "s3://") {
 		return fmt.Errorf("--storage: %q is not file:///absolute/path or s3://bucket[/prefix]", c.Storage)
@@ -140,6 +230,29 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--max-request-bytes: must be between 1 and %d (32 MiB), got %d", MaxRequestBytesLimit, c.MaxRequestBytes)
 	}
 	return nil
+}
+
+// checkClusterID accepts what fits a certificate's URI SAN
+// (netsy://{cluster_id}/...): letters, digits, '.', '-' and '_'.
+func checkClusterID(id string) error {
+	if id == "" || len(id) > 63 {
+		return fmt.Errorf("%q must be 1 to 63 characters", id)
+	}
+	for _, r := range id {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '-' || r == '_') {
+			return fmt.Errorf("%q may hold only letters, digits, '.', '-' and '_'", id)
+		}
+	}
+	return nil
+}
+
+func unspecifiedHost(hostPort string) bool {
+	host, _, err := net.SplitHostPort(hostPort)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsUnspecified()
 }
 
 func checkHostPort(s string) error {
@@ -169,7 +282,7 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ProgressNotifyInterval, "progress-notify-interval", c.ProgressNotifyInterval, "interval of watch progress notifications")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level: trace, debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log format: text or json")
-	fs.StringVar(&c.Name, "name", c.Name, "member name reported by MemberList")
+	fs.StringVar(&c.Name, "name", c.Name, "member name reported by MemberList (default: --node-id)")
 	fs.StringVar(&c.Storage, "storage", c.Storage, "permanent store: file:///abs/path or s3://bucket[/prefix] (default file://<data-dir>/objects)")
 	fs.StringVar(&c.S3Endpoint, "s3-endpoint", c.S3Endpoint, "S3 endpoint URL, e.g. http://127.0.0.1:9000 (default: AWS)")
 	fs.StringVar(&c.S3Region, "s3-region", c.S3Region, "S3 region (default from the AWS environment, else us-east-1)")
@@ -179,6 +292,16 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.IntVar(&c.SnapshotKeep, "snapshot-keep", c.SnapshotKeep, "snapshots kept in object storage")
 	fs.IntVar(&c.ValueSpillMin, "value-spill-min", c.ValueSpillMin, "values of at least this many bytes are read from files under <data-dir>/values instead of held in memory (0: hold every value in memory)")
 	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", c.MaxRequestBytes, "largest client write request in bytes, as etcd's flag: 1.5 MiB by default, at most 32 MiB")
+	fs.StringVar(&c.NodeID, "node-id", c.NodeID, "this node's id in the cluster (default: the host name)")
+	fs.StringVar(&c.PeerAddr, "peer-addr", c.PeerAddr, "host:port of the peer protocol (election, replication, forwarding)")
+	fs.StringVar(&c.AdvertiseClient, "advertise-client", c.AdvertiseClient, "client URL other nodes and clients are given (default: http://<client-addr>)")
+	fs.StringVar(&c.AdvertisePeer, "advertise-peer", c.AdvertisePeer, "host:port other nodes reach the peer port at (default: <peer-addr>)")
+	fs.StringVar(&c.ClusterID, "cluster-id", c.ClusterID, "the cluster's name; nodes of another cluster id on the same bucket are refused")
+	fs.DurationVar(&c.ElectorLease, "elector-lease", c.ElectorLease, "lease of the Elector lock in object storage")
+	fs.DurationVar(&c.ElectorRenew, "elector-renew", c.ElectorRenew, "how often the Elector renews its lock (at most half the lease)")
+	fs.DurationVar(&c.HeartbeatInterval, "heartbeat-interval", c.HeartbeatInterval, "heartbeat cadence; a node missing two heartbeats is Degraded, and the Primary's lease is two intervals")
+	fs.DurationVar(&c.PrimaryHandshakeTimeout, "primary-handshake-timeout", c.PrimaryHandshakeTimeout, "how long an election waits for an unreachable previous Primary (never less than its lease)")
+	fs.DurationVar(&c.DeregistrationTimeout, "deregistration-timeout", c.DeregistrationTimeout, "deregister a node Degraded this long (0: never)")
 }
 
 // Parse parses args into a Config: flags first, then NETSY_<NAME>

@@ -207,7 +207,14 @@ func (e *Elector) electFinished(ctx context.Context, r electResult) {
 		if r.adopt {
 			how = "adopted"
 		}
-		e.setPrimary(e.nodes[r.winner.NodeId].info, r.term, how)
+		rec := e.nodes[r.winner.NodeId]
+		if rec.health != netsyv1.HealthState_HEALTHY {
+			// The round just heard from it, Healthy: a heartbeat older
+			// than that must not undo the election.
+			rec.health, rec.lastAt = netsyv1.HealthState_HEALTHY, now
+		}
+		e.setPrimary(rec.info, r.term, how)
+		e.nextTry = now.Add(e.cfg.RetryInterval)
 		e.log.Info("election finished", "primary", r.winner.NodeId, "primary_term", r.term, "took", r.took)
 		if e.handoff != nil {
 			h := e.handoff

@@ -61,6 +61,10 @@ type Config struct {
 	Logger        hclog.Logger
 	// OnEvent is told every event (for metrics); it must not block.
 	OnEvent func(*netsyv1.Event)
+	// LockCounter returns the counter of the Elector's lock object, for
+	// heartbeat answers (nodes need not read the bucket while the Elector
+	// answers them).
+	LockCounter func() uint64
 }
 
 func (c *Config) setDefaults() error {
@@ -93,6 +97,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.OnEvent == nil {
 		c.OnEvent = func(*netsyv1.Event) {}
+	}
+	if c.LockCounter == nil {
+		c.LockCounter = func() uint64 { return 0 }
 	}
 	return nil
 }
@@ -137,8 +144,10 @@ type Elector struct {
 	events       []*netsyv1.Event
 	electing     bool
 	nextTry      time.Time
-	handoff      *handoffReq
-	pushGen      uint64
+	// parked are requests that wait for the map to load.
+	parked  []func(error)
+	handoff *handoffReq
+	pushGen uint64
 
 	wg sync.WaitGroup
 }
@@ -184,6 +193,9 @@ func (e *Elector) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			e.log.Info("no longer the Elector")
+			for _, p := range e.parked {
+				p(ErrNotLoaded)
+			}
 			e.failHandoff(errors.New("the Elector lost its lock"))
 			return
 		case f := <-e.reqs:
@@ -199,6 +211,10 @@ func (e *Elector) Run(ctx context.Context) {
 				continue
 			}
 			e.loaded = true
+			for _, p := range e.parked {
+				p(nil)
+			}
+			e.parked = nil
 			e.pushAll(ctx)
 		case r := <-electDone:
 			e.electing = false
@@ -228,7 +244,13 @@ func (e *Elector) do(ctx context.Context, needLoaded bool, f func() error) error
 	select {
 	case e.reqs <- func() {
 		if needLoaded && !e.loaded {
-			res <- ErrNotLoaded
+			// Answered once the map is loaded (or the Elector stops).
+			e.parked = append(e.parked, func(err error) {
+				if err == nil {
+					err = f()
+				}
+				res <- err
+			})
 			return
 		}
 		res <- f()
@@ -465,6 +487,9 @@ func (e *Elector) Heartbeat(ctx context.Context, hb *netsyv1.Heartbeat) (*netsyv
 			h = netsyv1.HealthState_HEALTHY
 		}
 		if h != r.health {
+			if h == netsyv1.HealthState_HEALTHY && e.primary == nil {
+				e.nextTry = time.Time{} // a candidate at last: elect now
+			}
 			if r.health == netsyv1.HealthState_DEGRADED && h == netsyv1.HealthState_HEALTHY {
 				e.emit("node_recovered", hb.NodeId, "")
 				e.log.Info("node Healthy again", "node", hb.NodeId)
@@ -478,7 +503,7 @@ func (e *Elector) Heartbeat(ctx context.Context, hb *netsyv1.Heartbeat) (*netsyv
 		if e.primary != nil && hb.NodeId == e.primary.NodeId {
 			e.heardPrimary = now
 		}
-		resp = &netsyv1.HeartbeatResponse{Seq: hb.Seq, ClusterState: e.clusterState(false), Health: r.health}
+		resp = &netsyv1.HeartbeatResponse{Seq: hb.Seq, ClusterState: e.clusterState(false), Health: r.health, LockCounter: e.cfg.LockCounter()}
 		return nil
 	})
 	return resp, err
@@ -523,11 +548,32 @@ func (e *Elector) Register(ctx context.Context, info *netsyv1.NodeInfo, clusterI
 // Deregister removes a node from the map and deletes its nodes/ file; its
 // member id stays in members.json.
 func (e *Elector) Deregister(ctx context.Context, nodeID string) error {
-	err := e.do(ctx, true, func() error {
+	var info *netsyv1.NodeInfo
+	if err := e.do(ctx, true, func() error {
 		if e.primary != nil && e.primary.NodeId == nodeID {
-			if r := e.nodes[nodeID]; r != nil && r.health != netsyv1.HealthState_DEGRADED {
+			info = e.primary
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if info != nil {
+		// The Primary may go only once it is no longer acting as one (it
+		// drained, or its process is gone).
+		cctx, cancel := clock.WithTimeout(ctx, e.cfg.Clock, e.cfg.HeartbeatInterval)
+		st, err := e.cfg.Peers.GetNodeState(cctx, info)
+		cancel()
+		if err == nil {
+			switch st.GetState().GetPrimaryState() {
+			case netsyv1.PrimaryState_ACTIVE, netsyv1.PrimaryState_STARTING, netsyv1.PrimaryState_DRAINING:
 				return fmt.Errorf("node %s is the Primary: hand the role off first (netsyctl handoff)", nodeID)
 			}
+		}
+	}
+	err := e.do(ctx, true, func() error {
+		if e.primary != nil && e.primary.NodeId == nodeID {
+			e.primary = nil
+			e.version++
 		}
 		if _, ok := e.nodes[nodeID]; !ok {
 			return nil

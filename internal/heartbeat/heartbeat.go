@@ -127,6 +127,11 @@ func (s *Sender) beat(ctx context.Context) {
 			s.setHealth(true, nil)
 			return
 		}
+		if errors.Is(err, ErrNoElector) {
+			// Nobody to send to is the cluster's state (no Elector yet),
+			// not a fault of this node's.
+			return
+		}
 	}
 	if ctx.Err() == nil {
 		s.setHealth(false, err)

@@ -9,6 +9,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,18 +18,25 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 
 	"github.com/netsy-io/netsy/internal/clock"
+	"github.com/netsy-io/netsy/internal/clusterview"
 	"github.com/netsy-io/netsy/internal/config"
+	"github.com/netsy-io/netsy/internal/discovery"
 	"github.com/netsy-io/netsy/internal/engine"
 	"github.com/netsy-io/netsy/internal/etcdapi"
+	"github.com/netsy-io/netsy/internal/heartbeat"
 	"github.com/netsy-io/netsy/internal/objstore"
 	objopen "github.com/netsy-io/netsy/internal/objstore/open"
 	"github.com/netsy-io/netsy/internal/objwal"
+	"github.com/netsy-io/netsy/internal/peer"
+	"github.com/netsy-io/netsy/internal/primary"
+	"github.com/netsy-io/netsy/internal/replica"
+	"github.com/netsy-io/netsy/internal/s3lect"
 	"github.com/netsy-io/netsy/internal/vfs"
 	"github.com/netsy-io/netsy/internal/wal"
+	"github.com/netsy-io/netsy/proto/netsyv1"
 )
 
 // Node is one running netsy process.
@@ -44,25 +52,21 @@ type Node struct {
 	eng      *engine.Engine
 	api      *etcdapi.Server
 	grpc     *grpc.Server
-	http     *http.Server
-	client   net.Listener
-	httpL    net.Listener
-	ready    atomic.Bool
+	pool     *peer.Pool
+	roles    *roles
+	peerL    net.Listener
+	peerAPI  *etcdapi.Server
+	peerGRPC *grpc.Server
+	// peerServing runs the peer server.
+	peerServing *peer.Serving
+	http        *http.Server
+	client      net.Listener
+	httpL       net.Listener
+	ready       atomic.Bool
 
 	wg        sync.WaitGroup
 	closeOnce sync.Once
 	closeErr  error
-}
-
-// durabilityMode maps replication.quorum onto a single node: quorum 0, and
-// a static quorum that no replica can meet, acknowledge once the entry is
-// in object storage; majority of one node is the node itself, so the local
-// fsync suffices and chunks upload in the background.
-func durabilityMode(quorum int) objwal.Mode {
-	if quorum == -1 {
-		return objwal.ModeAsync
-	}
-	return objwal.ModeSync
 }
 
 // Start opens the data directory, reconciles with object storage, recovers
@@ -81,6 +85,12 @@ type Deps struct {
 	Store objstore.Store
 	// FS holds the local log (<data-dir>/wal) instead of the real disk.
 	FS vfs.FS
+	// Network carries the peer protocol instead of TCP (an in-memory
+	// network for tests of a whole cluster in one process).
+	Network peer.Network
+	// WaitReady makes StartWith return only once the node knows the
+	// Primary and can serve.
+	WaitReady bool
 }
 
 // StartWith is Start with injected dependencies.
@@ -105,14 +115,30 @@ func StartWith(ctx context.Context, cfg config.Config, logger hclog.Logger, deps
 	if n.lock, err = lockDir(cfg.DataDir); err != nil {
 		return nil, err
 	}
-	id, err := loadIdentity(cfg.DataDir)
-	if err != nil {
-		return nil, err
-	}
 	storageURL, err := cfg.StorageURL()
 	if err != nil {
 		return nil, err
 	}
+	network := deps.Network
+	if network == nil {
+		network = peer.TCP()
+	}
+	// Listen first: the addresses a node advertises are the ones it got
+	// (a port 0 in a test becomes a real port). Serving starts later.
+	n.peerL, err = network.Listen(cfg.PeerAddr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on --peer-addr %s: %w", cfg.PeerAddr, err)
+	}
+	n.client, err = net.Listen("tcp", cfg.ClientAddr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on --client-addr %s: %w", cfg.ClientAddr, err)
+	}
+	n.httpL, err = net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on --http-addr %s: %w", cfg.HTTPAddr, err)
+	}
+	cfg.PeerAddr, cfg.ClientAddr, cfg.HTTPAddr = n.peerL.Addr().String(), n.client.Addr().String(), n.httpL.Addr().String()
+	n.cfg = cfg
 	if deps.Store != nil {
 		n.store = deps.Store
 	} else {
@@ -126,14 +152,19 @@ func StartWith(ctx context.Context, cfg config.Config, logger hclog.Logger, deps
 		}
 		n.ownStore = true
 	}
-	mode := durabilityMode(cfg.Quorum)
+	alone, err := checkRegistration(ctx, cfg, n.store, clk)
+	if err != nil {
+		return nil, fmt.Errorf("register node %s in %s: %w", cfg.NodeID, storageURL, err)
+	}
 	n.objlog, err = objwal.Open(ctx, objwal.Options{
-		Store:  n.store,
-		WALDir: filepath.Join(cfg.DataDir, "wal"),
-		FS:     deps.FS,
-		Mode:   mode,
-		// A single node in async mode acknowledges on its local fsync.
-		AckOnFsync:   mode == objwal.ModeAsync,
+		Store:    n.store,
+		WALDir:   filepath.Join(cfg.DataDir, "wal"),
+		FS:       deps.FS,
+		Mode:     objwal.ModeSync,
+		Follower: true,
+		// Alone with majority quorum, a node acknowledged on its local
+		// fsync: a local entry the bucket contradicts was acknowledged.
+		AckOnFsync:   cfg.Quorum == -1 && alone,
 		SnapshotKeep: cfg.SnapshotKeep,
 		Clock:        clk,
 		Logger:       logger.Named("objwal"),
@@ -141,11 +172,13 @@ func StartWith(ctx context.Context, cfg config.Config, logger hclog.Logger, deps
 	if err != nil {
 		return nil, fmt.Errorf("open log (storage %s): %w", storageURL, err)
 	}
-	clientURL := "http://" + cfg.ClientAddr
 	spillDir := ""
 	if cfg.ValueSpillMin > 0 {
 		spillDir = filepath.Join(cfg.DataDir, "values")
 	}
+	n.pool = peer.NewPool(network)
+	r := newRoles(cfg, logger, clk, n.store, n.pool)
+	n.roles = r
 	n.eng, err = engine.Open(engine.Config{
 		Storage:         n.objlog,
 		SnapshotEntries: uint64(cfg.SnapshotEveryRevisions),
@@ -153,15 +186,14 @@ func StartWith(ctx context.Context, cfg config.Config, logger hclog.Logger, deps
 		SpillMin:        cfg.ValueSpillMin,
 		Clock:           clk,
 		Logger:          logger,
-		ClusterID:       id.ClusterID,
-		MemberID:        id.MemberID,
-		Members: func() []*pb.Member {
-			return []*pb.Member{{ID: id.MemberID, Name: cfg.Name, PeerURLs: []string{clientURL}, ClientURLs: []string{clientURL}}}
-		},
+		ClusterID:       clusterIDHash(cfg.ClusterID),
+		Follower:        true,
+		OnDeposed:       func(err error) { r.prim.Deposed(err) },
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open engine: %w", err)
 	}
+	r.eng = n.eng
 	// A new log preallocates its first segment (64 MiB of zeros) while
 	// the engine recovers; serve once it is done, so that the first write
 	// does not wait for it (Kubernetes' compactor test allows 100 ms).
@@ -170,17 +202,29 @@ func StartWith(ctx context.Context, cfg config.Config, logger hclog.Logger, deps
 	case <-ctx.Done():
 		return nil, fmt.Errorf("preallocate the log's first segment: %w", ctx.Err())
 	}
+	if err := n.startRoles(); err != nil {
+		return nil, err
+	}
 
-	n.client, err = net.Listen("tcp", cfg.ClientAddr)
-	if err != nil {
-		return nil, fmt.Errorf("listen on --client-addr %s: %w", cfg.ClientAddr, err)
-	}
-	n.httpL, err = net.Listen("tcp", cfg.HTTPAddr)
-	if err != nil {
-		return nil, fmt.Errorf("listen on --http-addr %s: %w", cfg.HTTPAddr, err)
-	}
+	// The peer port: the netsy peer services, and the etcd API over the
+	// local engine only, for requests other nodes forward to this one
+	// while it is the Primary (a forwarded request is never forwarded
+	// again).
+	n.peerAPI = etcdapi.New(etcdapi.Config{
+		Backend:         replica.NewBackend(replica.BackendConfig{Local: n.eng, Roles: r, Clock: clk}),
+		Clock:           clk,
+		Logger:          logger.Named("peer"),
+		MaxRequestBytes: cfg.MaxRequestBytes,
+	})
+	n.peerGRPC = n.peerAPI.NewGRPCServer(peer.ServerOptions()...)
+	r.registerPeerServices(n.peerGRPC)
+	n.peerServing = peer.Serve(n.peerGRPC, n.peerL)
+
 	n.api = etcdapi.New(etcdapi.Config{
-		Backend:                n.eng,
+		Backend: replica.NewBackend(replica.BackendConfig{
+			Local: n.eng, Roles: r, Clock: clk,
+			Conn: n.pool.Conn,
+		}),
 		Clock:                  clk,
 		Logger:                 logger,
 		ProgressNotifyInterval: cfg.ProgressNotifyInterval,
@@ -203,9 +247,108 @@ func StartWith(ctx context.Context, cfg config.Config, logger hclog.Logger, deps
 		}
 	}()
 	n.ready.Store(true)
-	n.log.Info("serving", "client_addr", n.client.Addr().String(), "http_addr", n.httpL.Addr().String(),
-		"data_dir", cfg.DataDir, "storage", storageURL, "quorum", cfg.Quorum, "rev", n.eng.CurrentRevision(), "member_id", fmt.Sprintf("%x", id.MemberID))
+	n.log.Info("serving", "node_id", cfg.NodeID, "cluster_id", cfg.ClusterID, "client_addr", n.client.Addr().String(),
+		"peer_addr", n.peerL.Addr().String(), "http_addr", n.httpL.Addr().String(),
+		"data_dir", cfg.DataDir, "storage", storageURL, "quorum", cfg.Quorum, "rev", n.eng.CurrentRevision())
+	if deps.WaitReady {
+		if err := n.waitReady(ctx); err != nil {
+			return nil, err
+		}
+	}
 	return n, nil
+}
+
+// waitReady waits until the node knows the Primary and can serve.
+func (n *Node) waitReady(ctx context.Context) error {
+	for {
+		ch := n.roles.Changed()
+		if n.notReady() == nil {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-n.clock.After(20 * time.Millisecond):
+		case <-ctx.Done():
+			return fmt.Errorf("wait for the node to be ready (%v): %w", n.notReady(), ctx.Err())
+		}
+	}
+}
+
+// startRoles builds and starts the cluster roles.
+func (n *Node) startRoles() error {
+	r, cfg := n.roles, n.cfg
+	var err error
+	r.follower = replica.NewFollower(replica.FollowerConfig{
+		Self:              cfg.NodeID,
+		Engine:            n.eng,
+		CatchUp:           n.objlog.CatchUp,
+		Conn:              n.pool.Conn,
+		State:             r.state,
+		HeartbeatInterval: cfg.HeartbeatInterval,
+		Clock:             n.clock,
+		Logger:            n.log,
+	})
+	r.prim, err = primary.New(primary.Config{
+		Self:          cfg.NodeID,
+		Engine:        n.eng,
+		Log:           n.objlog,
+		Quorum:        cfg.Quorum,
+		LeaseWindow:   2 * cfg.HeartbeatInterval,
+		TermFile:      filepath.Join(cfg.DataDir, "primary-term.json"),
+		StopFollowing: r.follower.Stop,
+		Changed: func(s netsyv1.PrimaryState, term uint64) {
+			r.event("primary_"+strings.ToLower(s.String()), cfg.NodeID, fmt.Sprintf("term %d", term))
+			r.notify()
+			if r.hb != nil {
+				r.hb.Now()
+			}
+		},
+		Clock:  n.clock,
+		Logger: n.log,
+	})
+	if err != nil {
+		return err
+	}
+	r.follow = &primary.FollowService{P: r.prim}
+	r.lock, err = s3lect.New(s3lect.Config{
+		Store:    n.store,
+		NodeID:   cfg.NodeID,
+		PeerAddr: cfg.AdvertisePeerAddr(),
+		Lease:    cfg.ElectorLease,
+		Renew:    cfg.ElectorRenew,
+		MinTerm:  r.view.ElectorTerm,
+		Clock:    n.clock,
+		Logger:   n.log.Named("s3lect"),
+	})
+	if err != nil {
+		return err
+	}
+	r.hb = heartbeat.New(heartbeat.Config{
+		Interval: cfg.HeartbeatInterval,
+		Clock:    n.clock,
+		Logger:   n.log.Named("heartbeat"),
+		State:    r.state,
+		Send:     r.sendHeartbeat,
+		Answered: r.answered,
+		Health: func(ok bool, err error) {
+			r.healthy.Store(ok)
+			if !ok {
+				r.lock.Suspect()
+				r.event("self_degraded", cfg.NodeID, fmt.Sprint(err))
+			} else {
+				r.event("self_healthy", cfg.NodeID, "")
+			}
+			r.notify()
+		},
+	})
+	r.prim.Start()
+	r.follower.Start()
+	r.lock.Start()
+	r.wg.Add(2)
+	go r.runElectorTerms()
+	go r.watchView()
+	r.hb.Start()
+	return nil
 }
 
 // ClientAddr is the address the client API listens on.
@@ -225,6 +368,35 @@ func (n *Node) httpHandler() http.Handler {
 		func() float64 { return float64(n.eng.CommittedIndex()) }))
 	reg.MustRegister(n.api.Collectors()...)
 	reg.MustRegister(objwalCollector{n.objlog})
+	r := n.roles
+	reg.MustRegister(r.eventsC)
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "netsy_primary_state", Help: "This node's primary state: 1 Replica, 2 Starting, 3 Active, 4 Draining."},
+		func() float64 { s, _ := r.prim.State(); return float64(s) }))
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "netsy_primary_term", Help: "The primary term this node holds or follows."},
+		func() float64 { _, t := r.Primary(); return float64(t) }))
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "netsy_elector", Help: "1 while this node is the Elector."},
+		func() float64 {
+			if r.currentElector() != nil {
+				return 1
+			}
+			return 0
+		}))
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "netsy_elector_term", Help: "The highest Elector term this node has seen."},
+		func() float64 { return float64(r.view.ElectorTerm()) }))
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "netsy_healthy", Help: "1 while this node's heartbeats reach the Elector."},
+		func() float64 {
+			if r.healthy.Load() {
+				return 1
+			}
+			return 0
+		}))
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "netsy_following", Help: "1 while this replica's Follow stream to the Primary is open."},
+		func() float64 {
+			if ok, _, _ := r.follower.Connected(); ok {
+				return 1
+			}
+			return 0
+		}))
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -233,6 +405,8 @@ func (n *Node) httpHandler() http.Handler {
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	addProbes(mux)
+	mux.Handle("/cluster/state", clusterview.StateHandler(n.clusterState))
+	mux.Handle("/cluster/leader", clusterview.LeaderHandler(n.clusterState))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		if err := n.eng.Failed(); err != nil {
 			w.WriteHeader(http.StatusServiceUnavailable)
@@ -252,22 +426,146 @@ func (n *Node) httpHandler() http.Handler {
 	return mux
 }
 
-// notReady says why the node should not get client traffic, or nil: it
-// is starting or stopping, or it was deposed and serves only serializable
-// reads.
-func (n *Node) notReady() error {
-	if !n.ready.Load() {
-		return errors.New("starting or stopping")
+// clusterState is the Elector's full view (asked of it, or of this node's
+// own Elector), and this node's own state; when the Elector does not
+// answer, only the latter (which holds this node's view).
+func (n *Node) clusterState(ctx context.Context) (*netsyv1.ClusterState, *netsyv1.NodeState, error) {
+	self := n.roles.nodeState()
+	ctx, cancel := clock.WithTimeout(ctx, n.clock, 2*time.Second)
+	defer cancel()
+	c, e, err := n.roles.electorClient()
+	var cs *netsyv1.ClusterState
+	switch {
+	case err != nil:
+	case e != nil:
+		cs, err = e.ClusterState(ctx, true)
+	default:
+		cs, err = c.GetClusterState(ctx, &netsyv1.GetClusterStateRequest{Full: true})
 	}
-	return n.eng.Deposed()
+	if err != nil {
+		cs = nil
+	}
+	return cs, self, nil
 }
 
-// Close stops serving and shuts down in dependency order: in-flight client
-// requests get a bounded time to finish, then the engine answers or fails
-// every pending write, then the log flushes what it was given.
-func (n *Node) Close() error {
+// notReady says why the node should not get client traffic, or nil: it
+// is starting or stopping, it does not know the Primary yet, or it cannot
+// serve from the Primary's history yet.
+func (n *Node) notReady() error {
+	r := n.roles
+	switch {
+	case !n.ready.Load():
+		return errors.New("starting or stopping")
+	case n.eng.Deposed() != nil:
+		return n.eng.Deposed()
+	case !r.registered.Load():
+		return errors.New("not registered with an Elector yet")
+	}
+	p, _ := r.Primary()
+	switch {
+	case p == nil:
+		return errors.New("no Primary elected yet")
+	case p.NodeId == n.cfg.NodeID:
+		if !r.prim.Active() {
+			s, _ := r.prim.State()
+			return fmt.Errorf("this node is the Primary and %s", s)
+		}
+	default:
+		if ok, _, err := r.follower.Connected(); !ok {
+			return fmt.Errorf("not following the Primary %s yet (%v)", p.NodeId, err)
+		}
+	}
+	return nil
+}
+
+// leaveTimeout bounds a graceful leave: handoff or drain, deregistration
+// and resigning the Elector lock.
+const leaveTimeout = 15 * time.Second
+
+// leave takes this node out of the cluster gracefully: a Primary hands its
+// role to another node (or, alone, drains to object storage), the node
+// deregisters (its member id stays), and an Elector resigns its lock so
+// another node takes over at once.
+func (n *Node) leave() {
+	r := n.roles
+	ctx, cancel := clock.WithTimeout(context.Background(), n.clock, leaveTimeout)
+	defer cancel()
+	if r.eng.Failed() != nil {
+		// Nothing can be flushed or handed over from a failed log; the
+		// Elector notices the silence.
+		return
+	}
+	if r.prim.Active() {
+		handedOff := false
+		if len(r.Members()) > 1 {
+			if err := n.handoff(ctx); err != nil {
+				n.log.Warn("handoff on shutdown failed; draining instead", "error", err)
+			} else {
+				handedOff = true
+			}
+		}
+		if !handedOff {
+			if err := r.prim.Drain(ctx); err != nil {
+				n.log.Warn("drain on shutdown", "error", err)
+			}
+		}
+	}
+	// Heartbeats would register the node again.
+	r.hb.Close()
+	if r.registered.Load() {
+		if err := n.deregister(ctx); err != nil {
+			n.log.Warn("deregister on shutdown; deleting the registration file directly", "error", err)
+			if err := discovery.Deregister(ctx, n.store, n.cfg.NodeID); err != nil {
+				n.log.Warn("delete the registration file", "error", err)
+			}
+		}
+	}
+	rctx, rcancel := clock.WithTimeout(ctx, n.clock, 2*time.Second)
+	defer rcancel()
+	if err := r.lock.Resign(rctx); err != nil {
+		n.log.Warn("resign the Elector lock", "error", err)
+	}
+}
+
+func (n *Node) handoff(ctx context.Context) error {
+	c, e, err := n.roles.electorClient()
+	if err != nil {
+		return err
+	}
+	if e != nil {
+		_, err = e.Handoff(ctx, "")
+		return err
+	}
+	_, err = c.Handoff(ctx, &netsyv1.HandoffRequest{})
+	return err
+}
+
+func (n *Node) deregister(ctx context.Context) error {
+	c, e, err := n.roles.electorClient()
+	if err != nil {
+		return err
+	}
+	if e != nil {
+		return e.Deregister(ctx, n.cfg.NodeID)
+	}
+	_, err = c.DeregisterNode(ctx, &netsyv1.DeregisterNodeRequest{NodeId: n.cfg.NodeID})
+	return err
+}
+
+// Close leaves the cluster gracefully, stops serving and shuts down in
+// dependency order: in-flight client requests get a bounded time to
+// finish, then the roles stop, then the engine answers or fails every
+// pending write, then the log flushes what it was given.
+func (n *Node) Close() error { return n.shutdown(true) }
+
+// shutdown stops the node; without graceful it skips leaving the cluster
+// (what a crash or power loss does, for tests).
+func (n *Node) shutdown(graceful bool) error {
 	n.closeOnce.Do(func() {
 		n.ready.Store(false)
+		if graceful && n.roles != nil && n.roles.prim != nil && n.peerServing != nil {
+			n.leave()
+		}
 		if n.api != nil {
 			// Long-lived watch and keep-alive streams end here, so the
 			// graceful stop below only waits for unary requests.
@@ -287,8 +585,40 @@ func (n *Node) Close() error {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			_ = n.http.Shutdown(ctx)
 			cancel()
+		} else if n.httpL != nil {
+			n.httpL.Close()
+		}
+		if n.grpc == nil && n.client != nil {
+			n.client.Close()
 		}
 		n.wg.Wait()
+		if n.peerAPI != nil {
+			n.peerAPI.Close()
+		}
+		if n.peerServing != nil {
+			n.peerServing.Close()
+		} else if n.peerL != nil {
+			n.peerL.Close()
+		}
+		if r := n.roles; r != nil {
+			if r.hb != nil {
+				r.hb.Close()
+			}
+			if r.follower != nil {
+				r.follower.Close()
+			}
+			if r.lock != nil {
+				r.lock.Close()
+			}
+			r.cancel()
+			r.wg.Wait()
+			if r.prim != nil {
+				r.prim.Close()
+			}
+		}
+		if n.pool != nil {
+			n.pool.Close()
+		}
 		if n.eng != nil {
 			n.eng.Close()
 		}

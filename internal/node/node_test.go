@@ -2,7 +2,9 @@ package node
 
 import (
 	"context"
+	"sync"
 	"io"
+	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -13,28 +15,30 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/netsy-io/netsy/internal/clock"
 	"github.com/netsy-io/netsy/internal/config"
+	objopen "github.com/netsy-io/netsy/internal/objstore/open"
+	"github.com/netsy-io/netsy/internal/objwal"
+	"github.com/netsy-io/netsy/proto/netsyv1"
 )
 
 // startNode starts a node on loopback ports with the given storage URL.
-func startNode(t *testing.T, storage string, edit func(*config.Config)) *Node {
+func startNode(t *testing.T, storage string, edit func(*config.Config), logs ...io.Writer) *Node {
 	t.Helper()
 	cfg := config.Default()
 	cfg.DataDir = t.TempDir()
 	cfg.ClientAddr = "127.0.0.1:0"
 	cfg.HTTPAddr = "127.0.0.1:0"
+	cfg.PeerAddr = freePeerAddr(t)
 	cfg.Storage = storage
 	if edit != nil {
 		edit(&cfg)
 	}
-	logger := hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testLog{t}})
+	logger := hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: io.MultiWriter(append(logs, testLog{t})...)})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	n, err := Start(ctx, cfg, logger, clock.Real())
+	n, err := StartWith(ctx, cfg, logger, Deps{Clock: clock.Real(), WaitReady: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,87 +74,95 @@ func httpGet(t *testing.T, n *Node, path string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// Two nodes on one bucket: once the second has claimed the next wal seq,
-// the first one's next write collides. From then on the first refuses
-// writes, linearizable reads, watches and keep-alives, still answers
-// serializable reads, and its health endpoints say why.
-func TestFencedNodeStopsAnswering(t *testing.T) {
+// A second writer that bypassed the election claims the bucket under a
+// Primary (an intruder with its own log and no Elector, the case the fence
+// exists for). The Primary's next write collides: it is not acknowledged,
+// the Primary logs the deposition and steps down, and when it is elected
+// again it first catches up with the bucket, so the intruder's entry is
+// part of its history: the bucket wins, and the history stays linear.
+func TestFencedPrimaryStepsDownAndTheBucketWins(t *testing.T) {
 	storage := "file://" + filepath.Join(t.TempDir(), "bucket")
-	a := startNode(t, storage, nil)
+	var logs syncLog
+	a := startNode(t, storage, func(c *config.Config) { c.Quorum = 0 }, &logs)
 	ca := client(t, a)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := ca.Put(ctx, "k", "v1"); err != nil {
 		t.Fatal(err)
 	}
-	lease, err := ca.Grant(ctx, 60)
+
+	// The intruder: a writer of its own on the same bucket.
+	store, err := objopen.Open(ctx, storage, objopen.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A watch open before the deposition, caught up.
-	old := openWatch(t, ctx, ca)
-	for n := 0; n < 1; {
-		wr, err := old.Recv()
-		if err != nil {
-			t.Fatal(err)
-		}
-		n += len(wr.Events)
-	}
-
-	b := startNode(t, storage, nil)
-	if _, err := client(t, b).Put(ctx, "k", "v2"); err != nil {
-		t.Fatal(err)
-	}
-
-	_, err = ca.Put(ctx, "k", "v3")
-	if code := status.Code(err); code != codes.Unavailable || !strings.Contains(err.Error(), "deposed") {
-		t.Fatalf("write on the fenced node: %v, want Unavailable naming the deposition", err)
-	}
-	if _, err := ca.Get(ctx, "k"); status.Code(err) != codes.Unavailable {
-		t.Fatalf("linearizable read on the fenced node: %v, want Unavailable", err)
-	}
-	got, err := ca.Get(ctx, "k", clientv3.WithSerializable())
-	if err != nil || len(got.Kvs) != 1 || string(got.Kvs[0].Value) != "v1" {
-		t.Fatalf("serializable read on the fenced node: %v, %v", got, err)
-	}
-	// Keep-alive and watch streams end with Unavailable (client/v3 would
-	// retry them on another endpoint), so they are checked on the wire.
-	ka, err := pb.NewLeaseClient(ca.ActiveConnection()).LeaseKeepAlive(ctx)
+	defer store.Close()
+	synced := make(chan uint64, 16)
+	intruder, err := objwal.Open(ctx, objwal.Options{
+		Store: store, WALDir: t.TempDir(), Mode: objwal.ModeSync,
+		OnSync: func(i uint64, err error) {
+			if err == nil {
+				synced <- i
+			}
+		},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ka.Send(&pb.LeaseKeepAliveRequest{ID: int64(lease.ID)}); err != nil {
+	last, rev, _ := a.eng.LastAppended()
+	err = intruder.Append(&netsyv1.Entry{Index: last + 1, Revision: rev + 1,
+		Ops: []*netsyv1.Op{{Key: []byte("intruder"), Value: []byte("was here")}}})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ka.Recv(); status.Code(err) != codes.Unavailable {
-		t.Fatalf("keep-alive on the fenced node: %v, want Unavailable", err)
-	}
-	for _, ws := range []pb.Watch_WatchClient{old, openWatch(t, ctx, ca)} {
-		for {
-			wr, err := ws.Recv()
-			if err != nil {
-				if status.Code(err) != codes.Unavailable {
-					t.Fatalf("watch on the fenced node ended with %v, want Unavailable", err)
-				}
-				break
-			}
-			if len(wr.Events) > 0 {
-				t.Fatalf("a watch on the fenced node delivered events after the deposition: %+v", wr)
-			}
+	for i := range synced {
+		if i == last+1 {
+			break
 		}
 	}
+	if err := intruder.Close(); err != nil {
+		t.Fatal(err)
+	}
 
-	code, body := httpGet(t, a, "/healthz")
-	if code != http.StatusServiceUnavailable || !strings.Contains(body, "deposed") || strings.Contains(body, "<nil>") {
-		t.Fatalf("/healthz: %d %q", code, body)
+	if _, err := ca.Put(ctx, "k", "v2"); err == nil {
+		t.Fatal("a write on the fenced Primary was acknowledged")
 	}
-	code, body = httpGet(t, a, "/readyz")
-	if code != http.StatusServiceUnavailable || !strings.Contains(body, "deposed") {
-		t.Fatalf("/readyz: %d %q", code, body)
+	if !strings.Contains(logs.String(), "DEPOSED") {
+		t.Fatalf("no DEPOSED error line in the log:\n%s", logs.String())
 	}
-	if code, body := httpGet(t, b, "/readyz"); code != http.StatusOK {
-		t.Fatalf("the new writer's /readyz: %d %q", code, body)
+	// Elected again (a new term), the node has caught up with the bucket.
+	if err := a.waitReady(ctx); err != nil {
+		t.Fatal(err)
 	}
+	if _, err := ca.Put(ctx, "k", "v3"); err != nil {
+		t.Fatalf("write after the node took over again: %v", err)
+	}
+	got, err := ca.Get(ctx, "intruder")
+	if err != nil || len(got.Kvs) != 1 || string(got.Kvs[0].Value) != "was here" {
+		t.Fatalf("the intruder's entry, in the bucket, is not in the node's history: %v %v", got, err)
+	}
+	kv, err := ca.Get(ctx, "k")
+	if err != nil || string(kv.Kvs[0].Value) != "v3" || kv.Kvs[0].Version != 2 {
+		t.Fatalf("k after the takeover: %v %v (the refused v2 must not be there)", kv, err)
+	}
+}
+
+// syncLog is a log buffer the logger and the test share.
+type syncLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *syncLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *syncLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // openWatch opens a raw watch stream on key "k" from revision 1.
@@ -165,4 +177,16 @@ func openWatch(t *testing.T, ctx context.Context, cli *clientv3.Client) pb.Watch
 		t.Fatal(err)
 	}
 	return ws
+}
+
+// freePeerAddr is a free loopback port for a node's peer port: it is
+// advertised to other nodes, so it cannot be port 0.
+func freePeerAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
 }

@@ -141,8 +141,10 @@ func powerLossRounds(t *testing.T, bucket objstore.Store, quorum int, rounds int
 	hist := lincheck.NewHistory()
 	var acks []ack
 	var ackMu sync.Mutex
+	peerAddr := freePeerAddr(t)
 	cfg := func(c *config.Config) {
 		c.DataDir = dataDir
+		c.PeerAddr = peerAddr
 		c.Quorum = quorum
 		c.SnapshotEveryRevisions = 200 // snapshots and their uploads happen under the cut too
 	}
@@ -161,7 +163,7 @@ func powerLossRounds(t *testing.T, bucket objstore.Store, quorum int, rounds int
 			disk.Cut()
 			store.cut.Store(true)
 		})
-		n.Close()
+		n.shutdown(false)
 		disk = disk.Crash(rng)
 	}
 
@@ -184,10 +186,12 @@ func startNodeWith(t *testing.T, edit func(*config.Config), deps Deps) *Node {
 	cfg.DataDir = t.TempDir()
 	cfg.ClientAddr = "127.0.0.1:0"
 	cfg.HTTPAddr = "127.0.0.1:0"
+	cfg.PeerAddr = freePeerAddr(t)
 	edit(&cfg)
 	logger := hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testLog{t}})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	deps.WaitReady = true
 	n, err := StartWith(ctx, cfg, logger, deps)
 	if err != nil {
 		t.Fatal(err)

@@ -61,21 +61,21 @@ func (l *Log) reportRecovery(v *bucketView) {
 		case v.bucketLast > t.After:
 			l.log.Warn("the torn record cut off the local log was already in object storage; entries were restored from there",
 				"path", t.Path, "after_index", t.After, "bucket_last", v.bucketLast)
-		case l.mode() == ModeSync:
-			l.log.Warn("the torn record cut off the local log was never acknowledged: object storage does not hold it, and sync mode acknowledges only what is there",
+		case l.o.AckOnFsync:
+			l.log.Warn("the torn record cut off the local log was never acknowledged: an entry is acknowledged only once its record is fsync'd whole",
 				"path", t.Path, "after_index", t.After)
 		default:
-			l.log.Warn("the torn record cut off the local log was never acknowledged: an entry is acknowledged only once its record is fsync'd whole",
+			l.log.Warn("the torn record cut off the local log was never acknowledged: object storage does not hold it, and without a local-fsync acknowledgement (sync mode, or a cluster, where a quorum holds what is acknowledged) only what is there is",
 				"path", t.Path, "after_index", t.After)
 		}
 	}
 	if n := len(v.unuploaded); n > 0 {
 		from, to := v.unuploaded[0].Index, v.unuploaded[n-1].Index
-		if l.mode() == ModeSync {
-			l.log.Warn("kept local entries that object storage lacked: sync mode never acknowledged them, and they are now uploaded (clients saw their writes fail or time out, so their outcome was unknown)",
-				"from", from, "to", to)
-		} else {
+		if l.o.AckOnFsync {
 			l.log.Info("uploaded acknowledged local entries that object storage lacked", "from", from, "to", to)
+		} else {
+			l.log.Warn("kept local entries that object storage lacked and uploaded them: their clients may have seen their writes fail or time out (outcome unknown)",
+				"from", from, "to", to)
 		}
 	}
 }

@@ -20,7 +20,14 @@ const minClientPing = 5 * time.Second
 // followed by opts (TLS credentials, interceptors), which win where they
 // overlap. The caller registers the services and runs it with Serve.
 func NewServer(opts ...grpc.ServerOption) *grpc.Server {
-	base := []grpc.ServerOption{
+	return grpc.NewServer(append(ServerOptions(), opts...)...)
+}
+
+// ServerOptions are the options NewServer starts from, for a server built
+// elsewhere (the node's peer port is built by the etcd API, which adds its
+// own codec and services).
+func ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxMessageBytes),
 		grpc.MaxSendMsgSize(MaxMessageBytes),
 		// Every replica holds a Follow stream and every role its own calls;
@@ -37,7 +44,6 @@ func NewServer(opts ...grpc.ServerOption) *grpc.Server {
 			Timeout: keepaliveTimeout,
 		}),
 	}
-	return grpc.NewServer(append(base, opts...)...)
 }
 
 // Serving is a gRPC server running on one listener, in a goroutine it owns.

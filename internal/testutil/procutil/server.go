@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"net/http"
 	"os"
@@ -37,7 +38,7 @@ type Options struct {
 	ClientAddr string
 	// HTTPAddr is netsy's health and metrics listener (ignored for etcd).
 	HTTPAddr string
-	// PeerAddr is etcd's peer listener (ignored for netsy).
+	// PeerAddr is the peer listener of etcd and of netsy.
 	PeerAddr string
 	// Args are appended to the generated flags.
 	Args []string
@@ -191,6 +192,9 @@ func (s *Server) pickPorts() error {
 		if s.HTTPAddr == "" {
 			s.HTTPAddr, err = freeAddr()
 		}
+		if err == nil && s.PeerAddr == "" {
+			s.PeerAddr, err = freeAddr()
+		}
 	case KindEtcd:
 		if s.PeerAddr == "" {
 			s.PeerAddr, err = freeAddr()
@@ -208,6 +212,13 @@ func (s *Server) args() []string {
 			"--data-dir", s.DataDir,
 			"--client-addr", s.ClientAddr,
 			"--http-addr", s.HTTPAddr,
+			"--peer-addr", s.PeerAddr,
+		}
+		if !s.hasArg("--node-id") {
+			// One node id per data directory, stable across restarts.
+			h := fnv.New32a()
+			h.Write([]byte(s.DataDir))
+			a = append(a, "--node-id", fmt.Sprintf("n-%08x", h.Sum32()))
 		}
 	case KindEtcd:
 		peer := "http://" + s.PeerAddr
@@ -223,6 +234,15 @@ func (s *Server) args() []string {
 		}
 	}
 	return append(a, s.extraArgs...)
+}
+
+func (s *Server) hasArg(name string) bool {
+	for _, a := range s.extraArgs {
+		if a == name || strings.HasPrefix(a, name+"=") {
+			return true
+		}
+	}
+	return false
 }
 
 // launch launches one incarnation and waits for readiness. The caller

@@ -8,7 +8,7 @@
 // server binary on a fresh data directory and fresh ports:
 //
 //   - NETSY_BIN: a netsy binary (flags --data-dir, --client-addr, --http-addr,
-//     --progress-notify-interval, --log-level; ready when GET /readyz on the
+//     --peer-addr, --node-id, --progress-notify-interval, --log-level; ready when GET /readyz on the
 //     http address returns 200);
 //   - ETCD_BIN: a real etcd binary, used to validate the harness itself.
 //
@@ -170,10 +170,7 @@ type server struct {
 // become ready (for example a port was taken after we picked it); the
 // process is already stopped then and the caller may retry.
 func launch(t testing.TB, kind, bin string, cfg *embed.Config, attempt int) (*server, error) {
-	nports := 2 // client, http
-	if kind == "etcd" {
-		nports = 3 // client, metrics, peer
-	}
+	nports := 3 // client, http (etcd: metrics), peer
 	ports, err := pickPorts(nports)
 	if err != nil {
 		return nil, err
@@ -213,6 +210,8 @@ func launch(t testing.TB, kind, bin string, cfg *embed.Config, attempt int) (*se
 			"--http-addr", httpAddr,
 			"--progress-notify-interval", interval.String(),
 			"--log-level", level,
+			"--peer-addr", addr(ports[2]),
+			"--node-id", "k8s",
 		}
 		readyURL = "http://" + httpAddr + "/readyz"
 	case "etcd":
