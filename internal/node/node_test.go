@@ -2,12 +2,12 @@ package node
 
 import (
 	"context"
-	"sync"
 	"io"
 	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 

@@ -141,10 +141,12 @@ func powerLossRounds(t *testing.T, bucket objstore.Store, quorum int, rounds int
 	hist := lincheck.NewHistory()
 	var acks []ack
 	var ackMu sync.Mutex
-	peerAddr := freePeerAddr(t)
+	// The node keeps its addresses across restarts, as a real one does:
+	// its registration names them.
+	peerAddr, clientAddr, httpAddr := freePeerAddr(t), freePeerAddr(t), freePeerAddr(t)
 	cfg := func(c *config.Config) {
 		c.DataDir = dataDir
-		c.PeerAddr = peerAddr
+		c.PeerAddr, c.ClientAddr, c.HTTPAddr = peerAddr, clientAddr, httpAddr
 		c.Quorum = quorum
 		c.SnapshotEveryRevisions = 200 // snapshots and their uploads happen under the cut too
 	}
