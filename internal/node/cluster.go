@@ -294,6 +294,12 @@ func (r *roles) sendHeartbeat(ctx context.Context, hb *netsyv1.Heartbeat) (*nets
 	} else {
 		resp, err = c.Heartbeat(ctx, hb)
 	}
+	if status.Code(err) == codes.FailedPrecondition && strings.Contains(err.Error(), "not the Elector") {
+		// The node we took for the Elector is not (it resigned or lost
+		// its lock): find the new one at once; not this node's fault.
+		r.lock.Suspect()
+		return nil, heartbeat.ErrNoElector
+	}
 	if err != nil && strings.Contains(err.Error(), "is not registered") {
 		// A new Elector that has not heard of this node yet.
 		r.registered.Store(false)
@@ -351,11 +357,66 @@ func (r *roles) runElectorTerms() {
 		r.elector = e
 		r.electorMu.Unlock()
 		r.hb.Now()
+		sepDone := make(chan struct{})
+		go func() {
+			defer close(sepDone)
+			r.separateRoles(lead.Ctx, e)
+		}()
 		e.Run(lead.Ctx)
+		<-sepDone
 		r.electorMu.Lock()
 		r.elector = nil
 		r.electorMu.Unlock()
 		r.event("elector_lost", r.cfg.NodeID, "")
+	}
+}
+
+// separateRoles keeps the Elector off the Primary: a node that holds both
+// while another node is Healthy and caught up resigns the Elector lock, so
+// that one crash never takes both roles (a Primary alone is replaced in
+// about a heartbeat; an Elector only once its lock goes stale). Writes do
+// not pause for it: the Primary stays.
+func (r *roles) separateRoles(ctx context.Context, e *elector.Elector) {
+	t := r.clk.NewTicker(2 * r.cfg.HeartbeatInterval)
+	defer t.Stop()
+	since := time.Time{}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+		if !r.prim.Active() {
+			since = time.Time{}
+			continue
+		}
+		cs, err := e.ClusterState(ctx, true)
+		if err != nil {
+			continue
+		}
+		mine := r.eng.CommittedIndex()
+		other := ""
+		for _, ns := range cs.Nodes {
+			if ns.Info.NodeId != r.cfg.NodeID && ns.Health == netsyv1.HealthState_HEALTHY && ns.Last != nil &&
+				ns.Last.LatestIndex+64 >= mine {
+				other = ns.Info.NodeId
+				break
+			}
+		}
+		switch {
+		case other == "":
+			since = time.Time{}
+		case since.IsZero():
+			since = r.clk.Now()
+		case r.clk.Since(since) >= 4*r.cfg.HeartbeatInterval:
+			r.log.Info("this node is both Elector and Primary while another node can take the Elector role; resigning the Elector lock",
+				"candidate", other)
+			r.event("elector_resigned", r.cfg.NodeID, "separating the Elector from the Primary")
+			if err := r.lock.Resign(ctx); err != nil {
+				r.log.Warn("resign the Elector lock", "error", err)
+			}
+			return
+		}
 	}
 }
 

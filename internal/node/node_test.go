@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -20,6 +19,7 @@ import (
 	"github.com/netsy-io/netsy/internal/config"
 	objopen "github.com/netsy-io/netsy/internal/objstore/open"
 	"github.com/netsy-io/netsy/internal/objwal"
+	"github.com/netsy-io/netsy/internal/testutil/procutil"
 	"github.com/netsy-io/netsy/proto/netsyv1"
 )
 
@@ -28,8 +28,8 @@ func startNode(t *testing.T, storage string, edit func(*config.Config), logs ...
 	t.Helper()
 	cfg := config.Default()
 	cfg.DataDir = t.TempDir()
-	cfg.ClientAddr = "127.0.0.1:0"
-	cfg.HTTPAddr = "127.0.0.1:0"
+	cfg.ClientAddr = freePeerAddr(t)
+	cfg.HTTPAddr = freePeerAddr(t)
 	cfg.PeerAddr = freePeerAddr(t)
 	cfg.Storage = storage
 	if edit != nil {
@@ -179,14 +179,10 @@ func openWatch(t *testing.T, ctx context.Context, cli *clientv3.Client) pb.Watch
 	return ws
 }
 
-// freePeerAddr is a free loopback port for a node's peer port: it is
-// advertised to other nodes, so it cannot be port 0.
+// freePeerAddr is a free loopback address in the test port range (never
+// an ephemeral port another connection may take): addresses a node
+// advertises cannot be port 0.
 func freePeerAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
+	return procutil.FreeAddr(t)
 }

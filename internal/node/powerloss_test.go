@@ -186,8 +186,8 @@ func startNodeWith(t *testing.T, edit func(*config.Config), deps Deps) *Node {
 	t.Helper()
 	cfg := config.Default()
 	cfg.DataDir = t.TempDir()
-	cfg.ClientAddr = "127.0.0.1:0"
-	cfg.HTTPAddr = "127.0.0.1:0"
+	cfg.ClientAddr = freePeerAddr(t)
+	cfg.HTTPAddr = freePeerAddr(t)
 	cfg.PeerAddr = freePeerAddr(t)
 	edit(&cfg)
 	logger := hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testLog{t}})
