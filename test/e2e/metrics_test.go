@@ -47,7 +47,9 @@ func TestMetrics(t *testing.T) {
 	if target != procutil.KindNetsy {
 		t.Skip("netsy's own metrics")
 	}
-	s := startServer(t)
+	// Sync mode: every acknowledged write has been uploaded, so the upload
+	// counters are exact when the writes return.
+	s := procutil.StartNetsy(t, procutil.Options{Args: []string{"--quorum", "0"}})
 	cli := newClient(t, s)
 	const n = 50
 	var rev int64
