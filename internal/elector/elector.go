@@ -130,6 +130,9 @@ type Elector struct {
 	members *discovery.MembersFile
 
 	reqs chan func()
+	// runCtx is Run's context, for work requests start (set before the
+	// loop takes any).
+	runCtx context.Context
 
 	// Owned by the loop goroutine.
 	started     time.Time
@@ -180,6 +183,7 @@ func (e *Elector) Term() uint64 { return e.term }
 
 // Run acts as the Elector until ctx ends (the lock is lost or given up).
 func (e *Elector) Run(ctx context.Context) {
+	e.runCtx = ctx
 	e.started = e.cfg.Clock.Now()
 	e.heardPrimary = e.started
 	e.emit("elector_acquired", e.cfg.Self.NodeId, "")
@@ -502,6 +506,10 @@ func (e *Elector) Heartbeat(ctx context.Context, hb *netsyv1.Heartbeat) (*netsyv
 		}
 		if e.primary != nil && hb.NodeId == e.primary.NodeId {
 			e.heardPrimary = now
+		}
+		if hb.PrimaryRefused && e.primary != nil && hb.PrimaryId == e.primary.NodeId && !e.electing {
+			// A replica's stream to the Primary was refused: check now.
+			e.probePrimary(e.runCtx, e.primary)
 		}
 		resp = &netsyv1.HeartbeatResponse{Seq: hb.Seq, ClusterState: e.clusterState(false), Health: r.health, LockCounter: e.cfg.LockCounter()}
 		return nil

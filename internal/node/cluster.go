@@ -73,6 +73,8 @@ type roles struct {
 	memberID   atomic.Uint64
 	registered atomic.Bool
 	healthy    atomic.Bool
+	// primaryRefused: the follower's last stream attempt was refused.
+	primaryRefused atomic.Bool
 
 	changedMu sync.Mutex
 	changedCh chan struct{}
@@ -223,6 +225,7 @@ func (r *roles) state() *netsyv1.Heartbeat {
 	case !r.healthy.Load():
 		hb.Health = netsyv1.HealthState_DEGRADED
 	}
+	hb.PrimaryRefused = r.primaryRefused.Load()
 	if last, rev, _ := r.eng.LastAppended(); last == idx {
 		hb.LatestRevision = rev
 	}
@@ -412,7 +415,11 @@ func (r *roles) separateRoles(ctx context.Context, e *elector.Elector) {
 			r.log.Info("this node is both Elector and Primary while another node can take the Elector role; resigning the Elector lock",
 				"candidate", other)
 			r.event("elector_resigned", r.cfg.NodeID, "separating the Elector from the Primary")
-			if err := r.lock.Resign(ctx); err != nil {
+			// Not ctx: resigning ends it.
+			rctx, cancel := clock.WithTimeout(r.ctx, r.clk, 5*time.Second)
+			err := r.lock.Resign(rctx)
+			cancel()
+			if err != nil {
 				r.log.Warn("resign the Elector lock", "error", err)
 			}
 			return

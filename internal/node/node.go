@@ -284,6 +284,11 @@ func (n *Node) startRoles() error {
 		CatchUp:           n.objlog.CatchUp,
 		Conn:              n.pool.Conn,
 		State:             r.state,
+		Refused: func(refused bool) {
+			if r.primaryRefused.Swap(refused) != refused && refused && r.hb != nil {
+				r.hb.Now()
+			}
+		},
 		HeartbeatInterval: cfg.HeartbeatInterval,
 		Clock:             n.clock,
 		Logger:            n.log,

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/netsy-io/netsy/internal/clock"
+	"github.com/netsy-io/netsy/internal/peer"
 	"github.com/netsy-io/netsy/proto/netsyv1"
 )
 
@@ -37,6 +38,9 @@ type FollowerConfig struct {
 	Conn func(addr string) (*grpc.ClientConn, error)
 	// State is this node's heartbeat, embedded in receipts.
 	State func() *netsyv1.Heartbeat
+	// Refused is told when the Primary's address refused the stream (its
+	// process is gone), or nil once a stream is open again.
+	Refused func(refused bool)
 	// HeartbeatInterval is the cadence of standalone heartbeats on the
 	// stream when no receipt went out (default 500 ms).
 	HeartbeatInterval time.Duration
@@ -185,6 +189,9 @@ func (f *Follower) run() {
 		cancel()
 		close(running)
 		f.setStatus(false, err)
+		if f.cfg.Refused != nil && peer.Refused(err) {
+			f.cfg.Refused(true)
+		}
 		if f.ctx.Err() != nil {
 			return
 		}
@@ -259,6 +266,9 @@ func (f *Follower) session(ctx context.Context, target *netsyv1.NodeInfo, term u
 		return err
 	}
 	f.setStatus(true, nil)
+	if f.cfg.Refused != nil {
+		f.cfg.Refused(false)
+	}
 	f.log.Info("following the Primary", "primary", target.NodeId, "primary_term", term, "from", init.NextIndex)
 
 	// One goroutine sends receipts and heartbeats; this one receives.

@@ -245,10 +245,14 @@ type Heartbeat struct {
 	PrimaryId   string `protobuf:"bytes,11,opt,name=primary_id,json=primaryId,proto3" json:"primary_id,omitempty"`
 	// seq numbers the sender's heartbeats, so an answer is matched to the
 	// send it answers (the Primary's lease counts from the send time).
-	Seq           uint64 `protobuf:"varint,12,opt,name=seq,proto3" json:"seq,omitempty"`
-	MemberId      uint64 `protobuf:"varint,13,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Seq      uint64 `protobuf:"varint,12,opt,name=seq,proto3" json:"seq,omitempty"`
+	MemberId uint64 `protobuf:"varint,13,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
+	// primary_refused says this node's last attempt to reach the Primary it
+	// follows was refused (its process is gone): the Elector checks at once
+	// instead of waiting for the Primary's heartbeats to stop.
+	PrimaryRefused bool `protobuf:"varint,14,opt,name=primary_refused,json=primaryRefused,proto3" json:"primary_refused,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Heartbeat) Reset() {
@@ -370,6 +374,13 @@ func (x *Heartbeat) GetMemberId() uint64 {
 		return x.MemberId
 	}
 	return 0
+}
+
+func (x *Heartbeat) GetPrimaryRefused() bool {
+	if x != nil {
+		return x.PrimaryRefused
+	}
+	return false
 }
 
 type HeartbeatResponse struct {
@@ -2112,7 +2123,7 @@ const file_netsy_v1_peer_proto_rawDesc = "" +
 	"\tpeer_addr\x18\x03 \x01(\tR\bpeerAddr\x12\x1f\n" +
 	"\vclient_urls\x18\x04 \x03(\tR\n" +
 	"clientUrls\x12\x1b\n" +
-	"\thttp_addr\x18\x05 \x01(\tR\bhttpAddr\"\xf9\x03\n" +
+	"\thttp_addr\x18\x05 \x01(\tR\bhttpAddr\"\xa2\x04\n" +
 	"\tHeartbeat\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12-\n" +
 	"\x06health\x18\x02 \x01(\x0e2\x15.netsy.v1.HealthStateR\x06health\x12;\n" +
@@ -2128,7 +2139,8 @@ const file_netsy_v1_peer_proto_rawDesc = "" +
 	"\n" +
 	"primary_id\x18\v \x01(\tR\tprimaryId\x12\x10\n" +
 	"\x03seq\x18\f \x01(\x04R\x03seq\x12\x1b\n" +
-	"\tmember_id\x18\r \x01(\x04R\bmemberId\"\xb4\x01\n" +
+	"\tmember_id\x18\r \x01(\x04R\bmemberId\x12'\n" +
+	"\x0fprimary_refused\x18\x0e \x01(\bR\x0eprimaryRefused\"\xb4\x01\n" +
 	"\x11HeartbeatResponse\x12;\n" +
 	"\rcluster_state\x18\x01 \x01(\v2\x16.netsy.v1.ClusterStateR\fclusterState\x12!\n" +
 	"\flock_counter\x18\x02 \x01(\x04R\vlockCounter\x12\x10\n" +

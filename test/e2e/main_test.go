@@ -72,8 +72,14 @@ func startServer(t *testing.T) *procutil.Server {
 // newClient returns a client/v3 client for s, closed when the test ends.
 func newClient(t *testing.T, s *procutil.Server) *clientv3.Client {
 	t.Helper()
+	return newClientEndpoints(t, []string{s.Endpoint})
+}
+
+// newClientEndpoints is newClient for several endpoints.
+func newClientEndpoints(t *testing.T, eps []string) *clientv3.Client {
+	t.Helper()
 	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   []string{s.Endpoint},
+		Endpoints:   eps,
 		DialTimeout: 10 * time.Second,
 		// The client logs every retried call; the crash test makes
 		// thousands on purpose.
@@ -94,7 +100,7 @@ func newClient(t *testing.T, s *procutil.Server) *clientv3.Client {
 		},
 	})
 	if err != nil {
-		t.Fatalf("client for %s: %v", s.Endpoint, err)
+		t.Fatalf("client for %v: %v", eps, err)
 	}
 	t.Cleanup(func() { _ = cli.Close() })
 	return cli

@@ -1,0 +1,417 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os/exec"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/netsy-io/netsy/internal/clusterview"
+	"github.com/netsy-io/netsy/internal/testutil/lincheck"
+	"github.com/netsy-io/netsy/internal/testutil/miniotest"
+	"github.com/netsy-io/netsy/internal/testutil/procutil"
+)
+
+// cluster is several netsy processes sharing one bucket.
+type cluster struct {
+	t     *testing.T
+	nodes map[string]*procutil.Server
+}
+
+// clusterElectorLease is the Elector lock's lease in the cluster tests:
+// short, so an Elector crash is survived within the test's patience.
+const clusterElectorLease = 3 * time.Second
+
+// startCluster starts n nodes (n1, n2, ...) on srv's bucket (or a shared
+// file store when srv is nil) and waits for them all to be ready.
+func startCluster(t *testing.T, n int, srv *miniotest.Server, extra ...string) *cluster {
+	t.Helper()
+	var args, env []string
+	if srv != nil {
+		args, env = minioArgs(srv, "cluster")
+		// minioArgs asks for sync mode; the cluster tests choose their own.
+		args = args[:len(args)-6]
+	} else {
+		args = []string{"--storage", "file://" + t.TempDir()}
+	}
+	args = append(args, "--elector-lease", clusterElectorLease.String(), "--elector-renew", "1s")
+	c := &cluster{t: t, nodes: map[string]*procutil.Server{}}
+	for i := 1; i <= n; i++ {
+		id := fmt.Sprintf("n%d", i)
+		a := append(append([]string{"--node-id", id}, args...), extra...)
+		c.nodes[id] = procutil.StartNetsy(t, procutil.Options{Args: a, Env: env})
+	}
+	c.waitState(30*time.Second, func(v clusterview.View) bool {
+		return v.Primary != nil && v.RegisteredNodes == uint32(n)
+	})
+	return c
+}
+
+// state reads /cluster/state from node id.
+func (c *cluster) state(id string) (clusterview.View, error) {
+	var v clusterview.View
+	s := c.nodes[id]
+	resp, err := http.Get("http://" + s.HTTPAddr + "/cluster/state")
+	if err != nil {
+		return v, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return v, fmt.Errorf("/cluster/state on %s: %s", id, resp.Status)
+	}
+	return v, json.NewDecoder(resp.Body).Decode(&v)
+}
+
+// running lists the ids of the running nodes.
+func (c *cluster) running() []string {
+	var ids []string
+	for id, s := range c.nodes {
+		if s.Running() {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// waitState waits until cond holds for the state every running node
+// answers with the Elector's view.
+func (c *cluster) waitState(timeout time.Duration, cond func(clusterview.View) bool) clusterview.View {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	var last clusterview.View
+	var lastErr error
+	for time.Now().Before(deadline) {
+		ok := true
+		for _, id := range c.running() {
+			v, err := c.state(id)
+			if err != nil || !cond(v) {
+				ok, last, lastErr = false, v, err
+				break
+			}
+			last = v
+		}
+		if ok {
+			return last
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	c.t.Fatalf("cluster state not reached within %v: %+v %v", timeout, last, lastErr)
+	return last
+}
+
+func (c *cluster) roles() (elector, primary string) {
+	c.t.Helper()
+	v := c.waitState(30*time.Second, func(v clusterview.View) bool { return v.Primary != nil && v.Elector != nil })
+	return v.Elector.NodeID, v.Primary.NodeID
+}
+
+// other returns a running node that is neither of avoid.
+func (c *cluster) other(avoid ...string) string {
+	for _, id := range c.running() {
+		if !slices.Contains(avoid, id) {
+			return id
+		}
+	}
+	c.t.Fatalf("no running node besides %v", avoid)
+	return ""
+}
+
+func (c *cluster) client(ids ...string) *clientv3.Client {
+	var eps []string
+	for _, id := range ids {
+		eps = append(eps, c.nodes[id].Endpoint)
+	}
+	return newClientEndpoints(c.t, eps)
+}
+
+// writeLoop puts keys through cli until stopped, counting failures.
+type writeLoop struct {
+	ok, failed atomic.Int64
+	stop       chan struct{}
+	done       chan struct{}
+}
+
+func startWrites(t *testing.T, cli *clientv3.Client, prefix string) *writeLoop {
+	w := &writeLoop{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		for i := 0; ; i++ {
+			select {
+			case <-w.stop:
+				return
+			default:
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			_, err := cli.Put(ctx, fmt.Sprintf("%s/%d", prefix, i), "v")
+			cancel()
+			if err != nil {
+				w.failed.Add(1)
+				t.Logf("write failed: %v", err)
+			} else {
+				w.ok.Add(1)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	return w
+}
+
+func (w *writeLoop) end() (ok, failed int64) {
+	close(w.stop)
+	<-w.done
+	return w.ok.Load(), w.failed.Load()
+}
+
+// firstWrite returns how long it takes until a write through cli succeeds.
+func firstWrite(t *testing.T, cli *clientv3.Client, key string) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for time.Since(start) < 60*time.Second {
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		_, err := cli.Put(ctx, key, "v")
+		cancel()
+		if err == nil {
+			return time.Since(start)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("no write succeeded within a minute")
+	return 0
+}
+
+func skipUnlessNetsy(t *testing.T) {
+	if target != procutil.KindNetsy {
+		t.Skip("a Netsy cluster")
+	}
+}
+
+// TestClusterFailover: three nodes on MinIO. netsyctl shows one Elector and
+// one Primary; a SIGKILLed Primary is replaced and writes through a
+// surviving node succeed again; a SIGKILLed Elector is replaced within its
+// lease + 1 s with no failed write; a SIGSTOPped node is Degraded and then
+// Healthy again after SIGCONT, with no restart; a handoff moves the Primary
+// with no failed write.
+func TestClusterFailover(t *testing.T) {
+	skipUnlessNetsy(t)
+	srv := miniotest.Start(t)
+	c := startCluster(t, 3, srv)
+
+	// netsyctl cluster-state, through any node's client port.
+	ctl := procutil.BuildNetsyctl(t)
+	out, err := exec.Command(ctl, "cluster-state", "--endpoints", c.nodes["n2"].ClientAddr, "-o", "json").CombinedOutput()
+	if err != nil {
+		t.Fatalf("netsyctl cluster-state: %v\n%s", err, out)
+	}
+	var v clusterview.View
+	if err := json.Unmarshal(out, &v); err != nil {
+		t.Fatalf("netsyctl cluster-state -o json: %v\n%s", err, out)
+	}
+	electors, primaries := 0, 0
+	for _, n := range v.Nodes {
+		if n.Elector {
+			electors++
+		}
+		if n.Primary {
+			primaries++
+		}
+	}
+	if electors != 1 || primaries != 1 || len(v.Nodes) != 3 {
+		t.Fatalf("cluster-state: %d Electors, %d Primaries, %d nodes:\n%s", electors, primaries, len(v.Nodes), out)
+	}
+
+	// The Elector moves off the Primary once the others caught up.
+	v = c.waitState(30*time.Second, func(v clusterview.View) bool {
+		return v.Primary != nil && v.Elector != nil && v.Primary.NodeID != v.Elector.NodeID
+	})
+	elector, primary := v.Elector.NodeID, v.Primary.NodeID
+
+	t.Run("primary SIGKILL", func(t *testing.T) {
+		survivor := c.other(primary)
+		cli := c.client(survivor)
+		firstWrite(t, cli, "warm")
+		if err := c.nodes[primary].Kill(); err != nil {
+			t.Fatal(err)
+		}
+		took := firstWrite(t, cli, "after-primary-kill")
+		t.Logf("first successful write %v after the Primary was SIGKILLed", took)
+		nv := c.waitState(30*time.Second, func(v clusterview.View) bool { return v.Primary != nil && v.Primary.NodeID != primary })
+		t.Logf("new Primary %s at term %d", nv.Primary.NodeID, nv.PrimaryTerm)
+		if err := c.nodes[primary].Restart(); err != nil {
+			t.Fatal(err)
+		}
+		c.waitState(30*time.Second, func(v clusterview.View) bool { return v.RegisteredNodes == 3 })
+	})
+
+	elector, primary = c.roles()
+	t.Run("elector SIGKILL", func(t *testing.T) {
+		if elector == primary {
+			v := c.waitState(30*time.Second, func(v clusterview.View) bool {
+				return v.Primary != nil && v.Elector != nil && v.Primary.NodeID != v.Elector.NodeID
+			})
+			elector, primary = v.Elector.NodeID, v.Primary.NodeID
+		}
+		cli := c.client(primary)
+		w := startWrites(t, cli, "elector-kill")
+		start := time.Now()
+		if err := c.nodes[elector].Kill(); err != nil {
+			t.Fatal(err)
+		}
+		nv := c.waitState(clusterElectorLease+5*time.Second, func(v clusterview.View) bool {
+			return v.Elector != nil && v.Elector.NodeID != elector
+		})
+		took := time.Since(start)
+		ok, failed := w.end()
+		t.Logf("new Elector %s %v after the Elector was SIGKILLed; %d writes meanwhile, %d failed", nv.Elector.NodeID, took, ok, failed)
+		if took > clusterElectorLease+time.Second+500*time.Millisecond {
+			t.Errorf("new Elector after %v, want within the lease (%v) + 1 s", took, clusterElectorLease)
+		}
+		if failed > 0 {
+			t.Errorf("%d writes failed while the Elector was replaced", failed)
+		}
+		if err := c.nodes[elector].Restart(); err != nil {
+			t.Fatal(err)
+		}
+		c.waitState(30*time.Second, func(v clusterview.View) bool { return v.RegisteredNodes == 3 })
+	})
+
+	elector, primary = c.roles()
+	t.Run("SIGSTOP and SIGCONT", func(t *testing.T) {
+		victim := c.other(elector, primary)
+		s := c.nodes[victim]
+		if err := syscall.Kill(s.PID(), syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		stopped := true
+		defer func() {
+			if stopped {
+				syscall.Kill(s.PID(), syscall.SIGCONT)
+			}
+		}()
+		state := func(v clusterview.View) string {
+			for _, n := range v.Nodes {
+				if n.NodeID == victim {
+					return n.Health
+				}
+			}
+			return ""
+		}
+		delete(c.nodes, victim) // not asked while stopped
+		c.waitState(10*time.Second, func(v clusterview.View) bool { return state(v) == "Degraded" })
+		if err := syscall.Kill(s.PID(), syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		stopped = false
+		c.nodes[victim] = s
+		c.waitState(10*time.Second, func(v clusterview.View) bool { return state(v) == "Healthy" })
+	})
+
+	elector, primary = c.roles()
+	t.Run("handoff", func(t *testing.T) {
+		cli := c.client(c.other(primary))
+		w := startWrites(t, cli, "handoff")
+		time.Sleep(200 * time.Millisecond)
+		start := time.Now()
+		out, err := exec.Command(ctl, "handoff", "--endpoints", c.nodes[c.other()].ClientAddr).CombinedOutput()
+		if err != nil {
+			t.Fatalf("netsyctl handoff: %v\n%s", err, out)
+		}
+		took := time.Since(start)
+		time.Sleep(300 * time.Millisecond)
+		ok, failed := w.end()
+		t.Logf("netsyctl handoff took %v; %d writes, %d failed:\n%s", took, ok, failed, out)
+		if failed > 0 {
+			t.Errorf("%d writes failed during the handoff", failed)
+		}
+		_, np := c.roles()
+		if np == primary {
+			t.Errorf("the Primary is still %s after the handoff", np)
+		}
+	})
+}
+
+// TestClusterLinearizable records a history of get, put and cas through
+// every node of a 3-node cluster on MinIO while the harness SIGKILLs and
+// restarts the Primary and the Elector, and checks it with porcupine; every
+// acknowledged write must be readable afterwards.
+func TestClusterLinearizable(t *testing.T) {
+	skipUnlessNetsy(t)
+	for _, q := range []string{"-1", "0"} {
+		t.Run("quorum"+q, func(t *testing.T) {
+			srv := miniotest.Start(t)
+			c := startCluster(t, 3, srv, "--quorum", q)
+			h := lincheck.NewHistory()
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			const keys = 4
+			for i, id := range []string{"n1", "n2", "n3", "n1", "n2", "n3"} {
+				cli := c.client(id)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					rng := rand.New(rand.NewPCG(uint64(i), 7))
+					last := map[string]string{}
+					for n := 0; ; n++ {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						in := lincheck.Input{Key: fmt.Sprintf("lin/%d", rng.IntN(keys)), Value: fmt.Sprintf("c%d-%d", i, n)}
+						switch r := rng.IntN(10); {
+						case r < 4:
+							in.Op = lincheck.Get
+						case r < 8:
+							in.Op = lincheck.Put
+						default:
+							in.Op = lincheck.CAS
+							in.Old = last[in.Key]
+						}
+						out, err := h.Run(t.Context(), i, cli, in, 5*time.Second)
+						if err == nil && in.Op == lincheck.Get {
+							last[in.Key] = out.Value
+						}
+						if err != nil {
+							time.Sleep(20 * time.Millisecond)
+						}
+					}
+				}()
+			}
+			for round := range 2 {
+				time.Sleep(time.Second)
+				elector, primary := c.roles()
+				victim := primary
+				if round == 1 {
+					victim = elector
+				}
+				t.Logf("round %d: SIGKILL %s (elector %s, primary %s)", round, victim, elector, primary)
+				if err := c.nodes[victim].Kill(); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(2 * time.Second)
+				if err := c.nodes[victim].Restart(); err != nil {
+					t.Fatal(err)
+				}
+				c.waitState(30*time.Second, func(v clusterview.View) bool { return v.Primary != nil && v.RegisteredNodes == 3 })
+			}
+			time.Sleep(time.Second)
+			close(stop)
+			wg.Wait()
+			t.Logf("%d operations", h.Len())
+			lincheck.Check(t, h.Ops())
+		})
+	}
+}
