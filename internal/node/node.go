@@ -279,11 +279,11 @@ func (n *Node) startRoles() error {
 	r, cfg := n.roles, n.cfg
 	var err error
 	r.follower = replica.NewFollower(replica.FollowerConfig{
-		Self:              cfg.NodeID,
-		Engine:            n.eng,
-		CatchUp:           n.objlog.CatchUp,
-		Conn:              n.pool.Conn,
-		State:             r.state,
+		Self:    cfg.NodeID,
+		Engine:  n.eng,
+		CatchUp: n.objlog.CatchUp,
+		Conn:    n.pool.Conn,
+		State:   r.state,
 		Refused: func(refused bool) {
 			if r.primaryRefused.Swap(refused) != refused && refused && r.hb != nil {
 				r.hb.Now()

@@ -392,7 +392,10 @@ func TestClusterLinearizable(t *testing.T) {
 			}
 			for round := range 2 {
 				time.Sleep(time.Second)
-				elector, primary := c.roles()
+				v := c.waitState(30*time.Second, func(v clusterview.View) bool {
+					return v.Primary != nil && v.Elector != nil && v.Primary.NodeID != v.Elector.NodeID
+				})
+				elector, primary := v.Elector.NodeID, v.Primary.NodeID
 				victim := primary
 				if round == 1 {
 					victim = elector
