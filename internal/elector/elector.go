@@ -241,23 +241,36 @@ func (e *Elector) goOwned(f func()) {
 	}()
 }
 
-// do runs f in the loop and waits; ErrNotLoaded until the map is loaded
-// if needLoaded.
+// do runs f in the loop and waits for it; with needLoaded, f waits until
+// the map is loaded (ErrNotLoaded if the Elector stops first).
 func (e *Elector) do(ctx context.Context, needLoaded bool, f func() error) error {
+	// req.mu orders f against the caller giving up, so whatever f writes
+	// for the caller is either written before the caller returns or not
+	// at all (f is skipped once abandoned).
+	var req struct {
+		mu        sync.Mutex
+		abandoned bool
+	}
 	res := make(chan error, 1)
+	run := func(err error) {
+		req.mu.Lock()
+		defer req.mu.Unlock()
+		if req.abandoned {
+			return
+		}
+		if err == nil {
+			err = f()
+		}
+		res <- err
+	}
 	select {
 	case e.reqs <- func() {
 		if needLoaded && !e.loaded {
 			// Answered once the map is loaded (or the Elector stops).
-			e.parked = append(e.parked, func(err error) {
-				if err == nil {
-					err = f()
-				}
-				res <- err
-			})
+			e.parked = append(e.parked, run)
 			return
 		}
-		res <- f()
+		run(nil)
 	}:
 	case <-ctx.Done():
 		return ctx.Err()
@@ -266,7 +279,15 @@ func (e *Elector) do(ctx context.Context, needLoaded bool, f func() error) error
 	case err := <-res:
 		return err
 	case <-ctx.Done():
-		return ctx.Err()
+		req.mu.Lock()
+		defer req.mu.Unlock()
+		select {
+		case err := <-res:
+			return err
+		default:
+			req.abandoned = true
+			return ctx.Err()
+		}
 	}
 }
 

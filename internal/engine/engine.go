@@ -439,12 +439,13 @@ func (e *Engine) failStorage(err error) {
 			e.log.Error("durable storage failed; refusing writes", "error", err)
 		}
 		e.failed.Store(&ferr)
+		if e.deposed.Load() != nil {
+			// Watchers waiting for the next commit learn it now, before
+			// any writer hears of the failure.
+			e.broadcast()
+		}
 	}
 	e.failAll(*e.failed.Load())
-	if e.deposed.Load() != nil {
-		// Watchers waiting for the next commit learn it now.
-		e.broadcast()
-	}
 }
 
 // Deposed returns the reason this node stopped serving linearizable

@@ -375,7 +375,7 @@ func (r *roles) runElectorTerms() {
 }
 
 // separateRoles keeps the Elector off the Primary: a node that holds both
-// while another node is Healthy and caught up resigns the Elector lock, so
+// while another node is Healthy resigns the Elector lock, so
 // that one crash never takes both roles (a Primary alone is replaced in
 // about a heartbeat; an Elector only once its lock goes stale). Writes do
 // not pause for it: the Primary stays.
@@ -397,11 +397,10 @@ func (r *roles) separateRoles(ctx context.Context, e *elector.Elector) {
 		if err != nil {
 			continue
 		}
-		mine := r.eng.CommittedIndex()
 		other := ""
 		for _, ns := range cs.Nodes {
-			if ns.Info.NodeId != r.cfg.NodeID && ns.Health == netsyv1.HealthState_HEALTHY && ns.Last != nil &&
-				ns.Last.LatestIndex+64 >= mine {
+			// The Elector role needs no data: any Healthy node will do.
+			if ns.Info.NodeId != r.cfg.NodeID && ns.Health == netsyv1.HealthState_HEALTHY {
 				other = ns.Info.NodeId
 				break
 			}
