@@ -57,6 +57,9 @@ test-unit:
 # servers by accident.
 test-e2e: build
 	NETSY_REQUIRE_MINIO=1 NETSY_BIN=$(CURDIR)/bin/netsy NETSYCTL_BIN=$(CURDIR)/bin/netsyctl $(GO) test -tags e2e -count=1 -timeout 20m ./test/e2e/
+	# The client-facing suites again, against a replica of a 3-node cluster.
+	NETSY_E2E_REPLICA=1 NETSY_BIN=$(CURDIR)/bin/netsy NETSYCTL_BIN=$(CURDIR)/bin/netsyctl $(GO) test -tags e2e -count=1 -timeout 20m \
+		-run '^(TestEtcdctl|TestElection|TestMutex|TestWatchStitching|TestTxnManyCompares|TestProgressNotify|TestLinearizability)' ./test/e2e/
 
 # test-e2e-etcd runs the same suite against etcd 3.6.10, proving the tests.
 test-e2e-etcd:

@@ -254,7 +254,9 @@ func (e *Engine) handle(p *proposal) {
 		p.finish(*f)
 		return
 	}
-	if !e.writer.Load() || e.draining {
+	if (!e.writer.Load() || e.draining) && p.op.logs() {
+		// Only the writer logs; a snapshot or a barrier reads what is
+		// applied here.
 		p.finish(ErrNotPrimary)
 		return
 	}

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 
+	"github.com/netsy-io/netsy/internal/clusterview"
 	"github.com/netsy-io/netsy/internal/testutil/procutil"
 )
 
@@ -63,10 +64,39 @@ func TestMain(m *testing.M) {
 }
 
 // startServer starts a fresh single-node server of the target kind with its
-// own data directory. It is stopped when the test ends.
+// own data directory. It is stopped when the test ends. With
+// NETSY_E2E_REPLICA=1 (netsy only) it starts a 3-node cluster instead and
+// returns a node that is not the Primary, so the suite runs against a
+// replica's endpoint.
 func startServer(t *testing.T) *procutil.Server {
 	t.Helper()
+	if replicaMode() {
+		return startReplica(t)
+	}
 	return procutil.Start(t, target, procutil.Options{})
+}
+
+// startReplica starts three nodes on one shared file store and returns a
+// replica, once the cluster has a Primary.
+func startReplica(t *testing.T) *procutil.Server {
+	t.Helper()
+	c := startCluster(t, 3, nil)
+	v := c.waitState(30*time.Second, func(v clusterview.View) bool { return v.Primary != nil })
+	s := c.nodes[c.other(v.Primary.NodeID)]
+	// Membership reaches the replica with the Elector's next push or
+	// heartbeat answer.
+	cli := newClient(t, s)
+	for start := time.Now(); time.Since(start) < 10*time.Second; time.Sleep(20 * time.Millisecond) {
+		if ml, err := cli.MemberList(t.Context()); err == nil && len(ml.Members) == 3 {
+			break
+		}
+	}
+	return s
+}
+
+// replicaMode reports whether startServer returns a replica of a cluster.
+func replicaMode() bool {
+	return target == procutil.KindNetsy && os.Getenv("NETSY_E2E_REPLICA") == "1"
 }
 
 // newClient returns a client/v3 client for s, closed when the test ends.
