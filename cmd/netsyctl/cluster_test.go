@@ -486,3 +486,18 @@ func TestUsageNamesClusterCommands(t *testing.T) {
 		}
 	}
 }
+
+// --if-primary hands off only when the named node is the Primary: the
+// preStop hook of every pod runs it with its own name.
+func TestHandoffIfPrimary(t *testing.T) {
+	c := startCluster(t)
+	c.n1.handoffTo = c.n3.info()
+	out, errOut, code := run(t, "handoff", "--peer-endpoints", c.n3.addr, "--if-primary", "n3")
+	if code != 0 || out != "n3 is not the Primary (n2, as n3 knows it): nothing to hand off\n" || len(c.n1.handoffReqs) != 0 {
+		t.Fatalf("not the Primary: exit %d: %q %s; Elector got %v", code, out, errOut, c.n1.handoffReqs)
+	}
+	out, errOut, code = run(t, "handoff", "--peer-endpoints", c.n2.addr, "--if-primary", "n2")
+	if code != 0 || !strings.HasPrefix(out, "Primary is now n3") || len(c.n1.handoffReqs) != 1 {
+		t.Fatalf("the Primary: exit %d: %q %s; Elector got %v", code, out, errOut, c.n1.handoffReqs)
+	}
+}

@@ -12,7 +12,7 @@ import (
 	"github.com/netsy-io/netsy/proto/netsyv1"
 )
 
-const handoffUsage = "usage: netsyctl handoff [--to NODE] [--endpoints E | --peer-endpoints P] [--timeout D] [-o table|json]"
+const handoffUsage = "usage: netsyctl handoff [--to NODE] [--if-primary NODE] [--endpoints E | --peer-endpoints P] [--timeout D] [-o table|json]"
 
 // handedOff is what `handoff -o json` prints.
 type handedOff struct {
@@ -34,6 +34,7 @@ func runHandoff(ctx context.Context, args []string, stdout io.Writer) error {
 	c.bindWith(fs, time.Minute)
 	c.bindPeer(fs)
 	to := fs.String("to", "", "node id to prefer as the next Primary (default: the Elector picks)")
+	ifPrimary := fs.String("if-primary", "", "hand off only if this node id is the Primary, else do nothing (a node's preStop hook: --if-primary $(POD_NAME))")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -56,6 +57,17 @@ func runHandoff(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	before := a.self.GetClusterState()
+	if *ifPrimary != "" && before.GetPrimary().GetNodeId() != *ifPrimary {
+		current := before.GetPrimary().GetNodeId()
+		if current == "" {
+			current = "none known"
+		}
+		if c.output == "json" {
+			return writeJSON(stdout, map[string]any{"handed_off": false, "primary": clusterview.Ref(before.GetPrimary()), "primary_term": before.GetPrimaryTerm()})
+		}
+		_, err := fmt.Fprintf(stdout, "%s is not the Primary (%s, as %s knows it): nothing to hand off\n", *ifPrimary, current, a.name())
+		return err
+	}
 	clk := clock.Real()
 	start := clk.Now()
 	var resp *netsyv1.HandoffResponse

@@ -55,7 +55,10 @@ the first endpoint that answers, or take them as given with
 --peer-endpoints (host:port, comma-separated), which skips the client port.
 Every command that talks to a node gives up after --timeout (10s; handoff
 1m) and prints JSON with -o json.
-TLS: --cacert, --cert and --key, as for etcdctl.
+TLS: --cacert, --cert and --key, as for etcdctl, on the client port. The
+peer port (cluster-state, deregister, handoff) accepts only peer
+identities: give a peer certificate with --peer-cert and --peer-key (and
+--peer-cacert when its CA is not --cacert).
 
 Run 'netsyctl <command> -h' for the command's flags.
 `
@@ -103,6 +106,8 @@ type common struct {
 	// cacert, cert and key are etcdctl's TLS flags; with any of them set
 	// every connection to a node is TLS.
 	cacert, cert, key string
+	// peerCert, peerKey and peerCACert secure the peer port (peer.go).
+	peerCert, peerKey, peerCACert string
 }
 
 func (c *common) bind(fs *flag.FlagSet) { c.bindWith(fs, 10*time.Second) }

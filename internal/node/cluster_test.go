@@ -72,6 +72,8 @@ func (c *testCluster) start(id string) *Node {
 	cfg.NodeID = id
 	cfg.DataDir = dir
 	cfg.ClientAddr, cfg.HTTPAddr, cfg.PeerAddr = addrs[0], addrs[1], id+":2380"
+	// memnet's peer addresses are names, not loopback addresses.
+	cfg.TLS.InsecurePlaintext = true
 	cfg.Quorum = c.quorum
 	cfg.HeartbeatInterval = 50 * time.Millisecond
 	cfg.ElectorLease, cfg.ElectorRenew = 1500*time.Millisecond, 300*time.Millisecond

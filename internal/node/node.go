@@ -53,6 +53,7 @@ type Node struct {
 	api      *etcdapi.Server
 	grpc     *grpc.Server
 	pool     *peer.Pool
+	tls      *nodeTLS
 	roles    *roles
 	peerL    net.Listener
 	peerAPI  *etcdapi.Server
@@ -119,6 +120,9 @@ func StartWith(ctx context.Context, cfg config.Config, logger hclog.Logger, deps
 	if err != nil {
 		return nil, err
 	}
+	if n.tls, err = newNodeTLS(cfg, clk, logger); err != nil {
+		return nil, err
+	}
 	network := deps.Network
 	if network == nil {
 		network = peer.TCP()
@@ -176,7 +180,7 @@ func StartWith(ctx context.Context, cfg config.Config, logger hclog.Logger, deps
 	if cfg.ValueSpillMin > 0 {
 		spillDir = filepath.Join(cfg.DataDir, "values")
 	}
-	n.pool = peer.NewPool(network)
+	n.pool = peer.NewPool(network, n.tls.peerDialOptions()...)
 	r := newRoles(cfg, logger, clk, n.store, n.pool)
 	n.roles = r
 	n.eng, err = engine.Open(engine.Config{
@@ -216,7 +220,7 @@ func StartWith(ctx context.Context, cfg config.Config, logger hclog.Logger, deps
 		Logger:          logger.Named("peer"),
 		MaxRequestBytes: cfg.MaxRequestBytes,
 	})
-	n.peerGRPC = n.peerAPI.NewGRPCServer(peer.ServerOptions()...)
+	n.peerGRPC = n.peerAPI.NewGRPCServer(append(peer.ServerOptions(), n.tls.peerServerOptions()...)...)
 	r.registerPeerServices(n.peerGRPC)
 	n.peerServing = peer.Serve(n.peerGRPC, n.peerL)
 
@@ -230,7 +234,7 @@ func StartWith(ctx context.Context, cfg config.Config, logger hclog.Logger, deps
 		ProgressNotifyInterval: cfg.ProgressNotifyInterval,
 		MaxRequestBytes:        cfg.MaxRequestBytes,
 	})
-	n.grpc = n.api.NewGRPCServer()
+	n.grpc = n.api.NewGRPCServer(n.tls.clientServerOptions(logger, clk)...)
 	n.http = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
 
 	n.wg.Add(2)
@@ -373,6 +377,7 @@ func (n *Node) httpHandler() http.Handler {
 		func() float64 { return float64(n.eng.CommittedIndex()) }))
 	reg.MustRegister(n.api.Collectors()...)
 	reg.MustRegister(objwalCollector{n.objlog})
+	reg.MustRegister(n.tls.collector())
 	r := n.roles
 	reg.MustRegister(r.eventsC)
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "netsy_primary_state", Help: "This node's primary state: 1 Replica, 2 Starting, 3 Active, 4 Draining."},
