@@ -60,11 +60,6 @@ func TestCommandsOverTLS(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "Active") {
 		t.Fatalf("cluster-state on the peer port: exit %d: %s\n%s", code, errOut, out)
 	}
-	// A single node has nobody to hand off to, and is not asked.
-	out, errOut, code = run(t, append(append([]string{"handoff", "--if-primary", "n7"}, clientTLS...), peerTLS...)...)
-	if code != 0 || !strings.Contains(out, "n7 is not the Primary (n1, as n1 knows it): nothing to hand off") {
-		t.Fatalf("handoff --if-primary another node: exit %d: %s\n%s", code, errOut, out)
-	}
 
 	_, errOut, code = run(t, append([]string{"cluster-state"}, clientTLS...)...)
 	if code == 0 || !strings.Contains(errOut, "give --peer-cert and --peer-key") {
