@@ -39,10 +39,13 @@ fmt:
 	gofmt -l -w $$(git ls-files '*.go')
 
 # tools installs what the tests need into the git-ignored .cache/: etcd,
-# etcdctl and etcd's benchmark tool (v3.6.10) and MinIO.
+# etcdctl and etcd's benchmark tool (v3.6.10), MinIO, and kube-apiserver and
+# kubectl (v1.34.4, for the TLS e2e and the deploy/kubernetes dry run; a
+# cold build takes minutes, later runs find them built).
 tools:
 	bash scripts/build-etcd.sh >/dev/null
 	bash deploy/minio/minio.sh install
+	bash scripts/build-kube.sh >/dev/null
 
 test: tools
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
