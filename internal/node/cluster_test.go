@@ -15,6 +15,7 @@ import (
 	"github.com/netsy-io/netsy/internal/clock"
 	"github.com/netsy-io/netsy/internal/config"
 	"github.com/netsy-io/netsy/internal/objstore"
+	"github.com/netsy-io/netsy/internal/objstore/faulty"
 	"github.com/netsy-io/netsy/internal/objstore/mem"
 	"github.com/netsy-io/netsy/internal/peer/memnet"
 	"github.com/netsy-io/netsy/proto/netsyv1"
@@ -27,6 +28,7 @@ type testCluster struct {
 	t      *testing.T
 	net    *memnet.Net
 	store  objstore.Store
+	faults *faulty.Store // store, with faults injected on demand
 	quorum int
 
 	mu    sync.Mutex
@@ -36,8 +38,9 @@ type testCluster struct {
 }
 
 func newTestCluster(t *testing.T, quorum int, ids ...string) *testCluster {
-	c := &testCluster{t: t, net: memnet.New(), store: mem.New(clock.Real()), quorum: quorum,
+	c := &testCluster{t: t, net: memnet.New(), faults: faulty.New(mem.New(clock.Real()), clock.Real()), quorum: quorum,
 		nodes: map[string]*Node{}, dirs: map[string]string{}, addrs: map[string][2]string{}}
+	c.store = c.faults
 	t.Cleanup(func() {
 		c.mu.Lock()
 		nodes := c.nodes

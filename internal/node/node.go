@@ -297,8 +297,15 @@ func (n *Node) startRoles() error {
 		Self:          cfg.NodeID,
 		Engine:        n.eng,
 		Log:           n.objlog,
-		Quorum:        cfg.Quorum,
-		LeaseWindow:   2 * cfg.HeartbeatInterval,
+		Quorum:            cfg.Quorum,
+		QuorumTimeout:     cfg.QuorumTimeout,
+		HeartbeatInterval: cfg.HeartbeatInterval,
+		LeaseWindow:       2 * cfg.HeartbeatInterval,
+		Fallback: func(reason string) {
+			r.fallbacksC.Inc()
+			r.event("quorum_fallback", cfg.NodeID, reason)
+		},
+		ReceiptLatency: func(d time.Duration) { r.receiptH.Observe(d.Seconds()) },
 		TermFile:      filepath.Join(cfg.DataDir, "primary-term.json"),
 		StopFollowing: r.follower.Stop,
 		Changed: func(s netsyv1.PrimaryState, term uint64) {
@@ -374,7 +381,7 @@ func (n *Node) httpHandler() http.Handler {
 	reg.MustRegister(n.api.Collectors()...)
 	reg.MustRegister(objwalCollector{n.objlog})
 	r := n.roles
-	reg.MustRegister(r.eventsC)
+	reg.MustRegister(r.eventsC, r.fallbacksC, r.receiptH, r.catchUpsC, replicationCollector{r})
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "netsy_primary_state", Help: "This node's primary state: 1 Replica, 2 Starting, 3 Active, 4 Draining."},
 		func() float64 { s, _ := r.prim.State(); return float64(s) }))
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "netsy_primary_term", Help: "The primary term this node holds or follows."},

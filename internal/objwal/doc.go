@@ -81,7 +81,13 @@
 // One PUT is in flight at a time and everything appended meanwhile rides in
 // the next one (group commit). In ModeAsync an entry is durable once
 // fsync'd, and chunks are cut by size or age in the background; the bucket
-// may lag the acknowledged state by up to a chunk's age.
+// may lag the acknowledged state by up to a chunk's age. In ModeQuorum (a
+// Primary with replicas) chunks go up as in ModeAsync, and an entry is
+// durable once fsync'd locally and either uploaded or reported by the
+// caller as replicated (SetReplicated: a quorum of replicas holds it
+// fsync'd). ModeSync counts replication too, so switching to it (the
+// quorum fallback) only makes the uploads eager: whichever of the upload
+// and the receipts comes first acknowledges an entry.
 //
 // Snapshots are saved locally and uploaded only once every chunk up to
 // their index is in the bucket, and only after the metadata file records

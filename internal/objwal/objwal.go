@@ -30,6 +30,12 @@ const (
 	// ModeAsync: durable once fsync'd locally; chunks are uploaded in the
 	// background by size and age.
 	ModeAsync
+	// ModeQuorum: durable once fsync'd locally and either replicated (a
+	// quorum of replicas reported it fsync'd, see SetReplicated) or in
+	// object storage; chunks are uploaded in the background by size and
+	// age. Switching to ModeSync (the quorum fallback) uploads at once and
+	// still counts replication.
+	ModeQuorum
 )
 
 func (m Mode) String() string {
@@ -38,6 +44,8 @@ func (m Mode) String() string {
 		return "sync"
 	case ModeAsync:
 		return "async"
+	case ModeQuorum:
+		return "quorum"
 	}
 	return fmt.Sprintf("mode(%d)", int(m))
 }
@@ -143,8 +151,8 @@ func (o *Options) setDefaults() error {
 		return errors.New("objwal: Options.Store is nil")
 	case o.WALDir == "":
 		return errors.New("objwal: Options.WALDir is empty")
-	case o.Mode != ModeSync && o.Mode != ModeAsync:
-		return fmt.Errorf("objwal: Options.Mode %d is not ModeSync or ModeAsync", int(o.Mode))
+	case o.Mode != ModeSync && o.Mode != ModeAsync && o.Mode != ModeQuorum:
+		return fmt.Errorf("objwal: Options.Mode %d is not ModeSync, ModeAsync or ModeQuorum", int(o.Mode))
 	case o.ChunkMaxBytes < 0, o.ChunkMaxAge < 0, o.SnapshotKeep < 0, o.MinWALAge < 0, o.MaxBacklogBytes < 0:
 		return errors.New("objwal: Options has a negative size, age or count")
 	}
@@ -252,6 +260,9 @@ type Log struct {
 	localSynced uint64 // highest index fsync'd locally
 	uploaded    uint64 // highest index in the bucket
 	reported    uint64 // highest index reported durable
+	// replicated is the highest index a quorum of replicas holds fsync'd
+	// (SetReplicated); it counts in ModeQuorum and ModeSync.
+	replicated uint64
 	nextSeq     uint64 // next wal seq to write
 	// chunks this process uploaded (or found at Open), oldest first, kept
 	// to pick snapshot wal_seqs and metadata checkpoints.
@@ -382,7 +393,7 @@ func (l *Log) follow(ctx context.Context) error {
 
 // startUploaderLocked makes the log the writer and starts the uploader.
 func (l *Log) startUploaderLocked() {
-	l.writer = true
+	l.writer, l.replicated = true, 0
 	l.upCtx, l.upCancel = context.WithCancel(context.Background())
 	l.upDone = make(chan struct{})
 	l.wg.Add(1)
@@ -461,7 +472,7 @@ func (l *Log) Release(ctx context.Context, flush bool, keep uint64) error {
 		l.mu.Unlock()
 		<-done
 		l.mu.Lock()
-		l.writer, l.flushing = false, false
+		l.writer, l.flushing, l.replicated = false, false, 0
 		if errors.Is(l.err, ErrFenced) {
 			l.err = nil
 		}
@@ -628,10 +639,15 @@ func (l *Log) openWAL() error {
 
 func (l *Log) mode() Mode { return Mode(l.curMode.Load()) }
 
+// eager reports whether entries go up at once (ModeSync) rather than by
+// size and age once fsync'd locally.
+func (l *Log) eager() bool { return l.mode() == ModeSync }
+
 // SetMode changes the durability mode of a running log: the Primary uses
-// object-storage acknowledgement (ModeSync) whenever its quorum cannot be
-// met by replicas, and the local fsync (ModeAsync) when it is the whole
-// cluster. Entries already reported durable stay so.
+// replica receipts (ModeQuorum) while its quorum can be met, object-storage
+// acknowledgement (ModeSync) whenever it cannot, and the local fsync
+// (ModeAsync) when it is the whole cluster. Entries already reported
+// durable stay so.
 func (l *Log) SetMode(m Mode) {
 	l.mu.Lock()
 	if l.mode() == m {
@@ -640,6 +656,11 @@ func (l *Log) SetMode(m Mode) {
 	}
 	l.curMode.Store(int32(m))
 	l.wal.SetSyncOnRequest(m == ModeSync)
+	if m == ModeAsync {
+		// Replication counts for nothing here; a later ModeQuorum starts
+		// from what is then reported.
+		l.replicated = 0
+	}
 	if m == ModeSync && len(l.pend) > 0 {
 		l.wal.SyncTo(l.pend[len(l.pend)-1].index)
 	}
@@ -647,6 +668,19 @@ func (l *Log) SetMode(m Mode) {
 	l.mu.Unlock()
 	l.log.Info("durability mode changed", "mode", m)
 	kick(l.upKick)
+}
+
+// SetReplicated says a quorum of replicas holds every entry through index
+// fsync'd. In ModeQuorum and ModeSync such an entry is durable once it is
+// fsync'd here too, uploaded or not; in ModeAsync it means nothing. Only a
+// writer's replication counts, and index never moves back.
+func (l *Log) SetReplicated(index uint64) {
+	l.mu.Lock()
+	if l.writer && index > l.replicated && l.mode() != ModeAsync {
+		l.replicated = index
+		l.reportLocked()
+	}
+	l.mu.Unlock()
 }
 
 // Attach makes onSync the receiver of durability reports (replacing
@@ -794,7 +828,7 @@ func (l *Log) Backpressure() error {
 		oldest = l.pend[0].at
 	}
 	bound := stallBound
-	if l.mode() == ModeAsync {
+	if !l.eager() {
 		bound += l.o.ChunkMaxAge
 	}
 	if !oldest.IsZero() && now.Sub(oldest) >= bound {
@@ -893,7 +927,7 @@ func (l *Log) onWALSync(index uint64, err error) {
 	// timer for the oldest one's age, so only a first one or a full chunk
 	// is news. Maintenance cares about uploaded entries becoming local
 	// (the checkpoint) and about a waiting snapshot.
-	upWake := l.mode() == ModeAsync &&
+	upWake := !l.eager() &&
 		len(l.pend) > 0 && (l.pend[0].index > prev || l.pendBytes >= int64(l.o.ChunkMaxBytes))
 	maintWake := err != nil || l.uploaded > prev || l.nextSnap != nil
 	l.mu.Unlock()
@@ -911,8 +945,8 @@ func (l *Log) reportLocked() {
 		return
 	}
 	d := l.localSynced
-	if l.writer && l.mode() == ModeSync && l.uploaded < d {
-		d = l.uploaded
+	if l.writer && l.mode() != ModeAsync {
+		d = min(d, max(l.uploaded, l.replicated))
 	}
 	if d > l.reported {
 		l.reported = d
