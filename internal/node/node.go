@@ -294,9 +294,9 @@ func (n *Node) startRoles() error {
 		Logger:            n.log,
 	})
 	r.prim, err = primary.New(primary.Config{
-		Self:          cfg.NodeID,
-		Engine:        n.eng,
-		Log:           n.objlog,
+		Self:              cfg.NodeID,
+		Engine:            n.eng,
+		Log:               n.objlog,
 		Quorum:            cfg.Quorum,
 		QuorumTimeout:     cfg.QuorumTimeout,
 		HeartbeatInterval: cfg.HeartbeatInterval,
@@ -306,8 +306,8 @@ func (n *Node) startRoles() error {
 			r.event("quorum_fallback", cfg.NodeID, reason)
 		},
 		ReceiptLatency: func(d time.Duration) { r.receiptH.Observe(d.Seconds()) },
-		TermFile:      filepath.Join(cfg.DataDir, "primary-term.json"),
-		StopFollowing: r.follower.Stop,
+		TermFile:       filepath.Join(cfg.DataDir, "primary-term.json"),
+		StopFollowing:  r.follower.Stop,
 		Changed: func(s netsyv1.PrimaryState, term uint64) {
 			r.event("primary_"+strings.ToLower(s.String()), cfg.NodeID, fmt.Sprintf("term %d", term))
 			r.notify()

@@ -263,7 +263,7 @@ type Log struct {
 	// replicated is the highest index a quorum of replicas holds fsync'd
 	// (SetReplicated); it counts in ModeQuorum and ModeSync.
 	replicated uint64
-	nextSeq     uint64 // next wal seq to write
+	nextSeq    uint64 // next wal seq to write
 	// chunks this process uploaded (or found at Open), oldest first, kept
 	// to pick snapshot wal_seqs and metadata checkpoints.
 	chunks   []chunkRef

@@ -1,7 +1,6 @@
 package primary
 
 import (
-
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
