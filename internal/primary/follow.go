@@ -89,7 +89,7 @@ func (s *FollowService) Follow(stream netsyv1.Follow_FollowServer) error {
 		}
 	}()
 
-	sentCommit := uint64(0)
+	sentCommit, sentCompact := uint64(0), init.CompactRevision
 	for {
 		appended, committed := eng.AppendNotify(), eng.CommitNotify()
 		if s, t := p.State(); s != netsyv1.PrimaryState_ACTIVE || t != term {
@@ -115,6 +115,16 @@ func (s *FollowService) Follow(stream netsyv1.Follow_FollowServer) error {
 				return err
 			}
 			sentCommit = c
+			// Compaction is an entry of the log, which the replica applies
+			// when the commit covers it; Compact says how far the Primary
+			// has compacted, for the replica to report.
+			if cr := eng.CompactRevision(); cr > sentCompact {
+				msg := &netsyv1.FollowResponse{PrimaryTerm: term, Msg: &netsyv1.FollowResponse_Compact{Compact: &netsyv1.Compact{Revision: cr}}}
+				if err := stream.Send(msg); err != nil {
+					return err
+				}
+				sentCompact = cr
+			}
 		}
 		if len(ents) == followBatch {
 			continue
