@@ -60,11 +60,11 @@ func (w testWriter) Write(p []byte) (int, error) {
 // nothing to claim.
 type noLog struct{}
 
-func (noLog) Claim(context.Context) error                  { return nil }
+func (noLog) Claim(context.Context) error                 { return nil }
 func (noLog) Release(context.Context, bool, uint64) error { return nil }
-func (noLog) StillWriter(context.Context) error            { return nil }
-func (noLog) SetMode(objwal.Mode)                          {}
-func (noLog) SetReplicated(uint64)                         {}
+func (noLog) StillWriter(context.Context) error           { return nil }
+func (noLog) SetMode(objwal.Mode)                         {}
+func (noLog) SetReplicated(uint64)                        {}
 
 // prim is a running Primary.
 type prim struct {
