@@ -175,3 +175,52 @@ func TestDamagedLogIsCutOnAQuorumZeroNode(t *testing.T) {
 		t.Fatalf("the cut was not logged with the segment:\n%s", out)
 	}
 }
+
+// A replica of a --quorum -1 cluster holds nothing acknowledged that a
+// quorum does not also hold, so it cuts a damaged log by itself: it
+// starts, fetches back what the bucket holds, gets the rest from the
+// Primary, and serves every acknowledged write.
+func TestDamagedLogIsCutOnAClusterReplica(t *testing.T) {
+	c := newTestCluster(t, -1, "n1", "n2", "n3")
+	primary := c.separated(10 * time.Second)
+	replica := ""
+	for _, id := range c.ids() {
+		if id != primary && id != c.elector() {
+			replica = id
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	cli := c.client(primary)
+	revs := map[string]int64{}
+	for i := range 20 {
+		k := fmt.Sprintf("k%d", i)
+		resp, err := cli.Put(ctx, k, "v")
+		if err != nil {
+			t.Fatal(err)
+		}
+		revs[k] = resp.Header.Revision
+	}
+	// The replica has fsync'd everything once it serves the last write.
+	if got, err := c.client(replica).Get(ctx, "k19"); err != nil || len(got.Kvs) != 1 {
+		t.Fatalf("k19 on %s: %v %v", replica, got, err)
+	}
+	c.crash(replica)
+	damageLocalLog(t, c.dirs[replica])
+
+	c.start(replica)
+	c.ready(10 * time.Second)
+	rc := c.client(replica)
+	for k, rev := range revs {
+		got, err := rc.Get(ctx, k)
+		if err != nil || len(got.Kvs) != 1 || got.Kvs[0].ModRevision != rev {
+			t.Fatalf("%s on the replica after its log was cut: %v %v, want revision %d", k, got, err, rev)
+		}
+	}
+	if _, err := cli.Put(ctx, "after", "cut"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := rc.Get(ctx, "after"); err != nil || len(got.Kvs) != 1 {
+		t.Fatalf("a write after the cut, read on the replica: %v %v", got, err)
+	}
+}
