@@ -209,12 +209,10 @@ func Open(opts Options) (*WAL, error) {
 		segSize: opts.SegmentBytes,
 		onSync:  opts.OnSync,
 		log:     opts.Logger,
-
-		cutDamage: opts.CutDamage,
-		clk:       opts.Clock,
-		kick:      make(chan struct{}, 1),
-		done:      make(chan struct{}),
-		changed:   make(chan struct{}),
+		clk:     opts.Clock,
+		kick:    make(chan struct{}, 1),
+		done:    make(chan struct{}),
+		changed: make(chan struct{}),
 
 		spareReq:   make(chan struct{}, 1),
 		spareReady: make(chan error, 1),
@@ -223,6 +221,7 @@ func Open(opts Options) (*WAL, error) {
 		prepared:   make(chan struct{}),
 	}
 	w.lazy.Store(opts.SyncOnRequest)
+	w.cutDamage = opts.CutDamage
 	if w.segSize == 0 {
 		w.segSize = DefaultSegmentBytes
 	}
