@@ -211,13 +211,15 @@ func (w *WAL) cutAt(segs []*segment, i int, d *DamageError) ([]*segment, error) 
 	// continue from (Append needs the index after the snapshot): they go
 	// too, and the log restarts after the snapshot as it does when a
 	// snapshot covers everything.
+	// Oldest first, the damaged segment last: until it goes, the next Open
+	// finds the damage again.
 	covered := c.Snapshot >= d.After
 	if covered || d.Offset < datafile.HeaderSize {
 		n := i
 		if covered {
 			n = 0
 		}
-		for j := i; j >= n; j-- {
+		for j := n; j <= i; j++ {
 			if err := remove(segs[j]); err != nil {
 				return nil, err
 			}
