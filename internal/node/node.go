@@ -156,6 +156,7 @@ func StartWith(ctx context.Context, cfg config.Config, logger hclog.Logger, deps
 	if err != nil {
 		return nil, fmt.Errorf("register node %s in %s: %w", cfg.NodeID, storageURL, err)
 	}
+	ackOnFsync := cfg.Quorum == -1 && alone
 	n.objlog, err = objwal.Open(ctx, objwal.Options{
 		Store:    n.store,
 		WALDir:   filepath.Join(cfg.DataDir, "wal"),
@@ -163,13 +164,20 @@ func StartWith(ctx context.Context, cfg config.Config, logger hclog.Logger, deps
 		Mode:     objwal.ModeSync,
 		Follower: true,
 		// Alone with majority quorum, a node acknowledged on its local
-		// fsync: a local entry the bucket contradicts was acknowledged.
-		AckOnFsync:   cfg.Quorum == -1 && alone,
+		// fsync: a local entry the bucket contradicts was acknowledged,
+		// and so may be an entry after damage in the local log. Any other
+		// node's acknowledged entries are in the bucket or on a quorum of
+		// replicas, so its log is cut at damage and the rest fetched back.
+		AckOnFsync:   ackOnFsync,
+		CutDamage:    !ackOnFsync,
 		SnapshotKeep: cfg.SnapshotKeep,
 		Clock:        clk,
 		Logger:       logger.Named("objwal"),
 	})
 	if err != nil {
+		if d := (*wal.DamageError)(nil); ackOnFsync && errors.As(err, &d) {
+			return nil, refuseDamagedLog(cfg.DataDir, d, err)
+		}
 		return nil, fmt.Errorf("open log (storage %s): %w", storageURL, err)
 	}
 	spillDir := ""

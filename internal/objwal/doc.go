@@ -41,7 +41,12 @@
 //   - The bucket is the truth. Open fetches every entry the bucket holds
 //     beyond the local log before anything is served or written, including
 //     entries the checkpoint says were fsync'd here but the disk lost (a
-//     torn or cut tail). When a chunk contradicts a local entry, the mode
+//     torn or cut tail). Damage in the local log with valid records after
+//     it is cut there only with Options.CutDamage, for a log whose
+//     acknowledged entries are all in the bucket or on a quorum of
+//     replicas; with AckOnFsync the entries after the damage may exist
+//     nowhere else, so the cut is refused and the wal's damage error
+//     stops Open. When a chunk contradicts a local entry, the mode
 //     decides: in ModeSync the local entry was never acknowledged (only
 //     what is in the bucket is), so the local tail is truncated from there
 //     with a warning; in ModeAsync it was acknowledged on its fsync, so Open

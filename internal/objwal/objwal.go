@@ -126,6 +126,13 @@ type Options struct {
 	// on a node without replicas): a local entry the bucket contradicts
 	// then stops Open with ErrHistoryConflict instead of being cut.
 	AckOnFsync bool
+	// CutDamage lets Open cut the local log at damage that is not a torn
+	// tail (wal.Options.CutDamage) and fetch what followed it back from
+	// the bucket, instead of failing with the wal's *wal.DamageError. Only
+	// for a log whose acknowledged entries are all elsewhere: in the
+	// bucket (sync mode) or on a quorum of replicas (a cluster). It cannot
+	// be combined with AckOnFsync.
+	CutDamage bool
 	// ChunkMaxBytes caps a chunk; in async mode a chunk is also cut as soon
 	// as this many bytes are pending (default 4 MiB).
 	ChunkMaxBytes int
@@ -180,6 +187,9 @@ func (o *Options) setDefaults() error {
 	}
 	if o.Logger == nil {
 		o.Logger = hclog.NewNullLogger()
+	}
+	if o.CutDamage && o.AckOnFsync {
+		return errors.New("objwal: Options.CutDamage with AckOnFsync: the entries a cut drops may have been acknowledged and exist nowhere else")
 	}
 	return nil
 }
@@ -382,6 +392,7 @@ func (l *Log) follow(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	l.reportCut(v)
 	last, _ := l.localState()
 	l.mu.Lock()
 	l.localSynced, l.reported = last, last
@@ -627,6 +638,7 @@ func (l *Log) openWAL() error {
 		// each PUT instead of one per write batch competing with it; an
 		// append to an idle uploader asks at once (Append).
 		SyncOnRequest: l.mode() == ModeSync,
+		CutDamage:     l.o.CutDamage,
 		Logger:        l.o.Logger.Named("wal"),
 		Clock:         l.clk,
 	})
