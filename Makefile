@@ -97,8 +97,16 @@ clean:
 
 # bench runs Netsy (sync mode on the file store, --quorum -1, sync mode on a
 # harness-started MinIO) and etcd side by side with etcd's benchmark tool (not
-# part of test or CI); results go to bench/results/. BENCHFLAGS=-quick for a
-# smoke run.
+# part of test or CI), then bench-cluster; results go to bench/results/.
+# BENCHFLAGS=-quick for a smoke run.
 BENCHFLAGS ?=
 bench:
 	$(GO) run ./bench/cmd/netsybench $(BENCHFLAGS)
+	$(MAKE) --no-print-directory bench-cluster
+
+# bench-cluster compares a 3-node Netsy cluster on MinIO with a 3-member etcd
+# cluster: put, range and watch rows, and failover (leader SIGKILL, handoff).
+# BENCHCLUSTERFLAGS (default: BENCHFLAGS) are its flags.
+BENCHCLUSTERFLAGS ?= $(BENCHFLAGS)
+bench-cluster:
+	$(GO) run ./bench/cmd/netsybench -cluster $(BENCHCLUSTERFLAGS)
