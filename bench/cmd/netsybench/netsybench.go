@@ -71,11 +71,13 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 				desc = "load keys, read RSS, SIGTERM + restart until a Get succeeds, read RSS again"
 			case w.Client != nil:
 				desc = "netsybench's own client (see bench/README.md)"
+			case w.Failover != nil:
+				desc = "cluster targets: " + w.Desc
 			}
-			fmt.Fprintf(stdout, "%-18s %-7s %s\n", w.Name, w.Group, desc)
+			fmt.Fprintf(stdout, "%-18s %-8s %s\n", w.Name, w.Group, desc)
 		}
 		for _, v := range variants {
-			fmt.Fprintf(stdout, "target %-10s %s %s\n", v.Name, v.Kind, strings.Join(v.Args, " "))
+			fmt.Fprintf(stdout, "target %-13s %s\n", v.Name, describeVariant(v))
 		}
 		return 0
 	}
