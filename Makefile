@@ -81,6 +81,8 @@ test-e2e-etcd:
 # pkg/storage/cacher, v0.34) against a fresh netsy process per test.
 test-k8s: build
 	NETSY_BIN=$(CURDIR)/bin/netsy bash test/k8s/run.sh netsy
+	# Again against a replica's endpoint of a 3-node cluster (--quorum -1).
+	NETSY_CLUSTER_NODES=3 NETSY_BIN=$(CURDIR)/bin/netsy bash test/k8s/run.sh netsy
 
 # test-k8s-etcd runs the same suites against etcd 3.6.10, proving the harness.
 test-k8s-etcd:
