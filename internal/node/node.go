@@ -224,7 +224,8 @@ func StartWith(ctx context.Context, cfg config.Config, logger hclog.Logger, deps
 		Logger:          logger.Named("peer"),
 		MaxRequestBytes: cfg.MaxRequestBytes,
 	})
-	n.peerGRPC = n.peerAPI.NewGRPCServer(peer.ServerOptions()...)
+	n.peerGRPC = n.peerAPI.NewGRPCServer(append(peer.ServerOptions(),
+		grpc.ChainUnaryInterceptor(replica.CommitIndexInterceptor(n.eng.CommittedIndex)))...)
 	r.registerPeerServices(n.peerGRPC)
 	n.peerServing = peer.Serve(n.peerGRPC, n.peerL)
 
