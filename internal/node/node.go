@@ -288,11 +288,14 @@ func (n *Node) startRoles() error {
 	r, cfg := n.roles, n.cfg
 	var err error
 	r.follower = replica.NewFollower(replica.FollowerConfig{
-		Self:    cfg.NodeID,
-		Engine:  n.eng,
-		CatchUp: n.objlog.CatchUp,
-		Conn:    n.pool.Conn,
-		State:   r.state,
+		Self:   cfg.NodeID,
+		Engine: n.eng,
+		CatchUp: func(ctx context.Context) error {
+			r.catchUpsC.Inc()
+			return n.objlog.CatchUp(ctx)
+		},
+		Conn:  n.pool.Conn,
+		State: r.state,
 		Refused: func(refused bool) {
 			if r.primaryRefused.Swap(refused) != refused && refused && r.hb != nil {
 				r.hb.Now()
