@@ -18,8 +18,8 @@ type appendMark struct {
 	at    time.Time
 }
 
-// maxLagMarks bounds the append history kept to tell a replica's lag in
-// time.
+// maxLagMarks is the least append history kept to tell a replica's lag in
+// time (up to twice as much is held between trims).
 const maxLagMarks = 4096
 
 // replicaRec is the Primary's record of one replica.
@@ -210,8 +210,10 @@ func (q *quorum) appended(index uint64, now time.Time) {
 	m := appendMark{index: index, at: now}
 	q.pending = append(q.pending, m)
 	q.history = append(q.history, m)
-	if len(q.history) > maxLagMarks {
-		q.history = slices.Delete(q.history, 0, len(q.history)-maxLagMarks)
+	if len(q.history) >= 2*maxLagMarks {
+		// Keep the newest maxLagMarks, in bulk: one copy per maxLagMarks
+		// appends rather than a shift of the whole record on every one.
+		q.history = append(q.history[:0], q.history[len(q.history)-maxLagMarks:]...)
 	}
 	q.evaluateLocked(now)
 }
