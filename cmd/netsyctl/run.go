@@ -43,6 +43,9 @@ Commands:
   inspect F           dump a Netsy data file (segment, chunk or snapshot, or a
                       file-store object file such as objects/wal.dir/N.obj);
                       with --storage URL, F is an object key (wal/..., snapshots/...)
+  repair DATA_DIR     cut the local log of a stopped node at its first
+                      damaged record and print the revisions it dropped
+                      (when netsy refuses to start on a damaged log)
   certs init|node|client
                       create a development CA and node and client
                       certificates for a TLS cluster
@@ -82,6 +85,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		"handoff":       runHandoff,
 		"snapshot":      runSnapshot,
 		"inspect":       runInspect,
+		"repair":        runRepair,
 		"certs":         runCerts,
 		"version":       runVersion,
 	}

@@ -77,6 +77,9 @@ type Config struct {
 	// HeartbeatInterval is the heartbeat cadence; a node missing two is
 	// Degraded, and the Primary's lease is two intervals.
 	HeartbeatInterval time.Duration
+	// QuorumTimeout is how long a write waits for replica receipts before
+	// it falls back to object storage and the late replicas stop counting.
+	QuorumTimeout time.Duration
 	// PrimaryHandshakeTimeout is how long an election waits for an
 	// unreachable previous Primary (never less than its lease).
 	PrimaryHandshakeTimeout time.Duration
@@ -113,6 +116,7 @@ func Default() Config {
 		ElectorLease:            15 * time.Second,
 		ElectorRenew:            5 * time.Second,
 		HeartbeatInterval:       500 * time.Millisecond,
+		QuorumTimeout:           500 * time.Millisecond,
 		PrimaryHandshakeTimeout: 3 * time.Second,
 		DeregistrationTimeout:   3 * time.Minute,
 		TLS:                     TLS{MinVersion: "1.3"},
@@ -208,6 +212,9 @@ func (c Config) Validate() error {
 	}
 	if c.ElectorLease <= 0 || c.ElectorRenew <= 0 || c.ElectorRenew > c.ElectorLease/2 {
 		return fmt.Errorf("--elector-renew: must be positive and at most half of --elector-lease (%s), got %s", c.ElectorLease, c.ElectorRenew)
+	}
+	if c.QuorumTimeout <= 0 {
+		return fmt.Errorf("--quorum-timeout: must be positive, got %s", c.QuorumTimeout)
 	}
 	if c.HeartbeatInterval <= 0 {
 		return fmt.Errorf("--heartbeat-interval: must be positive, got %s", c.HeartbeatInterval)
@@ -306,6 +313,7 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.ClusterID, "cluster-id", c.ClusterID, "the cluster's name; nodes of another cluster id on the same bucket are refused")
 	fs.DurationVar(&c.ElectorLease, "elector-lease", c.ElectorLease, "lease of the Elector lock in object storage")
 	fs.DurationVar(&c.ElectorRenew, "elector-renew", c.ElectorRenew, "how often the Elector renews its lock (at most half the lease)")
+	fs.DurationVar(&c.QuorumTimeout, "quorum-timeout", c.QuorumTimeout, "how long a write waits for replica receipts before it is acknowledged through object storage instead (the late replica stops counting until it catches up)")
 	fs.DurationVar(&c.HeartbeatInterval, "heartbeat-interval", c.HeartbeatInterval, "heartbeat cadence; a node missing two heartbeats is Degraded, and the Primary's lease is two intervals")
 	fs.DurationVar(&c.PrimaryHandshakeTimeout, "primary-handshake-timeout", c.PrimaryHandshakeTimeout, "how long an election waits for an unreachable previous Primary (never less than its lease)")
 	fs.DurationVar(&c.DeregistrationTimeout, "deregistration-timeout", c.DeregistrationTimeout, "deregister a node Degraded this long (0: never)")

@@ -82,6 +82,11 @@ type roles struct {
 	eventsMu sync.Mutex
 	events   []*netsyv1.Event
 	eventsC  *prometheus.CounterVec
+	// Replication metrics (the Primary's quorum commit, the replica's
+	// catch-ups).
+	fallbacksC prometheus.Counter
+	receiptH   prometheus.Histogram
+	catchUpsC  prometheus.Counter
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -103,6 +108,16 @@ func newRoles(cfg config.Config, logger hclog.Logger, clk clock.Clock, store obj
 		eventsC: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "netsy_role_events_total", Help: "Role changes seen by this node (Elector, Primary, node health), by kind.",
 		}, []string{"kind"}),
+		fallbacksC: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "netsy_quorum_fallbacks_total", Help: "Times this node, as the Primary, fell back to acknowledging writes through object storage.",
+		}),
+		receiptH: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "netsy_quorum_receipt_seconds", Help: "Time from an append on the Primary to a quorum of replicas holding it fsync'd.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}),
+		catchUpsC: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "netsy_replica_catchups_total", Help: "Times this node, as a replica, caught up from object storage because the Primary no longer held what it lacked.",
+		}),
 	}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	// Healthy until a heartbeat and its retry fail.
@@ -226,9 +241,12 @@ func (r *roles) state() *netsyv1.Heartbeat {
 		hb.Health = netsyv1.HealthState_DEGRADED
 	}
 	hb.PrimaryRefused = r.primaryRefused.Load()
-	if last, rev, _ := r.eng.LastAppended(); last == idx {
-		hb.LatestRevision = rev
+	if last, rev, term := r.eng.LastAppended(); last == idx {
+		hb.LatestRevision, hb.LatestTerm = rev, term
+	} else if t, ok := r.eng.EntryTerm(idx); ok {
+		hb.LatestTerm = t
 	}
+	hb.Replication = r.prim.Replication()
 	return hb
 }
 

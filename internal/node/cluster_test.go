@@ -15,6 +15,7 @@ import (
 	"github.com/netsy-io/netsy/internal/clock"
 	"github.com/netsy-io/netsy/internal/config"
 	"github.com/netsy-io/netsy/internal/objstore"
+	"github.com/netsy-io/netsy/internal/objstore/faulty"
 	"github.com/netsy-io/netsy/internal/objstore/mem"
 	"github.com/netsy-io/netsy/internal/peer/memnet"
 	"github.com/netsy-io/netsy/proto/netsyv1"
@@ -27,6 +28,7 @@ type testCluster struct {
 	t      *testing.T
 	net    *memnet.Net
 	store  objstore.Store
+	faults *faulty.Store // store, with faults injected on demand
 	quorum int
 
 	mu    sync.Mutex
@@ -36,8 +38,9 @@ type testCluster struct {
 }
 
 func newTestCluster(t *testing.T, quorum int, ids ...string) *testCluster {
-	c := &testCluster{t: t, net: memnet.New(), store: mem.New(clock.Real()), quorum: quorum,
+	c := &testCluster{t: t, net: memnet.New(), faults: faulty.New(mem.New(clock.Real()), clock.Real()), quorum: quorum,
 		nodes: map[string]*Node{}, dirs: map[string]string{}, addrs: map[string][2]string{}}
+	c.store = c.faults
 	t.Cleanup(func() {
 		c.mu.Lock()
 		nodes := c.nodes
@@ -397,22 +400,26 @@ func TestClusterHandoff(t *testing.T) {
 }
 
 // handoffVia asks the Elector, through node id, to hand the Primary off.
+// The Elector may move meanwhile (it resigns off the Primary after start):
+// a node that is no longer the Elector is asked again.
 func handoffVia(t *testing.T, c *testCluster, id string) *netsyv1.ClusterState {
 	t.Helper()
-	cl, e, err := c.node(id).roles.electorClient()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if e != nil {
-		cs, err := e.Handoff(t.Context(), "")
-		if err != nil {
+	for attempt := 0; ; attempt++ {
+		cl, e, err := c.node(id).roles.electorClient()
+		if err == nil && e != nil {
+			var cs *netsyv1.ClusterState
+			if cs, err = e.Handoff(t.Context(), ""); err == nil {
+				return cs
+			}
+		} else if err == nil {
+			var resp *netsyv1.HandoffResponse
+			if resp, err = cl.Handoff(t.Context(), &netsyv1.HandoffRequest{}); err == nil {
+				return resp.ClusterState
+			}
+		}
+		if attempt == 20 {
 			t.Fatal(err)
 		}
-		return cs
+		time.Sleep(50 * time.Millisecond)
 	}
-	resp, err := cl.Handoff(t.Context(), &netsyv1.HandoffRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.ClusterState
 }
