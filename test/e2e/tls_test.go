@@ -35,9 +35,10 @@ import (
 )
 
 // pki is a directory of certificates for cluster "netsy": the CA, nodes
-// and clients made by `netsyctl certs` as an operator makes them, and the
-// ones no operator should have (expired, another CA, another cluster's),
-// made here.
+// n1, n2, n3 and clients app and kube-apiserver made by the `netsyctl
+// certs` commands of docs/security.md, run as written, and the ones no
+// operator should have (expired, another CA, another cluster's), made
+// here.
 type pki struct {
 	dir string
 	ca  *tlsconf.CA
@@ -45,18 +46,26 @@ type pki struct {
 
 func (p pki) path(name string) string { return filepath.Join(p.dir, name) }
 
-func makePKI(t *testing.T, nodes ...string) pki {
+func makePKI(t *testing.T) pki {
 	t.Helper()
-	p := pki{dir: t.TempDir()}
-	netsyctl := procutil.BuildNetsyctl(t)
-	cmds := [][]string{{"certs", "init", "--dir", p.dir, "--cluster-id", "netsy"}}
-	for _, n := range nodes {
-		cmds = append(cmds, []string{"certs", "node", n, "--dir", p.dir})
+	block := docFileBlock(t, "security.md", "certs")
+	work := t.TempDir()
+	bin := t.TempDir()
+	if err := os.Symlink(procutil.BuildNetsyctl(t), filepath.Join(bin, "netsyctl")); err != nil {
+		t.Fatal(err)
 	}
-	cmds = append(cmds, []string{"certs", "client", "app", "--dir", p.dir}, []string{"certs", "client", "kube-apiserver", "--dir", p.dir})
-	for _, args := range cmds {
-		if out, err := exec.Command(netsyctl, args...).CombinedOutput(); err != nil {
-			t.Fatalf("netsyctl %s: %v\n%s", strings.Join(args, " "), err, out)
+	cmd := exec.Command("bash", "-c", "set -euo pipefail\n"+block)
+	cmd.Dir = work
+	cmd.Env = append(os.Environ(), "PATH="+bin+":/usr/bin:/bin")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the certs block of docs/security.md: %v\n%s\n--- output\n%s", err, block, out)
+	}
+	p := pki{dir: filepath.Join(work, "pki")}
+	for _, name := range []string{"ca", "n1", "n2", "n3", "app", "kube-apiserver"} {
+		for _, ext := range []string{".crt", ".key"} {
+			if _, err := os.Stat(p.path(name + ext)); err != nil {
+				t.Fatalf("docs/security.md's certs block made no %s: %v", name+ext, err)
+			}
 		}
 	}
 	var err error
@@ -166,7 +175,7 @@ func startTLSCluster(t *testing.T, n int) *tlsCluster {
 	for i := 1; i <= n; i++ {
 		ids = append(ids, fmt.Sprintf("n%d", i))
 	}
-	p := makePKI(t, ids...)
+	p := makePKI(t)
 	srv := miniotest.Start(t)
 	file := filepath.Join(t.TempDir(), "netsy.yaml")
 	config := fmt.Sprintf(`# shared by every node
@@ -518,6 +527,35 @@ func TestTLSStartup(t *testing.T) {
 			}
 		}
 	})
+}
+
+// docFileBlock returns the shell block of docs/<file> between
+// "<!-- begin tested: name -->" and "<!-- end tested -->", without its
+// code fence.
+func docFileBlock(t *testing.T, file, name string) string {
+	t.Helper()
+	root, err := procutil.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile(filepath.Join(root, "docs", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	begin := "<!-- begin tested: " + name + " -->"
+	_, rest, ok := strings.Cut(string(doc), begin)
+	if !ok {
+		t.Fatalf("docs/%s has no %q", file, begin)
+	}
+	block, _, ok := strings.Cut(rest, "<!-- end tested -->")
+	if !ok {
+		t.Fatalf("docs/%s: %q is not closed", file, begin)
+	}
+	body, ok := strings.CutPrefix(strings.TrimSpace(block), "```sh\n")
+	if !ok || !strings.HasSuffix(body, "```") {
+		t.Fatalf("docs/%s: the %s block is not one ```sh fence:\n%s", file, name, block)
+	}
+	return strings.TrimSuffix(body, "```")
 }
 
 func grepLines(s, sub string) string {
