@@ -2,7 +2,7 @@ GO ?= go
 PROTOC ?= protoc
 GOBIN := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: all build run test test-unit test-e2e test-e2e-etcd test-k8s test-k8s-etcd fuzz proto vet fmt bench tools clean
+.PHONY: all build run test test-unit test-e2e test-e2e-etcd test-k8s test-k8s-etcd fuzz proto vet fmt bench bench-cluster tools clean cluster cluster-status cluster-stop
 
 # Unit and protocol tests get the race detector; process-level suites run
 # the built binary and do not need it.
@@ -22,6 +22,18 @@ build:
 
 run:
 	$(GO) run ./cmd/netsy
+
+# cluster runs MinIO and three nodes on loopback (deploy/local-cluster.sh,
+# data under .cache/local-cluster/) and prints how to reach them; they keep
+# running until cluster-stop.
+cluster:
+	bash deploy/local-cluster.sh start
+
+cluster-status:
+	bash deploy/local-cluster.sh status
+
+cluster-stop:
+	bash deploy/local-cluster.sh stop
 
 proto:
 	@command -v $(PROTOC) >/dev/null || { echo "protoc missing: apt-get install -y protobuf-compiler"; exit 1; }
@@ -69,6 +81,8 @@ test-e2e-etcd:
 # pkg/storage/cacher, v0.34) against a fresh netsy process per test.
 test-k8s: build
 	NETSY_BIN=$(CURDIR)/bin/netsy bash test/k8s/run.sh netsy
+	# Again against a replica's endpoint of a 3-node cluster (--quorum -1).
+	NETSY_CLUSTER_NODES=3 NETSY_BIN=$(CURDIR)/bin/netsy bash test/k8s/run.sh netsy
 
 # test-k8s-etcd runs the same suites against etcd 3.6.10, proving the harness.
 test-k8s-etcd:
@@ -85,8 +99,16 @@ clean:
 
 # bench runs Netsy (sync mode on the file store, --quorum -1, sync mode on a
 # harness-started MinIO) and etcd side by side with etcd's benchmark tool (not
-# part of test or CI); results go to bench/results/. BENCHFLAGS=-quick for a
-# smoke run.
+# part of test or CI), then bench-cluster; results go to bench/results/.
+# BENCHFLAGS=-quick for a smoke run.
 BENCHFLAGS ?=
 bench:
 	$(GO) run ./bench/cmd/netsybench $(BENCHFLAGS)
+	$(MAKE) --no-print-directory bench-cluster
+
+# bench-cluster compares a 3-node Netsy cluster on MinIO with a 3-member etcd
+# cluster: put, range and watch rows, and failover (leader SIGKILL, handoff).
+# BENCHCLUSTERFLAGS (default: BENCHFLAGS) are its flags.
+BENCHCLUSTERFLAGS ?= $(BENCHFLAGS)
+bench-cluster:
+	$(GO) run ./bench/cmd/netsybench -cluster $(BENCHCLUSTERFLAGS)

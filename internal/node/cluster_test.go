@@ -398,22 +398,26 @@ func TestClusterHandoff(t *testing.T) {
 }
 
 // handoffVia asks the Elector, through node id, to hand the Primary off.
+// The Elector may move meanwhile (it resigns off the Primary after start):
+// a node that is no longer the Elector is asked again.
 func handoffVia(t *testing.T, c *testCluster, id string) *netsyv1.ClusterState {
 	t.Helper()
-	cl, e, err := c.node(id).roles.electorClient()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if e != nil {
-		cs, err := e.Handoff(t.Context(), "")
-		if err != nil {
+	for attempt := 0; ; attempt++ {
+		cl, e, err := c.node(id).roles.electorClient()
+		if err == nil && e != nil {
+			var cs *netsyv1.ClusterState
+			if cs, err = e.Handoff(t.Context(), ""); err == nil {
+				return cs
+			}
+		} else if err == nil {
+			var resp *netsyv1.HandoffResponse
+			if resp, err = cl.Handoff(t.Context(), &netsyv1.HandoffRequest{}); err == nil {
+				return resp.ClusterState
+			}
+		}
+		if attempt == 20 {
 			t.Fatal(err)
 		}
-		return cs
+		time.Sleep(50 * time.Millisecond)
 	}
-	resp, err := cl.Handoff(t.Context(), &netsyv1.HandoffRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.ClusterState
 }

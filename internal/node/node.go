@@ -224,7 +224,8 @@ func StartWith(ctx context.Context, cfg config.Config, logger hclog.Logger, deps
 		Logger:          logger.Named("peer"),
 		MaxRequestBytes: cfg.MaxRequestBytes,
 	})
-	n.peerGRPC = n.peerAPI.NewGRPCServer(peer.ServerOptions()...)
+	n.peerGRPC = n.peerAPI.NewGRPCServer(append(peer.ServerOptions(),
+		grpc.ChainUnaryInterceptor(replica.CommitIndexInterceptor(n.eng.CommittedIndex)))...)
 	r.registerPeerServices(n.peerGRPC)
 	n.peerServing = peer.Serve(n.peerGRPC, n.peerL)
 
@@ -287,11 +288,14 @@ func (n *Node) startRoles() error {
 	r, cfg := n.roles, n.cfg
 	var err error
 	r.follower = replica.NewFollower(replica.FollowerConfig{
-		Self:    cfg.NodeID,
-		Engine:  n.eng,
-		CatchUp: n.objlog.CatchUp,
-		Conn:    n.pool.Conn,
-		State:   r.state,
+		Self:   cfg.NodeID,
+		Engine: n.eng,
+		CatchUp: func(ctx context.Context) error {
+			r.catchUpsC.Inc()
+			return n.objlog.CatchUp(ctx)
+		},
+		Conn:  n.pool.Conn,
+		State: r.state,
 		Refused: func(refused bool) {
 			if r.primaryRefused.Swap(refused) != refused && refused && r.hb != nil {
 				r.hb.Now()

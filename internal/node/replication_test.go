@@ -1,6 +1,8 @@
 package node
 
 import (
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"context"
 	"fmt"
 	"testing"
@@ -114,5 +116,33 @@ func TestQuorumTimeoutFallsBackToObjectStorage(t *testing.T) {
 			t.Fatalf("still falling back after the replicas recovered: %v", c.node(primary).roles.prim.Replication())
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// As on etcd, a write answered by a replica is applied there when the
+// client hears of it: a serializable read on that node sees it at once.
+func TestReplicaReadsItsOwnWrites(t *testing.T) {
+	c := newTestCluster(t, -1, "n1", "n2", "n3")
+	primary := c.quorumReady(10 * time.Second)
+	replica := "n1"
+	if replica == primary {
+		replica = "n2"
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	cli := c.client(replica)
+	for i := range 200 {
+		k := fmt.Sprintf("ryw%d", i)
+		put, err := cli.Put(ctx, k, "v")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := cli.Get(ctx, k, clientv3.WithSerializable())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got.Kvs) != 1 || got.Kvs[0].ModRevision != put.Header.Revision {
+			t.Fatalf("serializable read of %s on the replica after its put at %d: %v", k, put.Header.Revision, got.Kvs)
+		}
 	}
 }

@@ -89,7 +89,13 @@ func (s *FollowService) Follow(stream netsyv1.Follow_FollowServer) error {
 		}
 	}()
 
-	sentCommit, sentCompact := uint64(0), init.CompactRevision
+	sentCommit := uint64(0)
+	// compactions sent but not yet known committed, oldest first.
+	type compaction struct {
+		index uint64
+		rev   int64
+	}
+	var compactions []compaction
 	for {
 		appended, committed := eng.AppendNotify(), eng.CommitNotify()
 		if s, t := p.State(); s != netsyv1.PrimaryState_ACTIVE || t != term {
@@ -103,11 +109,20 @@ func (s *FollowService) Follow(stream netsyv1.Follow_FollowServer) error {
 			if ents[0].Index != next {
 				return status.Errorf(codes.Internal, "netsy: entries from %d start at %d", next, ents[0].Index)
 			}
-			msg := &netsyv1.FollowResponse{PrimaryTerm: term, Msg: &netsyv1.FollowResponse_Entries{Entries: &netsyv1.EntryBatch{Entries: ents}}}
+			batch := &netsyv1.EntryBatch{Entries: ents}
+			if c := eng.CommittedIndex(); c > sentCommit {
+				batch.CommitIndex, sentCommit = c, c
+			}
+			msg := &netsyv1.FollowResponse{PrimaryTerm: term, Msg: &netsyv1.FollowResponse_Entries{Entries: batch}}
 			if err := stream.Send(msg); err != nil {
 				return err
 			}
 			next = ents[len(ents)-1].Index + 1
+			for _, e := range ents {
+				if e.CompactRevision > 0 {
+					compactions = append(compactions, compaction{e.Index, e.CompactRevision})
+				}
+			}
 		}
 		if c := eng.CommittedIndex(); c > sentCommit {
 			msg := &netsyv1.FollowResponse{PrimaryTerm: term, Msg: &netsyv1.FollowResponse_Commit{Commit: &netsyv1.Commit{Index: c, Revision: eng.CurrentRevision()}}}
@@ -115,16 +130,15 @@ func (s *FollowService) Follow(stream netsyv1.Follow_FollowServer) error {
 				return err
 			}
 			sentCommit = c
-			// Compaction is an entry of the log, which the replica applies
-			// when the commit covers it; Compact says how far the Primary
-			// has compacted, for the replica to report.
-			if cr := eng.CompactRevision(); cr > sentCompact {
-				msg := &netsyv1.FollowResponse{PrimaryTerm: term, Msg: &netsyv1.FollowResponse_Compact{Compact: &netsyv1.Compact{Revision: cr}}}
-				if err := stream.Send(msg); err != nil {
-					return err
-				}
-				sentCompact = cr
+		}
+		// Compaction is an entry of the log, which the replica applies when
+		// a commit covers it; Compact then says the compaction is committed.
+		for len(compactions) > 0 && compactions[0].index <= sentCommit {
+			msg := &netsyv1.FollowResponse{PrimaryTerm: term, Msg: &netsyv1.FollowResponse_Compact{Compact: &netsyv1.Compact{Revision: compactions[0].rev}}}
+			if err := stream.Send(msg); err != nil {
+				return err
 			}
+			compactions = compactions[1:]
 		}
 		if len(ents) == followBatch {
 			continue

@@ -291,6 +291,9 @@ func (f *Follower) session(ctx context.Context, target *netsyv1.NodeInfo, term u
 		switch v := m.Msg.(type) {
 		case *netsyv1.FollowResponse_Entries:
 			err = eng.Follow(ctx, int64(term), v.Entries.Entries)
+			if c := v.Entries.CommitIndex; err == nil && c > 0 {
+				err = eng.CommitTo(ctx, c)
+			}
 		case *netsyv1.FollowResponse_Commit:
 			err = eng.CommitTo(ctx, v.Commit.Index)
 		case *netsyv1.FollowResponse_Compact, *netsyv1.FollowResponse_Initial:

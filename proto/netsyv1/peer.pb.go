@@ -2184,8 +2184,12 @@ func (x *Initial) GetNextIndex() uint64 {
 }
 
 type EntryBatch struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Entries       []*Entry               `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Entries []*Entry               `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	// commit_index, when not 0, is the Primary's commit point as it sent the
+	// batch, as a Commit message would say: under load the commit rides
+	// with the next entries instead of in a message of its own.
+	CommitIndex   uint64 `protobuf:"varint,2,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2225,6 +2229,13 @@ func (x *EntryBatch) GetEntries() []*Entry {
 		return x.Entries
 	}
 	return nil
+}
+
+func (x *EntryBatch) GetCommitIndex() uint64 {
+	if x != nil {
+		return x.CommitIndex
+	}
+	return 0
 }
 
 // Commit advances the replica's committed index: entries through index are
@@ -2475,10 +2486,11 @@ const file_netsy_v1_peer_proto_rawDesc = "" +
 	"\btruncate\x18\x05 \x01(\bR\btruncate\x121\n" +
 	"\x15catch_up_from_storage\x18\x06 \x01(\bR\x12catchUpFromStorage\x12\x1d\n" +
 	"\n" +
-	"next_index\x18\a \x01(\x04R\tnextIndex\"7\n" +
+	"next_index\x18\a \x01(\x04R\tnextIndex\"Z\n" +
 	"\n" +
 	"EntryBatch\x12)\n" +
-	"\aentries\x18\x01 \x03(\v2\x0f.netsy.v1.EntryR\aentries\":\n" +
+	"\aentries\x18\x01 \x03(\v2\x0f.netsy.v1.EntryR\aentries\x12!\n" +
+	"\fcommit_index\x18\x02 \x01(\x04R\vcommitIndex\":\n" +
 	"\x06Commit\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\"%\n" +
