@@ -581,8 +581,8 @@ func (r *roles) registerPeerServices(g *grpc.Server) {
 // checkRegistration writes nodes/{node_id}.json and checks the cluster id
 // against members.json, before anything is served.
 func checkRegistration(ctx context.Context, cfg config.Config, store objstore.Store, clk clock.Clock) (alone bool, err error) {
-	m, exists, err := discovery.NewMembersFile(store, cfg.ClusterID).Load(ctx)
-	if err != nil {
+	// Load refuses a members.json of another cluster id.
+	if _, _, err := discovery.NewMembersFile(store, cfg.ClusterID).Load(ctx); err != nil {
 		return false, err
 	}
 	if err := discovery.Register(ctx, store, discovery.Registration{
@@ -595,18 +595,15 @@ func checkRegistration(ctx context.Context, cfg config.Config, store objstore.St
 	if err != nil {
 		return false, err
 	}
-	others := 0
+	// Alone means no other node is registered: the Elector counts
+	// registrations, so a lone node's majority is itself and it
+	// acknowledges on its local fsync. members.json keeps the member id of
+	// every node that ever joined, deregistered ones too, so it says
+	// nothing about who holds acknowledged writes now.
 	for _, reg := range regs {
 		if reg.NodeID != cfg.NodeID {
-			others++
+			return false, nil
 		}
 	}
-	if exists {
-		for id := range m.IDs {
-			if id != cfg.NodeID {
-				others++
-			}
-		}
-	}
-	return others == 0, nil
+	return true, nil
 }

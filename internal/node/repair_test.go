@@ -16,6 +16,8 @@ import (
 	"github.com/netsy-io/netsy/internal/clock"
 	"github.com/netsy-io/netsy/internal/config"
 	"github.com/netsy-io/netsy/internal/datafile"
+	"github.com/netsy-io/netsy/internal/discovery"
+	objopen "github.com/netsy-io/netsy/internal/objstore/open"
 )
 
 // damageLocalLog zeroes the record of the third entry from the end of the
@@ -78,6 +80,24 @@ func startAgain(t *testing.T, cfg config.Config, logs io.Writer) (*Node, error) 
 	return n, err
 }
 
+// departed records nodeID in storage's members.json as a node that was a
+// member once and is registered no more.
+func departed(t *testing.T, storage, clusterID, nodeID string) {
+	t.Helper()
+	ctx := t.Context()
+	store, err := objopen.Open(ctx, storage, objopen.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	if _, err := discovery.NewMembersFile(store, clusterID).Update(ctx, func(m *discovery.Members) error {
+		m.Assign(nodeID)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // fill writes k0..k9.
 func fill(t *testing.T, n *Node) {
 	t.Helper()
@@ -120,6 +140,9 @@ func TestDamagedLogStopsASingleNodeUntilRepaired(t *testing.T) {
 	}
 	a.Close()
 	path, off, index, last := damageLocalLog(t, dataDir)
+	// A node that was deregistered keeps its member id in members.json:
+	// this node is alone all the same, and its majority was itself.
+	departed(t, storage, a.cfg.ClusterID, "gone")
 
 	_, err := startAgain(t, a.cfg, io.Discard)
 	if err == nil {
