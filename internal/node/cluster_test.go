@@ -13,8 +13,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/netsy-io/netsy/internal/clock"
-	"github.com/netsy-io/netsy/internal/discovery"
 	"github.com/netsy-io/netsy/internal/config"
+	"github.com/netsy-io/netsy/internal/discovery"
 	"github.com/netsy-io/netsy/internal/objstore"
 	"github.com/netsy-io/netsy/internal/objstore/faulty"
 	"github.com/netsy-io/netsy/internal/objstore/mem"
