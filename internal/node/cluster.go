@@ -273,6 +273,12 @@ func (r *roles) register(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The file goes first, as at start-up: it is gone if the node was
+	// deregistered while it ran, and the Elector's map and nodes/ must
+	// agree (a later Elector builds its map from nodes/).
+	if err := discovery.Register(ctx, r.store, registration(r.cfg, r.clk.Now())); err != nil {
+		return fmt.Errorf("register with the Elector: %w", err)
+	}
 	var id uint64
 	var cs *netsyv1.ClusterState
 	if e != nil {
@@ -578,35 +584,37 @@ func (r *roles) registerPeerServices(g *grpc.Server) {
 	netsyv1.RegisterFollowServer(g, r.follow)
 }
 
+// registration is this node's nodes/{node_id}.json.
+func registration(cfg config.Config, now time.Time) discovery.Registration {
+	return discovery.Registration{
+		NodeID: cfg.NodeID, ClusterID: cfg.ClusterID, PeerAddr: cfg.AdvertisePeerAddr(),
+		ClientURLs: []string{cfg.AdvertiseClientURL()}, HTTPAddr: cfg.HTTPAddr, RegisteredAt: now,
+	}
+}
+
 // checkRegistration writes nodes/{node_id}.json and checks the cluster id
 // against members.json, before anything is served.
 func checkRegistration(ctx context.Context, cfg config.Config, store objstore.Store, clk clock.Clock) (alone bool, err error) {
-	m, exists, err := discovery.NewMembersFile(store, cfg.ClusterID).Load(ctx)
-	if err != nil {
+	// Load refuses a members.json of another cluster id.
+	if _, _, err := discovery.NewMembersFile(store, cfg.ClusterID).Load(ctx); err != nil {
 		return false, err
 	}
-	if err := discovery.Register(ctx, store, discovery.Registration{
-		NodeID: cfg.NodeID, ClusterID: cfg.ClusterID, PeerAddr: cfg.AdvertisePeerAddr(),
-		ClientURLs: []string{cfg.AdvertiseClientURL()}, HTTPAddr: cfg.HTTPAddr, RegisteredAt: clk.Now(),
-	}); err != nil {
+	if err := discovery.Register(ctx, store, registration(cfg, clk.Now())); err != nil {
 		return false, err
 	}
 	regs, _, err := discovery.List(ctx, store)
 	if err != nil {
 		return false, err
 	}
-	others := 0
+	// Alone means no other node is registered: the Elector counts
+	// registrations, so a lone node's majority is itself and it
+	// acknowledges on its local fsync. members.json keeps the member id of
+	// every node that ever joined, deregistered ones too, so it says
+	// nothing about who holds acknowledged writes now.
 	for _, reg := range regs {
 		if reg.NodeID != cfg.NodeID {
-			others++
+			return false, nil
 		}
 	}
-	if exists {
-		for id := range m.IDs {
-			if id != cfg.NodeID {
-				others++
-			}
-		}
-	}
-	return others == 0, nil
+	return true, nil
 }

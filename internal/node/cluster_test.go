@@ -14,6 +14,7 @@ import (
 
 	"github.com/netsy-io/netsy/internal/clock"
 	"github.com/netsy-io/netsy/internal/config"
+	"github.com/netsy-io/netsy/internal/discovery"
 	"github.com/netsy-io/netsy/internal/objstore"
 	"github.com/netsy-io/netsy/internal/objstore/faulty"
 	"github.com/netsy-io/netsy/internal/objstore/mem"
@@ -421,5 +422,46 @@ func handoffVia(t *testing.T, c *testCluster, id string) *netsyv1.ClusterState {
 			t.Fatal(err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A running node that is deregistered registers again at its next
+// heartbeat, and writes its nodes/ file again first: the Elector's map
+// and the bucket agree, so a later Elector knows the node too.
+func TestDeregisteredRunningNodeRegistersAgain(t *testing.T) {
+	c := newTestCluster(t, 0, "n1", "n2", "n3")
+	primary := c.separated(10 * time.Second)
+	el := c.elector()
+	victim := ""
+	for _, id := range c.ids() {
+		if id != primary && id != el {
+			victim = id
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	if err := c.node(el).roles.currentElector().Deregister(ctx, victim); err != nil {
+		t.Fatal(err)
+	}
+	key := discovery.NodeKey(victim)
+	for {
+		_, _, err := c.store.Get(ctx, key)
+		cs, cerr := c.node(el).roles.currentElector().ClusterState(ctx, true)
+		if cerr != nil {
+			t.Fatal(cerr)
+		}
+		listed := false
+		for _, n := range cs.Nodes {
+			if n.GetInfo().GetNodeId() == victim {
+				listed = true
+			}
+		}
+		if err == nil && listed {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("%s: %v in the bucket, listed by the Elector %v", key, err, listed)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -15,54 +13,10 @@ import (
 
 	"github.com/netsy-io/netsy/internal/clock"
 	"github.com/netsy-io/netsy/internal/config"
-	"github.com/netsy-io/netsy/internal/datafile"
+	"github.com/netsy-io/netsy/internal/discovery"
+	objopen "github.com/netsy-io/netsy/internal/objstore/open"
+	"github.com/netsy-io/netsy/internal/testutil/logdamage"
 )
-
-// damageLocalLog zeroes the record of the third entry from the end of the
-// newest segment in dataDir's log, leaving valid records after it: damage
-// no torn-tail rule explains. It returns the segment, the offset, the
-// damaged entry's index and the log's last index.
-func damageLocalLog(t *testing.T, dataDir string) (path string, off int64, index, last uint64) {
-	t.Helper()
-	segs, err := filepath.Glob(filepath.Join(dataDir, "wal", "*.seg"))
-	if err != nil || len(segs) == 0 {
-		t.Fatalf("no segments in %s: %v", dataDir, err)
-	}
-	sort.Strings(segs)
-	path = segs[len(segs)-1]
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := datafile.NewReader(path, strings.NewReader(string(data)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	type rec struct {
-		index      uint64
-		start, end int64
-	}
-	var recs []rec
-	for {
-		e, err := r.NextEntry()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		recs = append(recs, rec{e.Index, r.RecordOffset(), r.Offset()})
-	}
-	if len(recs) < 3 {
-		t.Fatalf("the newest segment holds %d entries, the test needs 3", len(recs))
-	}
-	d := recs[len(recs)-3]
-	clear(data[d.start:d.end])
-	if err := os.WriteFile(path, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path, d.start, d.index, recs[len(recs)-1].index
-}
 
 // startAgain starts the node that ran with cfg again (on the same
 // addresses: its registration names them).
@@ -76,6 +30,24 @@ func startAgain(t *testing.T, cfg config.Config, logs io.Writer) (*Node, error) 
 		t.Cleanup(func() { n.Close() })
 	}
 	return n, err
+}
+
+// departed records nodeID in storage's members.json as a node that was a
+// member once and is registered no more.
+func departed(t *testing.T, storage, clusterID, nodeID string) {
+	t.Helper()
+	ctx := t.Context()
+	store, err := objopen.Open(ctx, storage, objopen.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	if _, err := discovery.NewMembersFile(store, clusterID).Update(ctx, func(m *discovery.Members) error {
+		m.Assign(nodeID)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // fill writes k0..k9.
@@ -119,7 +91,11 @@ func TestDamagedLogStopsASingleNodeUntilRepaired(t *testing.T) {
 		t.Fatalf("repair of a running node's data directory: %v", err)
 	}
 	a.Close()
-	path, off, index, last := damageLocalLog(t, dataDir)
+	d := logdamage.ZeroThirdLast(t, filepath.Join(dataDir, "wal"))
+	path, off, index, last := d.Path, d.Offset, d.Index, d.LastIndex
+	// A node that was deregistered keeps its member id in members.json:
+	// this node is alone all the same, and its majority was itself.
+	departed(t, storage, a.cfg.ClusterID, "gone")
 
 	_, err := startAgain(t, a.cfg, io.Discard)
 	if err == nil {
@@ -163,7 +139,7 @@ func TestDamagedLogIsCutOnAQuorumZeroNode(t *testing.T) {
 	a := startNode(t, storage, func(c *config.Config) { c.DataDir, c.Quorum = dataDir, 0 })
 	fill(t, a)
 	a.Close()
-	path, _, _, _ := damageLocalLog(t, dataDir)
+	path := logdamage.ZeroThirdLast(t, filepath.Join(dataDir, "wal")).Path
 
 	var logs syncLog
 	b, err := startAgain(t, a.cfg, &logs)
@@ -206,7 +182,7 @@ func TestDamagedLogIsCutOnAClusterReplica(t *testing.T) {
 		t.Fatalf("k19 on %s: %v %v", replica, got, err)
 	}
 	c.crash(replica)
-	damageLocalLog(t, c.dirs[replica])
+	logdamage.ZeroThirdLast(t, filepath.Join(c.dirs[replica], "wal"))
 
 	c.start(replica)
 	c.ready(10 * time.Second)

@@ -4,14 +4,11 @@ package e2e
 
 import (
 	"fmt"
-	"io"
-	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"testing"
 
-	"github.com/netsy-io/netsy/internal/datafile"
+	"github.com/netsy-io/netsy/internal/testutil/logdamage"
 	"github.com/netsy-io/netsy/internal/testutil/procutil"
 )
 
@@ -35,7 +32,8 @@ func TestDamagedLogRepair(t *testing.T) {
 	if err := s.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	seg, off, damagedRev, lastRev := zeroThirdLastRecord(t, filepath.Join(s.DataDir, "wal"))
+	d := logdamage.ZeroThirdLast(t, filepath.Join(s.DataDir, "wal"))
+	seg, off, damagedRev, lastRev := d.Path, d.Offset, d.Revision, d.LastRevision
 	t.Logf("zeroed the record of revision %d at offset %d of %s", damagedRev, off, seg)
 
 	if err := s.Restart(); err == nil {
@@ -71,46 +69,4 @@ func TestDamagedLogRepair(t *testing.T) {
 	if rev := c.putRev("k31", "v31"); rev != revs[30]+1 {
 		t.Fatalf("k31 got revision %d, want %d", rev, revs[30]+1)
 	}
-}
-
-// zeroThirdLastRecord zeroes the third record from the end of the newest
-// segment in dir and returns the segment, the record's offset, its
-// revision and the last revision in the segment.
-func zeroThirdLastRecord(t *testing.T, dir string) (path string, off, rev, last int64) {
-	t.Helper()
-	segs, err := filepath.Glob(filepath.Join(dir, "*.seg"))
-	if err != nil || len(segs) == 0 {
-		t.Fatalf("no segments in %s: %v", dir, err)
-	}
-	sort.Strings(segs)
-	path = segs[len(segs)-1]
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := datafile.NewReader(path, strings.NewReader(string(data)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	type rec struct{ start, end, rev int64 }
-	var recs []rec
-	for {
-		e, err := r.NextEntry()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		recs = append(recs, rec{r.RecordOffset(), r.Offset(), e.Revision})
-	}
-	if len(recs) < 3 {
-		t.Fatalf("%s holds %d records, the test needs 3", path, len(recs))
-	}
-	d := recs[len(recs)-3]
-	clear(data[d.start:d.end])
-	if err := os.WriteFile(path, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path, d.start, d.rev, recs[len(recs)-1].rev
 }
