@@ -2,7 +2,7 @@ GO ?= go
 PROTOC ?= protoc
 GOBIN := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: all build run test test-unit test-e2e test-e2e-etcd test-k8s test-k8s-etcd fuzz proto vet fmt bench bench-cluster tools clean cluster cluster-status cluster-stop
+.PHONY: all build run test soak test-unit test-e2e test-e2e-etcd test-k8s test-k8s-etcd fuzz proto vet fmt bench bench-cluster tools clean cluster cluster-status cluster-stop
 
 # Unit and protocol tests get the race detector; process-level suites run
 # the built binary and do not need it.
@@ -75,6 +75,14 @@ test-e2e: build
 	# The client-facing suites again, against a replica of a 3-node cluster.
 	NETSY_E2E_REPLICA=1 NETSY_BIN=$(CURDIR)/bin/netsy NETSYCTL_BIN=$(CURDIR)/bin/netsyctl $(GO) test -tags e2e -count=1 -timeout 20m \
 		-run '^(TestEtcdctl|TestElection|TestMutex|TestWatchStitching|TestTxnManyCompares|TestProgressNotify|TestLinearizability)' ./test/e2e/
+
+# soak runs the linearizability check under faults with a long random
+# fault plan (not part of test or CI): SOAK_ROUNDS faults per quorum mode;
+# NETSY_SOAK_SEED=N replays a plan the log names.
+SOAK_ROUNDS ?= 60
+soak: tools build
+	NETSY_REQUIRE_MINIO=1 NETSY_SOAK_ROUNDS=$(SOAK_ROUNDS) NETSY_BIN=$(CURDIR)/bin/netsy NETSYCTL_BIN=$(CURDIR)/bin/netsyctl \
+		$(GO) test -tags e2e -count=1 -timeout 6h -v -run '^TestClusterLinearizable$$' ./test/e2e/
 
 # test-e2e-etcd runs the same suite against etcd 3.6.10, proving the tests.
 test-e2e-etcd:
