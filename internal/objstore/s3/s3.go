@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
@@ -61,6 +62,9 @@ type Store struct {
 
 var _ objstore.Store = (*Store)(nil)
 
+// responseHeaderTimeout bounds the wait for an answer to one attempt.
+const responseHeaderTimeout = 15 * time.Second
+
 // Open builds a Store. It performs no request: a wrong bucket or credentials
 // surface on the first call, wrapped with the operation and key.
 func Open(ctx context.Context, o Options) (*Store, error) {
@@ -75,6 +79,11 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		// The SDK's own buildable client, so AWS_CA_BUNDLE and friends still apply.
 		config.WithHTTPClient(awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) {
 			tr.MaxIdleConnsPerHost = 32 // racing CAS writers and uploads share one host
+			// A server that takes the connection and never answers (a
+			// frozen process) fails the attempt instead of holding it
+			// forever; the clock starts once the request is written, so
+			// a large upload is not cut short.
+			tr.ResponseHeaderTimeout = responseHeaderTimeout
 		})),
 		config.WithRequestChecksumCalculation(aws.RequestChecksumCalculationWhenRequired),
 		config.WithResponseChecksumValidation(aws.ResponseChecksumValidationWhenRequired),
