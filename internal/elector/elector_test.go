@@ -40,6 +40,8 @@ type fakeNode struct {
 	reach  reach
 	hb     *netsyv1.Heartbeat
 	pushes []*netsyv1.ClusterState
+	// cs is the Cluster State its view holds (nil: none).
+	cs *netsyv1.ClusterState
 }
 
 type fakePeers struct {
@@ -75,7 +77,11 @@ func (p *fakePeers) GetNodeState(_ context.Context, n *netsyv1.NodeInfo) (*netsy
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return &netsyv1.NodeState{State: cloneHB(f.hb), Info: f.info}, nil
+	ns := &netsyv1.NodeState{State: cloneHB(f.hb), Info: f.info}
+	if f.cs != nil {
+		ns.ClusterState = proto.Clone(f.cs).(*netsyv1.ClusterState)
+	}
+	return ns, nil
 }
 
 func (p *fakePeers) PushClusterState(_ context.Context, n *netsyv1.NodeInfo, cs *netsyv1.ClusterState) (*netsyv1.PushClusterStateResponse, error) {
@@ -482,4 +488,53 @@ func TestDecideTable(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A request to an Elector whose Run returned fails at once with
+// ErrStopped (the caller then looks for the new Elector) instead of
+// waiting for its own deadline.
+func TestStoppedElectorAnswersAtOnce(t *testing.T) {
+	c := newCluster(t, -1, "n1").begin(-1)
+	c.run(5*time.Second, primaryIs("n1", 1))
+	c.close()
+	ctx := t.Context() // before the fix, the calls below waited for it
+	_, err := c.e.Heartbeat(ctx, cloneHB(c.peers.node("n1").hb))
+	if !errors.Is(err, ErrStopped) {
+		t.Fatalf("heartbeat to a stopped Elector: %v, want ErrStopped", err)
+	}
+	if _, err := c.e.ClusterState(ctx, true); !errors.Is(err, ErrStopped) {
+		t.Fatalf("ClusterState of a stopped Elector: %v, want ErrStopped", err)
+	}
+}
+
+// A new Elector whose nodes know a Primary at a term below the highest
+// term handed out (members.json) does not name it: its answers would renew
+// a lease that may overlap the lease of the unknown Primary of the higher
+// term. It elects at a higher term instead.
+func TestStalePreviousPrimaryNotNamed(t *testing.T) {
+	c := newCluster(t, -1, "n1", "n2", "n3")
+	if _, err := discovery.NewMembersFile(c.store, "c1").Update(t.Context(), func(m *discovery.Members) error {
+		m.PrimaryTerm = 5
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	stale := &netsyv1.ClusterState{Primary: c.peers.node("n2").info, PrimaryTerm: 4, ElectorTerm: 1}
+	for _, id := range []string{"n1", "n2", "n3"} {
+		c.set(id, func(f *fakeNode) { f.cs, f.hb.PrimaryTerm, f.hb.PrimaryId = stale, 4, "n2" })
+	}
+	c.set("n2", func(f *fakeNode) { f.hb.PrimaryState = netsyv1.PrimaryState_ACTIVE })
+	c.start(2, -1, "n1")
+	for range 8 {
+		c.beat()
+		cs, err := c.e.ClusterState(t.Context(), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cs.GetPrimary().GetNodeId() == "n2" && cs.PrimaryTerm == 4 {
+			t.Fatalf("the Elector names the stale Primary n2 at term 4 (members.json has term 5): %v", cs)
+		}
+		c.clk.Advance(250 * time.Millisecond)
+	}
+	c.run(10*time.Second, func(cs *netsyv1.ClusterState) bool { return cs.GetPrimary() != nil && cs.PrimaryTerm > 5 })
 }
