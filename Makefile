@@ -2,7 +2,7 @@ GO ?= go
 PROTOC ?= protoc
 GOBIN := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: all build run test test-unit test-e2e test-e2e-etcd test-k8s test-k8s-etcd fuzz proto vet fmt bench tools clean
+.PHONY: all build run test soak test-unit test-e2e test-e2e-etcd test-k8s test-k8s-etcd fuzz proto vet fmt bench bench-cluster tools clean cluster cluster-status cluster-stop
 
 # Unit and protocol tests get the race detector; process-level suites run
 # the built binary and do not need it.
@@ -23,6 +23,18 @@ build:
 run:
 	$(GO) run ./cmd/netsy
 
+# cluster runs MinIO and three nodes on loopback (deploy/local-cluster.sh,
+# data under .cache/local-cluster/) and prints how to reach them; they keep
+# running until cluster-stop.
+cluster:
+	bash deploy/local-cluster.sh start
+
+cluster-status:
+	bash deploy/local-cluster.sh status
+
+cluster-stop:
+	bash deploy/local-cluster.sh stop
+
 proto:
 	@command -v $(PROTOC) >/dev/null || { echo "protoc missing: apt-get install -y protobuf-compiler"; exit 1; }
 	GOFLAGS= $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
@@ -39,10 +51,13 @@ fmt:
 	gofmt -l -w $$(git ls-files '*.go')
 
 # tools installs what the tests need into the git-ignored .cache/: etcd,
-# etcdctl and etcd's benchmark tool (v3.6.10) and MinIO.
+# etcdctl and etcd's benchmark tool (v3.6.10), MinIO, and kube-apiserver and
+# kubectl (v1.34.4, for the TLS e2e and the deploy/kubernetes dry run; a
+# cold build takes minutes, later runs find them built).
 tools:
 	bash scripts/build-etcd.sh >/dev/null
 	bash deploy/minio/minio.sh install
+	bash scripts/build-kube.sh >/dev/null
 
 test: tools
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
@@ -61,6 +76,14 @@ test-e2e: build
 	NETSY_E2E_REPLICA=1 NETSY_BIN=$(CURDIR)/bin/netsy NETSYCTL_BIN=$(CURDIR)/bin/netsyctl $(GO) test -tags e2e -count=1 -timeout 20m \
 		-run '^(TestEtcdctl|TestElection|TestMutex|TestWatchStitching|TestTxnManyCompares|TestProgressNotify|TestLinearizability)' ./test/e2e/
 
+# soak runs the linearizability check under faults with a long random
+# fault plan (not part of test or CI): SOAK_ROUNDS faults per quorum mode;
+# NETSY_SOAK_SEED=N replays a plan the log names.
+SOAK_ROUNDS ?= 60
+soak: tools build
+	NETSY_REQUIRE_MINIO=1 NETSY_SOAK_ROUNDS=$(SOAK_ROUNDS) NETSY_BIN=$(CURDIR)/bin/netsy NETSYCTL_BIN=$(CURDIR)/bin/netsyctl \
+		$(GO) test -tags e2e -count=1 -timeout 6h -v -run '^TestClusterLinearizable$$' ./test/e2e/
+
 # test-e2e-etcd runs the same suite against etcd 3.6.10, proving the tests.
 test-e2e-etcd:
 	NETSY_E2E_TARGET=etcd $(GO) test -tags e2e -count=1 -timeout 20m ./test/e2e/
@@ -69,6 +92,8 @@ test-e2e-etcd:
 # pkg/storage/cacher, v0.34) against a fresh netsy process per test.
 test-k8s: build
 	NETSY_BIN=$(CURDIR)/bin/netsy bash test/k8s/run.sh netsy
+	# Again against a replica's endpoint of a 3-node cluster (--quorum -1).
+	NETSY_CLUSTER_NODES=3 NETSY_BIN=$(CURDIR)/bin/netsy bash test/k8s/run.sh netsy
 
 # test-k8s-etcd runs the same suites against etcd 3.6.10, proving the harness.
 test-k8s-etcd:
@@ -85,8 +110,16 @@ clean:
 
 # bench runs Netsy (sync mode on the file store, --quorum -1, sync mode on a
 # harness-started MinIO) and etcd side by side with etcd's benchmark tool (not
-# part of test or CI); results go to bench/results/. BENCHFLAGS=-quick for a
-# smoke run.
+# part of test or CI), then bench-cluster; results go to bench/results/.
+# BENCHFLAGS=-quick for a smoke run.
 BENCHFLAGS ?=
 bench:
 	$(GO) run ./bench/cmd/netsybench $(BENCHFLAGS)
+	$(MAKE) --no-print-directory bench-cluster
+
+# bench-cluster compares a 3-node Netsy cluster on MinIO with a 3-member etcd
+# cluster: put, range and watch rows, and failover (leader SIGKILL, handoff).
+# BENCHCLUSTERFLAGS (default: BENCHFLAGS) are its flags.
+BENCHCLUSTERFLAGS ?= $(BENCHFLAGS)
+bench-cluster:
+	$(GO) run ./bench/cmd/netsybench -cluster $(BENCHCLUSTERFLAGS)

@@ -20,8 +20,15 @@ const usage = `netsy runs a Netsy node: an etcd v3 compatible key-value server.
 
 With no flags it serves the etcd API on 127.0.0.1:2379 and keeps its data
 under ./netsy-data. Every flag can also be set through the environment
-variable NETSY_<FLAG> (upper case, '-' becomes '_'); a flag on the command
-line wins over the environment.
+variable NETSY_<FLAG> (upper case, '-' becomes '_') and in the YAML file
+named by --config-file, whose keys are the flag names. A flag on the
+command line wins over the environment, which wins over the file;
+--print-config shows every setting and where it came from.
+
+Plaintext is served only on loopback addresses: on any other address the
+client port needs --cert-file and --key-file, and the peer port
+--peer-cert-file, --peer-key-file and --peer-trusted-ca-file (or
+--insecure-plaintext).
 
 Flags:
 `
@@ -36,7 +43,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fs.PrintDefaults()
 	}
 	showVersion := fs.Bool("version", false, "print the version and exit")
-	cfg, err := config.Parse(fs, args, os.Getenv)
+	printConfig := fs.Bool("print-config", false, "print the effective configuration (a config file, with each value's source) and exit")
+	cfg, settings, err := config.ParseSettings(fs, args, os.Getenv)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
@@ -44,6 +52,16 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		// Before validation: --version must work whatever else is set.
 		fmt.Fprint(stdout, version.Get())
 		return 0
+	}
+	if *printConfig && settings != nil {
+		// Also when validation failed: seeing the values is how to tell why.
+		if werr := config.WriteSettings(stdout, settings); werr != nil {
+			fmt.Fprintf(stderr, "netsy: %v\n", werr)
+			return 1
+		}
+		if err == nil {
+			return 0
+		}
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "netsy: %v\n", err)

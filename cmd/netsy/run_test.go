@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -48,7 +50,9 @@ func TestHelpListsEveryFlag(t *testing.T) {
 	}
 	for _, f := range []string{"-data-dir", "-client-addr", "-http-addr", "-progress-notify-interval", "-log-level", "-log-format",
 		"-name", "-storage", "-s3-endpoint", "-s3-region", "-s3-path-style", "-quorum", "-snapshot-every-revisions", "-snapshot-keep",
-		"-value-spill-min", "-max-request-bytes", "-version", "NETSY_"} {
+		"-value-spill-min", "-max-request-bytes", "-version", "NETSY_",
+		"-cert-file", "-key-file", "-trusted-ca-file", "-client-cert-auth", "-peer-cert-file", "-peer-key-file",
+		"-peer-trusted-ca-file", "-tls-min-version", "-insecure-plaintext", "-config-file", "-print-config"} {
 		if !strings.Contains(out.String(), f) {
 			t.Errorf("--help does not mention %s", f)
 		}
@@ -60,6 +64,32 @@ func TestBadValueNamesTheFlag(t *testing.T) {
 	code := Run(context.Background(), []string{"--log-format", "xml", "--data-dir", t.TempDir()}, &out, &out)
 	if code == 0 || !strings.Contains(out.String(), "--log-format") {
 		t.Fatalf("exit %d, output %q", code, out.String())
+	}
+}
+
+func TestPrintConfig(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "netsy.yaml")
+	if err := os.WriteFile(file, []byte("log-level: warn\nquorum: 0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("NETSY_LOG_LEVEL", "error")
+	var out, errOut syncBuffer
+	code := Run(context.Background(), []string{"--config-file", file, "--print-config", "--name", "n1"}, &out, &errOut)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	for _, line := range []string{"name: n1 # flag", "log-level: error # env NETSY_LOG_LEVEL",
+		"quorum: 0 # file " + file + ":2", "client-addr: 127.0.0.1:2379 # default"} {
+		if !strings.Contains(out.String(), line+"\n") {
+			t.Errorf("--print-config lacks %q:\n%s", line, out.String())
+		}
+	}
+	// An invalid configuration is printed too, then refused.
+	var out2, errOut2 syncBuffer
+	code = Run(context.Background(), []string{"--print-config", "--client-addr", "192.0.2.1:2379"}, &out2, &errOut2)
+	if code != 2 || !strings.Contains(out2.String(), "client-addr: 192.0.2.1:2379 # flag") ||
+		!strings.Contains(errOut2.String(), "--client-addr 192.0.2.1:2379: plaintext is served only on loopback") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out2.String(), errOut2.String())
 	}
 }
 

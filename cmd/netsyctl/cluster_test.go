@@ -486,3 +486,39 @@ func TestUsageNamesClusterCommands(t *testing.T) {
 		}
 	}
 }
+
+// --if-primary hands off only when the node asked is itself the Primary:
+// the preStop hook of every pod runs it against its own node, with the
+// flags from the environment.
+func TestHandoffIfPrimary(t *testing.T) {
+	c := startCluster(t)
+	c.n1.handoffTo = c.n3.info()
+	c.n2.self.State.PrimaryState = netsyv1.PrimaryState_ACTIVE
+	t.Setenv("NETSYCTL_IF_PRIMARY", "true")
+	t.Setenv("NETSYCTL_PEER_ENDPOINTS", c.n3.addr)
+	out, errOut, code := run(t, "handoff")
+	if code != 0 || out != "n3 is not the Primary (REPLICA): nothing to hand off\n" || len(c.n1.handoffReqs) != 0 {
+		t.Fatalf("not the Primary: exit %d: %q %s; Elector got %v", code, out, errOut, c.n1.handoffReqs)
+	}
+	out, errOut, code = run(t, "handoff", "--peer-endpoints", c.n2.addr)
+	if code != 0 || !strings.HasPrefix(out, "Primary is now n3") || len(c.n1.handoffReqs) != 1 {
+		t.Fatalf("the Primary: exit %d: %q %s; Elector got %v", code, out, errOut, c.n1.handoffReqs)
+	}
+}
+
+// A flag on the command line wins over NETSYCTL_<FLAG>; a bad value from
+// the environment names the variable.
+func TestFlagsFromEnvironment(t *testing.T) {
+	c := startCluster(t)
+	t.Setenv("NETSYCTL_PEER_ENDPOINTS", "127.0.0.1:1")
+	t.Setenv("NETSYCTL_O", "json")
+	out, errOut, code := run(t, "cluster-state", "--peer-endpoints", c.n1.addr)
+	if code != 0 || !strings.HasPrefix(out, "{") {
+		t.Fatalf("exit %d: %s %s", code, out, errOut)
+	}
+	t.Setenv("NETSYCTL_TIMEOUT", "soon")
+	_, errOut, code = run(t, "cluster-state")
+	if code == 0 || !strings.Contains(errOut, `--timeout (from NETSYCTL_TIMEOUT="soon")`) {
+		t.Fatalf("bad environment value: exit %d: %s", code, errOut)
+	}
+}

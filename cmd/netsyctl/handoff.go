@@ -12,7 +12,7 @@ import (
 	"github.com/netsy-io/netsy/proto/netsyv1"
 )
 
-const handoffUsage = "usage: netsyctl handoff [--to NODE] [--endpoints E | --peer-endpoints P] [--timeout D] [-o table|json]"
+const handoffUsage = "usage: netsyctl handoff [--to NODE] [--if-primary] [--endpoints E | --peer-endpoints P] [--timeout D] [-o table|json]"
 
 // handedOff is what `handoff -o json` prints.
 type handedOff struct {
@@ -34,6 +34,7 @@ func runHandoff(ctx context.Context, args []string, stdout io.Writer) error {
 	c.bindWith(fs, time.Minute)
 	c.bindPeer(fs)
 	to := fs.String("to", "", "node id to prefer as the next Primary (default: the Elector picks)")
+	ifPrimary := fs.Bool("if-primary", false, "hand off only if the first node to answer (the first of --peer-endpoints) is itself the Primary, else do nothing: a node's own preStop hook, with --peer-endpoints 127.0.0.1:2380")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -56,6 +57,15 @@ func runHandoff(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	before := a.self.GetClusterState()
+	// The node's own primary state, not its view of the roles, which may
+	// lag: a node that is no Primary has nothing to hand off.
+	if st := a.self.GetState().GetPrimaryState(); *ifPrimary && st != netsyv1.PrimaryState_ACTIVE && st != netsyv1.PrimaryState_STARTING {
+		if c.output == "json" {
+			return writeJSON(stdout, map[string]any{"handed_off": false, "node": a.name(), "primary_state": st.String()})
+		}
+		_, err := fmt.Fprintf(stdout, "%s is not the Primary (%s): nothing to hand off\n", a.name(), st)
+		return err
+	}
 	clk := clock.Real()
 	start := clk.Now()
 	var resp *netsyv1.HandoffResponse

@@ -11,9 +11,12 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/netsy-io/netsy/internal/clock"
+	"github.com/netsy-io/netsy/internal/tlsconf"
 	"github.com/netsy-io/netsy/proto/netsyv1"
 )
 
@@ -24,16 +27,63 @@ type peers struct {
 	// from says where addrs came from, for error messages.
 	from  string
 	conns map[string]*grpc.ClientConn
+	// creds secure the connections: mutual TLS with a peer certificate,
+	// or plaintext.
+	creds credentials.TransportCredentials
+	tls   bool
 }
 
 func (c *common) bindPeer(fs *flag.FlagSet) {
 	fs.StringVar(&c.peerEndpoints, "peer-endpoints", "", "comma-separated peer addresses (host:port); default: the peer URLs in the member list of --endpoints")
+	fs.StringVar(&c.peerCert, "peer-cert", "", "certificate presented on the peer port (mutual TLS, with --peer-key): a peer identity, such as a node's --peer-cert-file")
+	fs.StringVar(&c.peerKey, "peer-key", "", "key of --peer-cert")
+	fs.StringVar(&c.peerCACert, "peer-cacert", "", "verify the peer ports' certificates with this CA bundle (default: --cacert)")
+}
+
+// peerCreds are the credentials of the peer port: mutual TLS when any of
+// --peer-cert, --peer-key and --peer-cacert is given (the peer port takes
+// only peer identities), else plaintext. Nodes are verified by host name,
+// as on the client port.
+func (c *common) peerCreds() (credentials.TransportCredentials, bool, error) {
+	if c.peerCert == "" && c.peerKey == "" && c.peerCACert == "" {
+		return insecure.NewCredentials(), false, nil
+	}
+	if c.peerCert == "" || c.peerKey == "" {
+		return nil, false, errors.New("--peer-cert and --peer-key: the peer port accepts only peer identities; give both")
+	}
+	ca := c.peerCACert
+	if ca == "" {
+		ca = c.cacert
+	}
+	cfg, err := tlsconf.ClientConfig(tlsconf.ClientOptions{
+		CertFile:      c.peerCert,
+		KeyFile:       c.peerKey,
+		TrustedCAFile: ca,
+		Clock:         clock.Real(),
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("--peer-cert/--peer-key/--peer-cacert: %w", err)
+	}
+	return credentials.NewTLS(cfg), true, nil
 }
 
 // peers finds the peer addresses: --peer-endpoints as given, or else the
 // peer URLs of the member list --endpoints answers, the answering member
 // first.
 func (c *common) peers(ctx context.Context) (*peers, error) {
+	creds, secure, err := c.peerCreds()
+	if err != nil {
+		return nil, err
+	}
+	p, err := c.findPeers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p.creds, p.tls = creds, secure
+	return p, nil
+}
+
+func (c *common) findPeers(ctx context.Context) (*peers, error) {
 	if c.peerEndpoints != "" {
 		var addrs []string
 		for _, e := range strings.Split(c.peerEndpoints, ",") {
@@ -63,7 +113,7 @@ func (c *common) peers(ctx context.Context) (*peers, error) {
 }
 
 func newPeers(addrs []string, from string) *peers {
-	return &peers{addrs: addrs, from: from, conns: map[string]*grpc.ClientConn{}}
+	return &peers{addrs: addrs, from: from, conns: map[string]*grpc.ClientConn{}, creds: insecure.NewCredentials()}
 }
 
 // peersOf lists the members' peer addresses, the answering member's first.
@@ -102,9 +152,7 @@ func (p *peers) conn(addr string) (*grpc.ClientConn, error) {
 	if cc := p.conns[addr]; cc != nil {
 		return cc, nil
 	}
-	// Plaintext: the peer port has no TLS yet (SPEC §9 will add mutual
-	// TLS, and with it the certificate flags here).
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(p.creds))
 	if err != nil {
 		return nil, fmt.Errorf("peer address %q: %w", addr, err)
 	}
@@ -148,7 +196,7 @@ func (p *peers) anyNode(ctx context.Context) (answer, error) {
 		if err == nil {
 			return answer{addr: addr, self: ns}, nil
 		}
-		failed = append(failed, explain(addr, err))
+		failed = append(failed, p.explain(addr, err))
 		if ctx.Err() != nil {
 			break
 		}
@@ -179,7 +227,7 @@ func (p *peers) withElector(ctx context.Context, first answer, call func(context
 		if err == nil {
 			return el, nil
 		}
-		callErr := fmt.Errorf("Elector %s: %s", el.GetNodeId(), explain(addr, err))
+		callErr := fmt.Errorf("Elector %s: %s", el.GetNodeId(), p.explain(addr, err))
 		if status.Code(err) != codes.FailedPrecondition {
 			return el, callErr
 		}
@@ -190,6 +238,29 @@ func (p *peers) withElector(ctx context.Context, first answer, call func(context
 		}
 		el = next
 	}
+}
+
+// explain is explain with a hint at the peer port's TLS when the
+// connection failed at the handshake.
+func (p *peers) explain(addr string, err error) string {
+	msg := explain(addr, err)
+	if status.Code(err) != codes.Unavailable {
+		return msg
+	}
+	switch text := err.Error(); {
+	case !p.tls && (strings.Contains(text, "connection reset") || strings.Contains(text, "EOF") || strings.Contains(text, "http2")):
+		return msg + "; if the peer port serves mutual TLS, give --peer-cert and --peer-key (a peer certificate) and --peer-cacert or --cacert"
+	case p.tls && !peerRefused(err):
+		// A refused certificate shows as an alert or, with TLS 1.3, as a
+		// connection the node closed.
+		return msg + "; the peer port accepts only peer certificates of its cluster (--peer-cert: netsy://{cluster_id}/peer/{name}) signed by a CA it trusts"
+	}
+	return msg
+}
+
+// peerRefused reports a connection refused: nothing listens there.
+func peerRefused(err error) bool {
+	return strings.Contains(err.Error(), "connection refused")
 }
 
 // explain says what failed at addr and what to check.

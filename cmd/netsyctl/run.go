@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -42,6 +43,9 @@ Commands:
   inspect F           dump a Netsy data file (segment, chunk or snapshot, or a
                       file-store object file such as objects/wal.dir/N.obj);
                       with --storage URL, F is an object key (wal/..., snapshots/...)
+  repair DATA_DIR     cut the local log of a stopped node at its first
+                      damaged record and print the revisions it dropped
+                      (when netsy refuses to start on a damaged log)
   certs init|node|client
                       create a development CA and node and client
                       certificates for a TLS cluster
@@ -55,7 +59,12 @@ the first endpoint that answers, or take them as given with
 --peer-endpoints (host:port, comma-separated), which skips the client port.
 Every command that talks to a node gives up after --timeout (10s; handoff
 1m) and prints JSON with -o json.
-TLS: --cacert, --cert and --key, as for etcdctl.
+Every flag can also be set through the environment variable NETSYCTL_<FLAG>
+(upper case, '-' becomes '_'), as etcdctl's through ETCDCTL_<FLAG>.
+TLS: --cacert, --cert and --key, as for etcdctl, on the client port. The
+peer port (cluster-state, deregister, handoff) accepts only peer
+identities: give a peer certificate with --peer-cert and --peer-key (and
+--peer-cacert when its CA is not --cacert).
 
 Run 'netsyctl <command> -h' for the command's flags.
 `
@@ -76,6 +85,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		"handoff":       runHandoff,
 		"snapshot":      runSnapshot,
 		"inspect":       runInspect,
+		"repair":        runRepair,
 		"certs":         runCerts,
 		"version":       runVersion,
 	}
@@ -103,6 +113,8 @@ type common struct {
 	// cacert, cert and key are etcdctl's TLS flags; with any of them set
 	// every connection to a node is TLS.
 	cacert, cert, key string
+	// peerCert, peerKey and peerCACert secure the peer port (peer.go).
+	peerCert, peerKey, peerCACert string
 }
 
 func (c *common) bind(fs *flag.FlagSet) { c.bindWith(fs, 10*time.Second) }
@@ -186,7 +198,34 @@ func newFlagSet(name string, w io.Writer) *flag.FlagSet {
 // parseArgs parses flags wherever they stand among the arguments
 // (`snapshot restore FILE --data-dir DIR` as well as flags first) and
 // returns the positional arguments. After "--" everything is positional.
+// A flag not given takes its value from the environment variable
+// NETSYCTL_<FLAG> (upper case, '-' becomes '_'), as etcdctl's flags do
+// from ETCDCTL_<FLAG>.
 func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return nil, err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := envName(f.Name)
+		if v := os.Getenv(name); v != "" && !set[f.Name] && envErr == nil {
+			if err := f.Value.Set(v); err != nil {
+				envErr = fmt.Errorf("--%s (from %s=%q): %w", f.Name, name, v, err)
+			}
+		}
+	})
+	return pos, envErr
+}
+
+// envName is the environment variable that backs a netsyctl flag.
+func envName(flagName string) string {
+	return "NETSYCTL_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 )
 
 // WriteTable prints v for people: a header block with the roles and
@@ -21,6 +22,10 @@ func WriteTable(out io.Writer, v View, events bool) error {
 	fmt.Fprintf(tw, "Primary:\t%s\n", describe(v.Primary, "none elected"))
 	fmt.Fprintf(tw, "Primary term:\t%d\n", v.PrimaryTerm)
 	fmt.Fprintf(tw, "Nodes registered:\t%d\n", v.RegisteredNodes)
+	if rp := v.Replication; rp != nil {
+		fmt.Fprintf(tw, "Quorum:\t%s\n", quorumLine(rp))
+		fmt.Fprintf(tw, "Fallbacks:\t%d\n", rp.Fallbacks)
+	}
 	if v.ViaNode != "" {
 		fmt.Fprintf(tw, "Via node:\t%s\n", v.ViaNode)
 	}
@@ -30,7 +35,7 @@ func WriteTable(out io.Writer, v View, events bool) error {
 	tw.Flush()
 
 	fmt.Fprintln(w)
-	fmt.Fprintln(tw, "NODE\tMEMBER ID\tROLE\tHEALTH\tSTATE\tLATEST REV\tCOMMITTED REV\tLAG\tLAST HEARTBEAT\tDEGRADED FOR\tPEER ADDR")
+	fmt.Fprintln(tw, "NODE\tMEMBER ID\tROLE\tHEALTH\tSTATE\tLATEST REV\tCOMMITTED REV\tLAG\tREPLICATION\tLAST HEARTBEAT\tDEGRADED FOR\tPEER ADDR")
 	for _, r := range v.Nodes {
 		latest, committed := "-", "-"
 		if r.known {
@@ -44,9 +49,9 @@ func WriteTable(out io.Writer, v View, events bool) error {
 		if r.Source == SourceSelf {
 			heartbeat = "(self-reported)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
 			r.NodeID, dash(r.MemberID), role(r), r.Health, r.PrimaryState, latest, committed, lag,
-			dash(heartbeat), dash(r.DegradedFor), dash(r.PeerAddr))
+			replication(r.Replica), dash(heartbeat), dash(r.DegradedFor), dash(r.PeerAddr))
 	}
 	if len(v.Nodes) == 0 {
 		fmt.Fprintln(tw, "(none)")
@@ -69,6 +74,48 @@ func WriteTable(out io.Writer, v View, events bool) error {
 	}
 	tw.Flush()
 	return w.err
+}
+
+// quorumLine says how writes are acknowledged.
+func quorumLine(rp *ReplicationView) string {
+	var mode string
+	switch {
+	case rp.Quorum == 0:
+		mode = "0 (object storage)"
+	case rp.Quorum > 0:
+		mode = fmt.Sprintf("%d (static)", rp.Quorum)
+	default:
+		mode = "-1 (majority)"
+	}
+	if rp.Quorum != 0 {
+		mode += fmt.Sprintf(", %d replica receipts per write", rp.ReplicasNeeded)
+	}
+	switch {
+	case rp.Quorum == 0:
+	case rp.Fallback:
+		mode += "; falling back to object storage: " + rp.FallbackReason
+	case rp.ReplicasNeeded == 0:
+		mode += "; alone: local fsync"
+	default:
+		mode += "; acknowledged by replicas"
+	}
+	return mode
+}
+
+// replication describes a replica as the Primary sees it: lag in entries
+// and time, and whether it counts toward the quorum.
+func replication(r *ReplicaView) string {
+	if r == nil {
+		return "-"
+	}
+	s := fmt.Sprintf("%d behind", r.LagEntries)
+	if r.LagEntries > 0 {
+		s += fmt.Sprintf(" (%s)", FormatAge(time.Duration(r.LagMS)*time.Millisecond))
+	}
+	if r.Counted {
+		return s + ", counted"
+	}
+	return s + ", not counted: " + r.NotCounted
 }
 
 // errWriter keeps the first write error, so the many prints above need

@@ -60,8 +60,41 @@ type NodeRow struct {
 	// older term here than the view's.
 	SeenPrimaryID   string `json:"seen_primary_id,omitempty"`
 	SeenPrimaryTerm uint64 `json:"seen_primary_term"`
+	// Replica is the Primary's record of this node as its replica; nil
+	// when the Primary reported none (it is the Primary, or it does not
+	// follow).
+	Replica *ReplicaView `json:"replica,omitempty"`
 
 	known bool // a heartbeat or the node's own state was seen
+	// repl is the node's report as the Primary.
+	repl *netsyv1.Replication
+}
+
+// ReplicaView is what the Primary reports of one replica.
+type ReplicaView struct {
+	// DurableIndex is the highest log index the replica reported fsync'd.
+	DurableIndex uint64 `json:"durable_index"`
+	// LagEntries and LagMS are how far it is behind the Primary's log:
+	// entries, and how long ago the first one it lacks was appended.
+	LagEntries uint64 `json:"lag_entries"`
+	LagMS      int64  `json:"lag_ms"`
+	// Counted says it counts toward the write quorum now; NotCounted says
+	// why not.
+	Counted    bool   `json:"counted"`
+	NotCounted string `json:"not_counted,omitempty"`
+}
+
+// ReplicationView is the Primary's account of quorum commit.
+type ReplicationView struct {
+	Quorum         int32  `json:"quorum"`
+	ReplicasNeeded uint32 `json:"replicas_needed"`
+	// Fallback says writes are acknowledged through object storage now,
+	// and FallbackReason why.
+	Fallback       bool   `json:"fallback"`
+	FallbackReason string `json:"fallback_reason,omitempty"`
+	// Fallbacks counts the times the Primary fell back since it became
+	// Active.
+	Fallbacks uint64 `json:"fallbacks"`
 }
 
 // EventRow is one logged role change.
@@ -93,6 +126,9 @@ type View struct {
 	Primary         *NodeRef `json:"primary"`
 	PrimaryTerm     uint64   `json:"primary_term"`
 	RegisteredNodes uint32   `json:"registered_nodes"`
+	// Replication is the Primary's account of quorum commit, from its last
+	// heartbeat; nil when none is known.
+	Replication *ReplicationView `json:"replication,omitempty"`
 	// Version counts the Elector's changes within its term.
 	Version uint64    `json:"version"`
 	Nodes   []NodeRow `json:"nodes"`
@@ -154,6 +190,23 @@ func FromProto(cs *netsyv1.ClusterState, self *netsyv1.NodeState) View {
 		r.Primary = v.Primary != nil && r.NodeID == v.Primary.NodeID
 		if r.Primary {
 			primary = r
+		}
+	}
+	if primary != nil && primary.repl != nil {
+		rep := primary.repl
+		v.Replication = &ReplicationView{
+			Quorum: rep.GetQuorum(), ReplicasNeeded: rep.GetReplicasNeeded(),
+			Fallback: rep.GetFallback(), FallbackReason: rep.GetFallbackReason(), Fallbacks: rep.GetFallbacks(),
+		}
+		for _, rs := range rep.GetReplicas() {
+			for i := range v.Nodes {
+				if r := &v.Nodes[i]; r.NodeID == rs.GetNodeId() {
+					r.Replica = &ReplicaView{
+						DurableIndex: rs.GetDurableIndex(), LagEntries: rs.GetLagEntries(), LagMS: rs.GetLagMs(),
+						Counted: rs.GetCounted(), NotCounted: rs.GetNotCountedReason(),
+					}
+				}
+			}
 		}
 	}
 	if primary != nil && primary.known {
@@ -234,6 +287,7 @@ func fillFromHeartbeat(r *NodeRow, hb *netsyv1.Heartbeat) {
 	r.CommittedRevision = hb.GetCommittedRevision()
 	r.SeenPrimaryID = hb.GetPrimaryId()
 	r.SeenPrimaryTerm = hb.GetPrimaryTerm()
+	r.repl = hb.GetReplication()
 }
 
 func mergeEvents(lists ...[]*netsyv1.Event) []EventRow {

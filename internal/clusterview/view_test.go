@@ -32,6 +32,21 @@ func hb(id string, st netsyv1.PrimaryState, latest, committed int64) *netsyv1.He
 		LatestRevision: latest, CommittedRevision: committed, PrimaryTerm: 7, PrimaryId: "n2"}
 }
 
+// primaryHB is n2's heartbeat as the Active Primary: majority quorum of
+// six (two replica receipts), n1 and n6 counted, n3 not (Degraded).
+func primaryHB() *netsyv1.Heartbeat {
+	h := hb("n2", netsyv1.PrimaryState_ACTIVE, 120, 118)
+	h.Replication = &netsyv1.Replication{
+		Quorum: -1, ReplicasNeeded: 3, Fallbacks: 2,
+		Replicas: []*netsyv1.ReplicaStatus{
+			{NodeId: "n1", DurableIndex: 130, LagEntries: 0, Counted: true},
+			{NodeId: "n3", DurableIndex: 95, LagEntries: 35, LagMs: 2600, NotCountedReason: "it says it is Degraded"},
+			{NodeId: "n6", DurableIndex: 129, LagEntries: 1, LagMs: 3, Counted: true},
+		},
+	}
+	return h
+}
+
 // fixture is a cluster as the Elector n1 answers GetClusterState{full}:
 // n2 is the Primary, n3 has been Degraded for 2.5s, n4 registered and no
 // heartbeat arrived since n1 took over, n5 is a member the Elector has no
@@ -49,8 +64,7 @@ func fixture() (*netsyv1.ClusterState, *netsyv1.NodeState) {
 			// Out of order on purpose: rows are sorted by node id.
 			{Info: info("n3", 0x3), Health: netsyv1.HealthState_DEGRADED, Last: hb("n3", netsyv1.PrimaryState_REPLICA, 90, 90),
 				LastHeartbeatAgeMs: 3250, DegradedForMs: 2500},
-			{Info: info("n2", 0x2a), Health: netsyv1.HealthState_HEALTHY, Last: hb("n2", netsyv1.PrimaryState_ACTIVE, 120, 118),
-				LastHeartbeatAgeMs: 120},
+			{Info: info("n2", 0x2a), Health: netsyv1.HealthState_HEALTHY, Last: primaryHB(), LastHeartbeatAgeMs: 120},
 			{Info: info("n1", 0x8e9e05c52164694d), Health: netsyv1.HealthState_HEALTHY, Last: hb("n1", netsyv1.PrimaryState_REPLICA, 100, 100),
 				LastHeartbeatAgeMs: 0},
 			{Info: info("n4", 0x4), Health: netsyv1.HealthState_LOADING, LastHeartbeatAgeMs: -1},

@@ -77,12 +77,18 @@ type Config struct {
 	// HeartbeatInterval is the heartbeat cadence; a node missing two is
 	// Degraded, and the Primary's lease is two intervals.
 	HeartbeatInterval time.Duration
+	// QuorumTimeout is how long a write waits for replica receipts before
+	// it falls back to object storage and the late replicas stop counting.
+	QuorumTimeout time.Duration
 	// PrimaryHandshakeTimeout is how long an election waits for an
 	// unreachable previous Primary (never less than its lease).
 	PrimaryHandshakeTimeout time.Duration
 	// DeregistrationTimeout deregisters a node Degraded this long (0:
 	// never).
 	DeregistrationTimeout time.Duration
+
+	// TLS secures the client and peer ports (tls.go).
+	TLS TLS
 }
 
 // MaxRequestBytesLimit is the largest --max-request-bytes accepted: the
@@ -110,8 +116,10 @@ func Default() Config {
 		ElectorLease:            15 * time.Second,
 		ElectorRenew:            5 * time.Second,
 		HeartbeatInterval:       500 * time.Millisecond,
+		QuorumTimeout:           500 * time.Millisecond,
 		PrimaryHandshakeTimeout: 3 * time.Second,
 		DeregistrationTimeout:   3 * time.Minute,
+		TLS:                     TLS{MinVersion: "1.3"},
 	}
 }
 
@@ -128,6 +136,9 @@ func defaultNodeID() string {
 func (c Config) AdvertiseClientURL() string {
 	if c.AdvertiseClient != "" {
 		return c.AdvertiseClient
+	}
+	if c.ClientTLS() {
+		return "https://" + c.ClientAddr
 	}
 	return "http://" + c.ClientAddr
 }
@@ -202,6 +213,9 @@ func (c Config) Validate() error {
 	if c.ElectorLease <= 0 || c.ElectorRenew <= 0 || c.ElectorRenew > c.ElectorLease/2 {
 		return fmt.Errorf("--elector-renew: must be positive and at most half of --elector-lease (%s), got %s", c.ElectorLease, c.ElectorRenew)
 	}
+	if c.QuorumTimeout <= 0 {
+		return fmt.Errorf("--quorum-timeout: must be positive, got %s", c.QuorumTimeout)
+	}
 	if c.HeartbeatInterval <= 0 {
 		return fmt.Errorf("--heartbeat-interval: must be positive, got %s", c.HeartbeatInterval)
 	}
@@ -229,7 +243,7 @@ func (c Config) Validate() error {
 	if c.MaxRequestBytes <= 0 || c.MaxRequestBytes > MaxRequestBytesLimit {
 		return fmt.Errorf("--max-request-bytes: must be between 1 and %d (32 MiB), got %d", MaxRequestBytesLimit, c.MaxRequestBytes)
 	}
-	return nil
+	return c.validateTLS()
 }
 
 // checkClusterID accepts what fits a certificate's URI SAN
@@ -299,44 +313,9 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.ClusterID, "cluster-id", c.ClusterID, "the cluster's name; nodes of another cluster id on the same bucket are refused")
 	fs.DurationVar(&c.ElectorLease, "elector-lease", c.ElectorLease, "lease of the Elector lock in object storage")
 	fs.DurationVar(&c.ElectorRenew, "elector-renew", c.ElectorRenew, "how often the Elector renews its lock (at most half the lease)")
+	fs.DurationVar(&c.QuorumTimeout, "quorum-timeout", c.QuorumTimeout, "how long a write waits for replica receipts before it is acknowledged through object storage instead (the late replica stops counting until it catches up)")
 	fs.DurationVar(&c.HeartbeatInterval, "heartbeat-interval", c.HeartbeatInterval, "heartbeat cadence; a node missing two heartbeats is Degraded, and the Primary's lease is two intervals")
 	fs.DurationVar(&c.PrimaryHandshakeTimeout, "primary-handshake-timeout", c.PrimaryHandshakeTimeout, "how long an election waits for an unreachable previous Primary (never less than its lease)")
 	fs.DurationVar(&c.DeregistrationTimeout, "deregistration-timeout", c.DeregistrationTimeout, "deregister a node Degraded this long (0: never)")
-}
-
-// Parse parses args into a Config: flags first, then NETSY_<NAME>
-// environment variables for flags not given, then validation. Flags the
-// caller registered on fs itself (such as --version) are parsed but get no
-// environment fallback.
-func Parse(fs *flag.FlagSet, args []string, getenv func(string) string) (Config, error) {
-	c := Default()
-	own := map[string]bool{}
-	fs.VisitAll(func(f *flag.Flag) { own[f.Name] = true })
-	c.Bind(fs)
-	if err := fs.Parse(args); err != nil {
-		return c, err
-	}
-	if fs.NArg() > 0 {
-		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
-	if getenv == nil {
-		getenv = os.Getenv
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	var envErr error
-	fs.VisitAll(func(f *flag.Flag) {
-		if set[f.Name] || own[f.Name] || envErr != nil {
-			return
-		}
-		if v := getenv(EnvName(f.Name)); v != "" {
-			if err := f.Value.Set(v); err != nil {
-				envErr = fmt.Errorf("--%s (from %s=%q): %w", f.Name, EnvName(f.Name), v, err)
-			}
-		}
-	})
-	if envErr != nil {
-		return c, envErr
-	}
-	return c, c.Validate()
+	c.bindTLS(fs)
 }

@@ -41,6 +41,8 @@
 //
 // The package never touches the filesystem by name and never drops data
 // silently: every problem is an error naming the file and the byte offset.
+// Salvage finds the records that still verify after damage, so that a cut
+// can say what it discards; what it finds is never kept as data.
 // Compression is reserved in the header (zstd later); until it exists any
 // value other than none is rejected rather than guessed at.
 package datafile

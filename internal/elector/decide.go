@@ -40,7 +40,20 @@ var (
 	errNotReplica = errors.New("a contacted node is not a Replica")
 	errNoHealthy  = errors.New("no Healthy node to elect")
 	errTwoActive  = errors.New("more than one node says it is the Active Primary")
+	errAhead      = errors.New("a Degraded node holds a newer log than every Healthy node")
 )
+
+// newer orders two logs: the term that wrote the last entry first (a node
+// holding a deposed Primary's stale entries never outranks one holding a
+// newer Primary's acknowledged ones), then the index, then the revision
+// (an index orders entries that share a revision).
+func newer(a, b *netsyv1.Heartbeat) int {
+	return cmp.Or(
+		cmp.Compare(a.LatestTerm, b.LatestTerm),
+		cmp.Compare(a.LatestIndex, b.LatestIndex),
+		cmp.Compare(a.LatestRevision, b.LatestRevision),
+	)
+}
 
 // contactNeed is how many nodes (besides a previous Primary, handled by
 // the handshake) an election must hear from: none under quorum 0 (every
@@ -129,16 +142,28 @@ func decide(cands []candidate, p plan, contacted int, prevContacted bool) (winne
 			}
 		}
 	}
-	// Highest log position first (index, then revision: an index orders
-	// entries that share a revision), then the newest process, then the
-	// id so the choice is deterministic.
+	// Newest log first, then the newest process, then the id so the
+	// choice is deterministic.
 	slices.SortFunc(healthy, func(a, b candidate) int {
 		return cmp.Or(
-			cmp.Compare(b.state.LatestIndex, a.state.LatestIndex),
-			cmp.Compare(b.state.LatestRevision, a.state.LatestRevision),
+			newer(b.state, a.state),
 			cmp.Compare(b.state.StartTimeUnixNano, a.state.StartTimeUnixNano),
 			cmp.Compare(a.id, b.id),
 		)
 	})
-	return healthy[0].id, false, nil
+	best := healthy[0]
+	if p.quorum != 0 && p.prefer == "" {
+		// Replica receipts may have acknowledged entries only a Degraded
+		// node still holds (it degraded after receipting them, before the
+		// Primary fell back and uploaded them): electing a node without
+		// them could lose them. Wait for it to recover (or be
+		// deregistered) instead.
+		for _, c := range cands {
+			if c.state != nil && !p.exclude[c.id] && newer(c.state, best.state) > 0 {
+				return "", false, fmt.Errorf("%w: %s (term %d index %d) is ahead of %s (term %d index %d)", errAhead,
+					c.id, c.state.LatestTerm, c.state.LatestIndex, best.id, best.state.LatestTerm, best.state.LatestIndex)
+			}
+		}
+	}
+	return best.id, false, nil
 }

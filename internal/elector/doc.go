@@ -36,9 +36,13 @@
 //     c. A single Active node is adopted; more than one fails the round.
 //     Any contacted node that is not Degraded and not a Replica fails
 //     the round.
-//     d. Of the Healthy nodes, the one with the highest log index (then
-//     revision, then the newest start time) is elected — or the node a
-//     handoff asked for, when it is Healthy.
+//     d. Of the Healthy nodes, the one with the newest log is elected:
+//     the term that wrote its last entry, then its log index (then
+//     revision, then the newest start time) — or the node a handoff
+//     asked for, when it is Healthy. Under a replica quorum (not 0), a
+//     contacted Degraded node whose log is newer than the winner's fails
+//     the round: replica receipts may have acknowledged entries only it
+//     holds, so the election waits for it to recover or be deregistered.
 //     e. The primary term is raised in members.json, then Cluster State is
 //     pushed to the new Primary first, then to every other node.
 //

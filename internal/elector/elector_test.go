@@ -450,6 +450,9 @@ func TestDecideTable(t *testing.T) {
 	hb := func(idx uint64, ps netsyv1.PrimaryState, h netsyv1.HealthState, start int64) *netsyv1.Heartbeat {
 		return &netsyv1.Heartbeat{LatestIndex: idx, PrimaryState: ps, Health: h, StartTimeUnixNano: start}
 	}
+	hbt := func(term int64, idx uint64) *netsyv1.Heartbeat {
+		return &netsyv1.Heartbeat{LatestTerm: term, LatestIndex: idx, PrimaryState: netsyv1.PrimaryState_REPLICA, Health: netsyv1.HealthState_HEALTHY}
+	}
 	R, A, S := netsyv1.PrimaryState_REPLICA, netsyv1.PrimaryState_ACTIVE, netsyv1.PrimaryState_STARTING
 	H, D := netsyv1.HealthState_HEALTHY, netsyv1.HealthState_DEGRADED
 	for _, tc := range []struct {
@@ -463,8 +466,18 @@ func TestDecideTable(t *testing.T) {
 	}{
 		{"highest index", []candidate{{"a", hb(5, R, H, 0), false}, {"b", hb(7, R, H, 0), false}}, plan{quorum: -1, registered: 2}, "b", false, nil, 2},
 		{"newest start breaks ties", []candidate{{"a", hb(7, R, H, 2), false}, {"b", hb(7, R, H, 1), false}}, plan{quorum: -1, registered: 2}, "a", false, nil, 2},
-		{"degraded excluded", []candidate{{"a", hb(9, R, D, 0), false}, {"b", hb(7, R, H, 0), false}}, plan{quorum: -1, registered: 2}, "b", false, nil, 2},
-		{"judged degraded excluded", []candidate{{"a", hb(9, R, H, 0), true}, {"b", hb(7, R, H, 0), false}}, plan{quorum: -1, registered: 2}, "b", false, nil, 2},
+		{"degraded excluded", []candidate{{"a", hb(9, R, D, 0), false}, {"b", hb(7, R, H, 0), false}}, plan{quorum: 0, registered: 2}, "b", false, nil, 2},
+		{"judged degraded excluded", []candidate{{"a", hb(9, R, H, 0), true}, {"b", hb(7, R, H, 0), false}}, plan{quorum: 0, registered: 2}, "b", false, nil, 2},
+		{"degraded behind excluded", []candidate{{"a", hb(5, R, D, 0), false}, {"b", hb(7, R, H, 0), false}}, plan{quorum: -1, registered: 2}, "b", false, nil, 2},
+		// Under a replica quorum, entries only a Degraded node holds may
+		// have been acknowledged: wait for it.
+		{"degraded ahead blocks", []candidate{{"a", hb(9, R, D, 0), false}, {"b", hb(7, R, H, 0), false}}, plan{quorum: -1, registered: 2}, "", false, errAhead, 2},
+		{"judged degraded ahead blocks", []candidate{{"a", hb(9, R, H, 0), true}, {"b", hb(7, R, H, 0), false}}, plan{quorum: 1, registered: 2}, "", false, errAhead, 2},
+		{"handoff excluded ahead does not block", []candidate{{"a", hb(9, R, D, 0), false}, {"b", hb(7, R, H, 0), false}}, plan{quorum: -1, registered: 2, exclude: map[string]bool{"a": true}}, "b", false, nil, 2},
+		// A deposed Primary's stale entries never outrank a newer
+		// Primary's: the term of the last entry comes first.
+		{"newer term beats longer log", []candidate{{"a", hbt(2, 5), false}, {"b", hbt(1, 9), false}}, plan{quorum: -1, registered: 2}, "a", false, nil, 2},
+		{"same term, longer log", []candidate{{"a", hbt(2, 5), false}, {"b", hbt(2, 9), false}}, plan{quorum: -1, registered: 2}, "b", false, nil, 2},
 		{"active adopted", []candidate{{"a", hb(9, R, H, 0), false}, {"b", hb(7, A, H, 0), false}}, plan{quorum: -1, registered: 2}, "b", true, nil, 2},
 		{"two active", []candidate{{"a", hb(9, A, H, 0), false}, {"b", hb(7, A, H, 0), false}}, plan{quorum: -1, registered: 2}, "", false, errTwoActive, 2},
 		{"starting blocks", []candidate{{"a", hb(9, R, H, 0), false}, {"b", hb(7, S, H, 0), false}}, plan{quorum: -1, registered: 2}, "", false, errNotReplica, 2},

@@ -257,7 +257,8 @@ func (e *Engine) reloadSnapshot() error {
 		return nil
 	}
 	h := snap.Header
-	if err := e.store.Restore(h.Revision, h.CompactRevision, snap.KVs); err != nil {
+	// The state this node had is older than the snapshot: replace it.
+	if err := e.store.Replace(h.Revision, h.CompactRevision, snap.KVs); err != nil {
 		return fmt.Errorf("restore snapshot at index %d: %w", h.Index, err)
 	}
 	e.lease = newLessor(e.cfg.Clock)

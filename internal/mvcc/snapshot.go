@@ -226,6 +226,26 @@ func (s *Store) Restore(rev, compactRev int64, versions []*netsyv1.KeyVersion) e
 	if s.rev.Load() != 0 || s.idx.n != 0 {
 		return errors.New("mvcc: restore into a store that is not empty")
 	}
+	return s.restoreLocked(rev, compactRev, versions)
+}
+
+// Replace drops everything the store holds and restores versions as
+// Restore does: a replica too far behind its Primary's log loads a newer
+// snapshot over the state it had. Readers see the old state or the new
+// one, never a mix. On an error the store is left empty.
+func (s *Store) Replace(rev, compactRev int64, versions []*netsyv1.KeyVersion) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for kv := range s.spilled {
+		s.unspill(kv)
+	}
+	s.idx, s.keys, s.log, s.versions, s.bytes = newTree(), map[string]*keyIndex{}, nil, 0, 0
+	s.rev.Store(0)
+	s.compactRev.Store(0)
+	return s.restoreLocked(rev, compactRev, versions)
+}
+
+func (s *Store) restoreLocked(rev, compactRev int64, versions []*netsyv1.KeyVersion) error {
 	if compactRev < 0 || compactRev > rev {
 		return fmt.Errorf("mvcc: restore: compact revision %d outside [0, %d]", compactRev, rev)
 	}

@@ -666,3 +666,31 @@ func TestCompactInBatches(t *testing.T) {
 	}
 	sameStore(t, true, s, want)
 }
+
+// Replace loads a snapshot over a store that holds another history: the
+// result is the snapshot's store, as if restored into an empty one.
+func TestReplace(t *testing.T) {
+	s := eventHistory(t)
+	if err := s.Compact(4); err != nil {
+		t.Fatal(err)
+	}
+	snap := snapshotOf(t, s)
+	other := New()
+	if err := other.Restore(1, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	apply(t, other, []op{put("zz", "old"), put("a", "old"), del("zz")})
+	if err := other.Replace(s.Rev(), s.CompactRev(), snap); err != nil {
+		t.Fatal(err)
+	}
+	sameStore(t, true, s, other)
+	// It keeps working like the original.
+	apply(t, s, []op{put("a", "x")})
+	apply(t, other, []op{put("a", "x")})
+	sameStore(t, true, s, other)
+	// Bad input leaves it empty, never half loaded.
+	bad := []*netsyv1.KeyVersion{{Key: []byte("k"), ModRevision: 99}}
+	if err := other.Replace(3, 0, bad); err == nil || other.Rev() != 0 {
+		t.Fatalf("replace with a bad version: %v, rev %d", err, other.Rev())
+	}
+}

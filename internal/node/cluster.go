@@ -82,6 +82,11 @@ type roles struct {
 	eventsMu sync.Mutex
 	events   []*netsyv1.Event
 	eventsC  *prometheus.CounterVec
+	// Replication metrics (the Primary's quorum commit, the replica's
+	// catch-ups).
+	fallbacksC prometheus.Counter
+	receiptH   prometheus.Histogram
+	catchUpsC  prometheus.Counter
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -103,6 +108,16 @@ func newRoles(cfg config.Config, logger hclog.Logger, clk clock.Clock, store obj
 		eventsC: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "netsy_role_events_total", Help: "Role changes seen by this node (Elector, Primary, node health), by kind.",
 		}, []string{"kind"}),
+		fallbacksC: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "netsy_quorum_fallbacks_total", Help: "Times this node, as the Primary, fell back to acknowledging writes through object storage.",
+		}),
+		receiptH: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "netsy_quorum_receipt_seconds", Help: "Time from an append on the Primary to a quorum of replicas holding it fsync'd.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}),
+		catchUpsC: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "netsy_replica_catchups_total", Help: "Times this node, as a replica, caught up from object storage because the Primary no longer held what it lacked.",
+		}),
 	}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	// Healthy until a heartbeat and its retry fail.
@@ -226,9 +241,12 @@ func (r *roles) state() *netsyv1.Heartbeat {
 		hb.Health = netsyv1.HealthState_DEGRADED
 	}
 	hb.PrimaryRefused = r.primaryRefused.Load()
-	if last, rev, _ := r.eng.LastAppended(); last == idx {
-		hb.LatestRevision = rev
+	if last, rev, term := r.eng.LastAppended(); last == idx {
+		hb.LatestRevision, hb.LatestTerm = rev, term
+	} else if t, ok := r.eng.EntryTerm(idx); ok {
+		hb.LatestTerm = t
 	}
+	hb.Replication = r.prim.Replication()
 	return hb
 }
 
@@ -254,6 +272,12 @@ func (r *roles) register(ctx context.Context) error {
 	c, e, err := r.electorClient()
 	if err != nil {
 		return err
+	}
+	// The file goes first, as at start-up: it is gone if the node was
+	// deregistered while it ran, and the Elector's map and nodes/ must
+	// agree (a later Elector builds its map from nodes/).
+	if err := discovery.Register(ctx, r.store, registration(r.cfg, r.clk.Now())); err != nil {
+		return fmt.Errorf("register with the Elector: %w", err)
 	}
 	var id uint64
 	var cs *netsyv1.ClusterState
@@ -567,35 +591,37 @@ func (r *roles) registerPeerServices(g *grpc.Server) {
 	netsyv1.RegisterFollowServer(g, r.follow)
 }
 
+// registration is this node's nodes/{node_id}.json.
+func registration(cfg config.Config, now time.Time) discovery.Registration {
+	return discovery.Registration{
+		NodeID: cfg.NodeID, ClusterID: cfg.ClusterID, PeerAddr: cfg.AdvertisePeerAddr(),
+		ClientURLs: []string{cfg.AdvertiseClientURL()}, HTTPAddr: cfg.HTTPAddr, RegisteredAt: now,
+	}
+}
+
 // checkRegistration writes nodes/{node_id}.json and checks the cluster id
 // against members.json, before anything is served.
 func checkRegistration(ctx context.Context, cfg config.Config, store objstore.Store, clk clock.Clock) (alone bool, err error) {
-	m, exists, err := discovery.NewMembersFile(store, cfg.ClusterID).Load(ctx)
-	if err != nil {
+	// Load refuses a members.json of another cluster id.
+	if _, _, err := discovery.NewMembersFile(store, cfg.ClusterID).Load(ctx); err != nil {
 		return false, err
 	}
-	if err := discovery.Register(ctx, store, discovery.Registration{
-		NodeID: cfg.NodeID, ClusterID: cfg.ClusterID, PeerAddr: cfg.AdvertisePeerAddr(),
-		ClientURLs: []string{cfg.AdvertiseClientURL()}, HTTPAddr: cfg.HTTPAddr, RegisteredAt: clk.Now(),
-	}); err != nil {
+	if err := discovery.Register(ctx, store, registration(cfg, clk.Now())); err != nil {
 		return false, err
 	}
 	regs, _, err := discovery.List(ctx, store)
 	if err != nil {
 		return false, err
 	}
-	others := 0
+	// Alone means no other node is registered: the Elector counts
+	// registrations, so a lone node's majority is itself and it
+	// acknowledges on its local fsync. members.json keeps the member id of
+	// every node that ever joined, deregistered ones too, so it says
+	// nothing about who holds acknowledged writes now.
 	for _, reg := range regs {
 		if reg.NodeID != cfg.NodeID {
-			others++
+			return false, nil
 		}
 	}
-	if exists {
-		for id := range m.IDs {
-			if id != cfg.NodeID {
-				others++
-			}
-		}
-	}
-	return others == 0, nil
+	return true, nil
 }

@@ -14,7 +14,9 @@ import (
 
 	"github.com/netsy-io/netsy/internal/clock"
 	"github.com/netsy-io/netsy/internal/config"
+	"github.com/netsy-io/netsy/internal/discovery"
 	"github.com/netsy-io/netsy/internal/objstore"
+	"github.com/netsy-io/netsy/internal/objstore/faulty"
 	"github.com/netsy-io/netsy/internal/objstore/mem"
 	"github.com/netsy-io/netsy/internal/peer/memnet"
 	"github.com/netsy-io/netsy/proto/netsyv1"
@@ -27,6 +29,7 @@ type testCluster struct {
 	t      *testing.T
 	net    *memnet.Net
 	store  objstore.Store
+	faults *faulty.Store // store, with faults injected on demand
 	quorum int
 
 	mu    sync.Mutex
@@ -36,8 +39,9 @@ type testCluster struct {
 }
 
 func newTestCluster(t *testing.T, quorum int, ids ...string) *testCluster {
-	c := &testCluster{t: t, net: memnet.New(), store: mem.New(clock.Real()), quorum: quorum,
+	c := &testCluster{t: t, net: memnet.New(), faults: faulty.New(mem.New(clock.Real()), clock.Real()), quorum: quorum,
 		nodes: map[string]*Node{}, dirs: map[string]string{}, addrs: map[string][2]string{}}
+	c.store = c.faults
 	t.Cleanup(func() {
 		c.mu.Lock()
 		nodes := c.nodes
@@ -72,6 +76,8 @@ func (c *testCluster) start(id string) *Node {
 	cfg.NodeID = id
 	cfg.DataDir = dir
 	cfg.ClientAddr, cfg.HTTPAddr, cfg.PeerAddr = addrs[0], addrs[1], id+":2380"
+	// memnet's peer addresses are names, not loopback addresses.
+	cfg.TLS.InsecurePlaintext = true
 	cfg.Quorum = c.quorum
 	cfg.HeartbeatInterval = 50 * time.Millisecond
 	cfg.ElectorLease, cfg.ElectorRenew = 1500*time.Millisecond, 300*time.Millisecond
@@ -395,22 +401,67 @@ func TestClusterHandoff(t *testing.T) {
 }
 
 // handoffVia asks the Elector, through node id, to hand the Primary off.
+// The Elector may move meanwhile (it resigns off the Primary after start):
+// a node that is no longer the Elector is asked again.
 func handoffVia(t *testing.T, c *testCluster, id string) *netsyv1.ClusterState {
 	t.Helper()
-	cl, e, err := c.node(id).roles.electorClient()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if e != nil {
-		cs, err := e.Handoff(t.Context(), "")
-		if err != nil {
+	for attempt := 0; ; attempt++ {
+		cl, e, err := c.node(id).roles.electorClient()
+		if err == nil && e != nil {
+			var cs *netsyv1.ClusterState
+			if cs, err = e.Handoff(t.Context(), ""); err == nil {
+				return cs
+			}
+		} else if err == nil {
+			var resp *netsyv1.HandoffResponse
+			if resp, err = cl.Handoff(t.Context(), &netsyv1.HandoffRequest{}); err == nil {
+				return resp.ClusterState
+			}
+		}
+		if attempt == 20 {
 			t.Fatal(err)
 		}
-		return cs
+		time.Sleep(50 * time.Millisecond)
 	}
-	resp, err := cl.Handoff(t.Context(), &netsyv1.HandoffRequest{})
-	if err != nil {
+}
+
+// A running node that is deregistered registers again at its next
+// heartbeat, and writes its nodes/ file again first: the Elector's map
+// and the bucket agree, so a later Elector knows the node too.
+func TestDeregisteredRunningNodeRegistersAgain(t *testing.T) {
+	c := newTestCluster(t, 0, "n1", "n2", "n3")
+	primary := c.separated(10 * time.Second)
+	el := c.elector()
+	victim := ""
+	for _, id := range c.ids() {
+		if id != primary && id != el {
+			victim = id
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	if err := c.node(el).roles.currentElector().Deregister(ctx, victim); err != nil {
 		t.Fatal(err)
 	}
-	return resp.ClusterState
+	key := discovery.NodeKey(victim)
+	for {
+		_, _, err := c.store.Get(ctx, key)
+		cs, cerr := c.node(el).roles.currentElector().ClusterState(ctx, true)
+		if cerr != nil {
+			t.Fatal(cerr)
+		}
+		listed := false
+		for _, n := range cs.Nodes {
+			if n.GetInfo().GetNodeId() == victim {
+				listed = true
+			}
+		}
+		if err == nil && listed {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("%s: %v in the bucket, listed by the Elector %v", key, err, listed)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

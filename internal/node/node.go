@@ -53,6 +53,7 @@ type Node struct {
 	api      *etcdapi.Server
 	grpc     *grpc.Server
 	pool     *peer.Pool
+	tls      *nodeTLS
 	roles    *roles
 	peerL    net.Listener
 	peerAPI  *etcdapi.Server
@@ -119,6 +120,9 @@ func StartWith(ctx context.Context, cfg config.Config, logger hclog.Logger, deps
 	if err != nil {
 		return nil, err
 	}
+	if n.tls, err = newNodeTLS(cfg, clk, logger); err != nil {
+		return nil, err
+	}
 	network := deps.Network
 	if network == nil {
 		network = peer.TCP()
@@ -156,6 +160,7 @@ func StartWith(ctx context.Context, cfg config.Config, logger hclog.Logger, deps
 	if err != nil {
 		return nil, fmt.Errorf("register node %s in %s: %w", cfg.NodeID, storageURL, err)
 	}
+	ackOnFsync := cfg.Quorum == -1 && alone
 	n.objlog, err = objwal.Open(ctx, objwal.Options{
 		Store:    n.store,
 		WALDir:   filepath.Join(cfg.DataDir, "wal"),
@@ -163,20 +168,27 @@ func StartWith(ctx context.Context, cfg config.Config, logger hclog.Logger, deps
 		Mode:     objwal.ModeSync,
 		Follower: true,
 		// Alone with majority quorum, a node acknowledged on its local
-		// fsync: a local entry the bucket contradicts was acknowledged.
-		AckOnFsync:   cfg.Quorum == -1 && alone,
+		// fsync: a local entry the bucket contradicts was acknowledged,
+		// and so may be an entry after damage in the local log. Any other
+		// node's acknowledged entries are in the bucket or on a quorum of
+		// replicas, so its log is cut at damage and the rest fetched back.
+		AckOnFsync:   ackOnFsync,
+		CutDamage:    !ackOnFsync,
 		SnapshotKeep: cfg.SnapshotKeep,
 		Clock:        clk,
 		Logger:       logger.Named("objwal"),
 	})
 	if err != nil {
+		if d := (*wal.DamageError)(nil); ackOnFsync && errors.As(err, &d) {
+			return nil, refuseDamagedLog(cfg.DataDir, d, err)
+		}
 		return nil, fmt.Errorf("open log (storage %s): %w", storageURL, err)
 	}
 	spillDir := ""
 	if cfg.ValueSpillMin > 0 {
 		spillDir = filepath.Join(cfg.DataDir, "values")
 	}
-	n.pool = peer.NewPool(network)
+	n.pool = peer.NewPool(network, n.tls.peerDialOptions()...)
 	r := newRoles(cfg, logger, clk, n.store, n.pool)
 	n.roles = r
 	n.eng, err = engine.Open(engine.Config{
@@ -216,7 +228,9 @@ func StartWith(ctx context.Context, cfg config.Config, logger hclog.Logger, deps
 		Logger:          logger.Named("peer"),
 		MaxRequestBytes: cfg.MaxRequestBytes,
 	})
-	n.peerGRPC = n.peerAPI.NewGRPCServer(peer.ServerOptions()...)
+	peerOpts := append(peer.ServerOptions(),
+		grpc.ChainUnaryInterceptor(replica.CommitIndexInterceptor(n.eng.CommittedIndex)))
+	n.peerGRPC = n.peerAPI.NewGRPCServer(append(peerOpts, n.tls.peerServerOptions()...)...)
 	r.registerPeerServices(n.peerGRPC)
 	n.peerServing = peer.Serve(n.peerGRPC, n.peerL)
 
@@ -230,7 +244,7 @@ func StartWith(ctx context.Context, cfg config.Config, logger hclog.Logger, deps
 		ProgressNotifyInterval: cfg.ProgressNotifyInterval,
 		MaxRequestBytes:        cfg.MaxRequestBytes,
 	})
-	n.grpc = n.api.NewGRPCServer()
+	n.grpc = n.api.NewGRPCServer(n.tls.clientServerOptions(logger, clk)...)
 	n.http = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
 
 	n.wg.Add(2)
@@ -279,11 +293,14 @@ func (n *Node) startRoles() error {
 	r, cfg := n.roles, n.cfg
 	var err error
 	r.follower = replica.NewFollower(replica.FollowerConfig{
-		Self:    cfg.NodeID,
-		Engine:  n.eng,
-		CatchUp: n.objlog.CatchUp,
-		Conn:    n.pool.Conn,
-		State:   r.state,
+		Self:   cfg.NodeID,
+		Engine: n.eng,
+		CatchUp: func(ctx context.Context) error {
+			r.catchUpsC.Inc()
+			return n.objlog.CatchUp(ctx)
+		},
+		Conn:  n.pool.Conn,
+		State: r.state,
 		Refused: func(refused bool) {
 			if r.primaryRefused.Swap(refused) != refused && refused && r.hb != nil {
 				r.hb.Now()
@@ -294,13 +311,20 @@ func (n *Node) startRoles() error {
 		Logger:            n.log,
 	})
 	r.prim, err = primary.New(primary.Config{
-		Self:          cfg.NodeID,
-		Engine:        n.eng,
-		Log:           n.objlog,
-		Quorum:        cfg.Quorum,
-		LeaseWindow:   2 * cfg.HeartbeatInterval,
-		TermFile:      filepath.Join(cfg.DataDir, "primary-term.json"),
-		StopFollowing: r.follower.Stop,
+		Self:              cfg.NodeID,
+		Engine:            n.eng,
+		Log:               n.objlog,
+		Quorum:            cfg.Quorum,
+		QuorumTimeout:     cfg.QuorumTimeout,
+		HeartbeatInterval: cfg.HeartbeatInterval,
+		LeaseWindow:       2 * cfg.HeartbeatInterval,
+		Fallback: func(reason string) {
+			r.fallbacksC.Inc()
+			r.event("quorum_fallback", cfg.NodeID, reason)
+		},
+		ReceiptLatency: func(d time.Duration) { r.receiptH.Observe(d.Seconds()) },
+		TermFile:       filepath.Join(cfg.DataDir, "primary-term.json"),
+		StopFollowing:  r.follower.Stop,
 		Changed: func(s netsyv1.PrimaryState, term uint64) {
 			r.event("primary_"+strings.ToLower(s.String()), cfg.NodeID, fmt.Sprintf("term %d", term))
 			r.notify()
@@ -373,8 +397,9 @@ func (n *Node) httpHandler() http.Handler {
 		func() float64 { return float64(n.eng.CommittedIndex()) }))
 	reg.MustRegister(n.api.Collectors()...)
 	reg.MustRegister(objwalCollector{n.objlog})
+	reg.MustRegister(n.tls.collector())
 	r := n.roles
-	reg.MustRegister(r.eventsC)
+	reg.MustRegister(r.eventsC, r.fallbacksC, r.receiptH, r.catchUpsC, replicationCollector{r})
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "netsy_primary_state", Help: "This node's primary state: 1 Replica, 2 Starting, 3 Active, 4 Draining."},
 		func() float64 { s, _ := r.prim.State(); return float64(s) }))
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "netsy_primary_term", Help: "The primary term this node holds or follows."},

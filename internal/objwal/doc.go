@@ -41,7 +41,12 @@
 //   - The bucket is the truth. Open fetches every entry the bucket holds
 //     beyond the local log before anything is served or written, including
 //     entries the checkpoint says were fsync'd here but the disk lost (a
-//     torn or cut tail). When a chunk contradicts a local entry, the mode
+//     torn or cut tail). Damage in the local log with valid records after
+//     it is cut there only with Options.CutDamage, for a log whose
+//     acknowledged entries are all in the bucket or on a quorum of
+//     replicas; with AckOnFsync the entries after the damage may exist
+//     nowhere else, so the cut is refused and the wal's damage error
+//     stops Open. When a chunk contradicts a local entry, the mode
 //     decides: in ModeSync the local entry was never acknowledged (only
 //     what is in the bucket is), so the local tail is truncated from there
 //     with a warning; in ModeAsync it was acknowledged on its fsync, so Open
@@ -81,7 +86,13 @@
 // One PUT is in flight at a time and everything appended meanwhile rides in
 // the next one (group commit). In ModeAsync an entry is durable once
 // fsync'd, and chunks are cut by size or age in the background; the bucket
-// may lag the acknowledged state by up to a chunk's age.
+// may lag the acknowledged state by up to a chunk's age. In ModeQuorum (a
+// Primary with replicas) chunks go up as in ModeAsync, and an entry is
+// durable once fsync'd locally and either uploaded or reported by the
+// caller as replicated (SetReplicated: a quorum of replicas holds it
+// fsync'd). ModeSync counts replication too, so switching to it (the
+// quorum fallback) only makes the uploads eager: whichever of the upload
+// and the receipts comes first acknowledges an entry.
 //
 // Snapshots are saved locally and uploaded only once every chunk up to
 // their index is in the bucket, and only after the metadata file records

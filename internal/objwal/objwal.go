@@ -30,6 +30,12 @@ const (
 	// ModeAsync: durable once fsync'd locally; chunks are uploaded in the
 	// background by size and age.
 	ModeAsync
+	// ModeQuorum: durable once fsync'd locally and either replicated (a
+	// quorum of replicas reported it fsync'd, see SetReplicated) or in
+	// object storage; chunks are uploaded in the background by size and
+	// age. Switching to ModeSync (the quorum fallback) uploads at once and
+	// still counts replication.
+	ModeQuorum
 )
 
 func (m Mode) String() string {
@@ -38,6 +44,8 @@ func (m Mode) String() string {
 		return "sync"
 	case ModeAsync:
 		return "async"
+	case ModeQuorum:
+		return "quorum"
 	}
 	return fmt.Sprintf("mode(%d)", int(m))
 }
@@ -118,6 +126,13 @@ type Options struct {
 	// on a node without replicas): a local entry the bucket contradicts
 	// then stops Open with ErrHistoryConflict instead of being cut.
 	AckOnFsync bool
+	// CutDamage lets Open cut the local log at damage that is not a torn
+	// tail (wal.Options.CutDamage) and fetch what followed it back from
+	// the bucket, instead of failing with the wal's *wal.DamageError. Only
+	// for a log whose acknowledged entries are all elsewhere: in the
+	// bucket (sync mode) or on a quorum of replicas (a cluster). It cannot
+	// be combined with AckOnFsync.
+	CutDamage bool
 	// ChunkMaxBytes caps a chunk; in async mode a chunk is also cut as soon
 	// as this many bytes are pending (default 4 MiB).
 	ChunkMaxBytes int
@@ -143,8 +158,8 @@ func (o *Options) setDefaults() error {
 		return errors.New("objwal: Options.Store is nil")
 	case o.WALDir == "":
 		return errors.New("objwal: Options.WALDir is empty")
-	case o.Mode != ModeSync && o.Mode != ModeAsync:
-		return fmt.Errorf("objwal: Options.Mode %d is not ModeSync or ModeAsync", int(o.Mode))
+	case o.Mode != ModeSync && o.Mode != ModeAsync && o.Mode != ModeQuorum:
+		return fmt.Errorf("objwal: Options.Mode %d is not ModeSync, ModeAsync or ModeQuorum", int(o.Mode))
 	case o.ChunkMaxBytes < 0, o.ChunkMaxAge < 0, o.SnapshotKeep < 0, o.MinWALAge < 0, o.MaxBacklogBytes < 0:
 		return errors.New("objwal: Options has a negative size, age or count")
 	}
@@ -172,6 +187,9 @@ func (o *Options) setDefaults() error {
 	}
 	if o.Logger == nil {
 		o.Logger = hclog.NewNullLogger()
+	}
+	if o.CutDamage && o.AckOnFsync {
+		return errors.New("objwal: Options.CutDamage with AckOnFsync: the entries a cut drops may have been acknowledged and exist nowhere else")
 	}
 	return nil
 }
@@ -252,7 +270,10 @@ type Log struct {
 	localSynced uint64 // highest index fsync'd locally
 	uploaded    uint64 // highest index in the bucket
 	reported    uint64 // highest index reported durable
-	nextSeq     uint64 // next wal seq to write
+	// replicated is the highest index a quorum of replicas holds fsync'd
+	// (SetReplicated); it counts in ModeQuorum and ModeSync.
+	replicated uint64
+	nextSeq    uint64 // next wal seq to write
 	// chunks this process uploaded (or found at Open), oldest first, kept
 	// to pick snapshot wal_seqs and metadata checkpoints.
 	chunks   []chunkRef
@@ -371,6 +392,7 @@ func (l *Log) follow(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	l.reportCut(v)
 	last, _ := l.localState()
 	l.mu.Lock()
 	l.localSynced, l.reported = last, last
@@ -382,7 +404,7 @@ func (l *Log) follow(ctx context.Context) error {
 
 // startUploaderLocked makes the log the writer and starts the uploader.
 func (l *Log) startUploaderLocked() {
-	l.writer = true
+	l.writer, l.replicated = true, 0
 	l.upCtx, l.upCancel = context.WithCancel(context.Background())
 	l.upDone = make(chan struct{})
 	l.wg.Add(1)
@@ -461,7 +483,7 @@ func (l *Log) Release(ctx context.Context, flush bool, keep uint64) error {
 		l.mu.Unlock()
 		<-done
 		l.mu.Lock()
-		l.writer, l.flushing = false, false
+		l.writer, l.flushing, l.replicated = false, false, 0
 		if errors.Is(l.err, ErrFenced) {
 			l.err = nil
 		}
@@ -616,6 +638,7 @@ func (l *Log) openWAL() error {
 		// each PUT instead of one per write batch competing with it; an
 		// append to an idle uploader asks at once (Append).
 		SyncOnRequest: l.mode() == ModeSync,
+		CutDamage:     l.o.CutDamage,
 		Logger:        l.o.Logger.Named("wal"),
 		Clock:         l.clk,
 	})
@@ -628,10 +651,15 @@ func (l *Log) openWAL() error {
 
 func (l *Log) mode() Mode { return Mode(l.curMode.Load()) }
 
+// eager reports whether entries go up at once (ModeSync) rather than by
+// size and age once fsync'd locally.
+func (l *Log) eager() bool { return l.mode() == ModeSync }
+
 // SetMode changes the durability mode of a running log: the Primary uses
-// object-storage acknowledgement (ModeSync) whenever its quorum cannot be
-// met by replicas, and the local fsync (ModeAsync) when it is the whole
-// cluster. Entries already reported durable stay so.
+// replica receipts (ModeQuorum) while its quorum can be met, object-storage
+// acknowledgement (ModeSync) whenever it cannot, and the local fsync
+// (ModeAsync) when it is the whole cluster. Entries already reported
+// durable stay so.
 func (l *Log) SetMode(m Mode) {
 	l.mu.Lock()
 	if l.mode() == m {
@@ -640,6 +668,11 @@ func (l *Log) SetMode(m Mode) {
 	}
 	l.curMode.Store(int32(m))
 	l.wal.SetSyncOnRequest(m == ModeSync)
+	if m == ModeAsync {
+		// Replication counts for nothing here; a later ModeQuorum starts
+		// from what is then reported.
+		l.replicated = 0
+	}
 	if m == ModeSync && len(l.pend) > 0 {
 		l.wal.SyncTo(l.pend[len(l.pend)-1].index)
 	}
@@ -647,6 +680,19 @@ func (l *Log) SetMode(m Mode) {
 	l.mu.Unlock()
 	l.log.Info("durability mode changed", "mode", m)
 	kick(l.upKick)
+}
+
+// SetReplicated says a quorum of replicas holds every entry through index
+// fsync'd. In ModeQuorum and ModeSync such an entry is durable once it is
+// fsync'd here too, uploaded or not; in ModeAsync it means nothing. Only a
+// writer's replication counts, and index never moves back.
+func (l *Log) SetReplicated(index uint64) {
+	l.mu.Lock()
+	if l.writer && index > l.replicated && l.mode() != ModeAsync {
+		l.replicated = index
+		l.reportLocked()
+	}
+	l.mu.Unlock()
 }
 
 // Attach makes onSync the receiver of durability reports (replacing
@@ -794,7 +840,7 @@ func (l *Log) Backpressure() error {
 		oldest = l.pend[0].at
 	}
 	bound := stallBound
-	if l.mode() == ModeAsync {
+	if !l.eager() {
 		bound += l.o.ChunkMaxAge
 	}
 	if !oldest.IsZero() && now.Sub(oldest) >= bound {
@@ -893,7 +939,7 @@ func (l *Log) onWALSync(index uint64, err error) {
 	// timer for the oldest one's age, so only a first one or a full chunk
 	// is news. Maintenance cares about uploaded entries becoming local
 	// (the checkpoint) and about a waiting snapshot.
-	upWake := l.mode() == ModeAsync &&
+	upWake := !l.eager() &&
 		len(l.pend) > 0 && (l.pend[0].index > prev || l.pendBytes >= int64(l.o.ChunkMaxBytes))
 	maintWake := err != nil || l.uploaded > prev || l.nextSnap != nil
 	l.mu.Unlock()
@@ -911,8 +957,8 @@ func (l *Log) reportLocked() {
 		return
 	}
 	d := l.localSynced
-	if l.writer && l.mode() == ModeSync && l.uploaded < d {
-		d = l.uploaded
+	if l.writer && l.mode() != ModeAsync {
+		d = min(d, max(l.uploaded, l.replicated))
 	}
 	if d > l.reported {
 		l.reported = d

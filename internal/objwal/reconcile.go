@@ -69,6 +69,7 @@ func (l *Log) reportRecovery(v *bucketView) {
 				"path", t.Path, "after_index", t.After)
 		}
 	}
+	l.reportCut(v)
 	if n := len(v.unuploaded); n > 0 {
 		from, to := v.unuploaded[0].Index, v.unuploaded[n-1].Index
 		if l.o.AckOnFsync {
@@ -77,6 +78,32 @@ func (l *Log) reportRecovery(v *bucketView) {
 			l.log.Warn("kept local entries that object storage lacked and uploaded them: their clients may have seen their writes fail or time out (outcome unknown)",
 				"from", from, "to", to)
 		}
+	}
+}
+
+// reportCut says, once Open has caught up with the bucket, what became of
+// the entries after damage the wal cut out of the local log
+// (Options.CutDamage): the bucket's are back; a follower gets the rest
+// from its Primary, and a writer in sync mode never acknowledged them.
+func (l *Log) reportCut(v *bucketView) {
+	l.mu.Lock()
+	started := l.started
+	l.mu.Unlock()
+	c := l.wal.Cut()
+	if c == nil || started {
+		// Said once, by Open; a later Claim catches up again.
+		return
+	}
+	d := c.Damage
+	if v.bucketLast > d.After {
+		l.log.Warn("the local log was cut at damage; the entries after it that object storage holds were fetched back",
+			"path", d.Path, "offset", d.Offset, "after_index", d.After, "fetched_to", v.bucketLast)
+	} else {
+		l.log.Warn("the local log was cut at damage; object storage holds no entry after it",
+			"path", d.Path, "offset", d.Offset, "after_index", d.After)
+	}
+	if l.o.Follower {
+		l.log.Info("entries after the cut that object storage lacks come from the Primary", "bucket_last", v.bucketLast)
 	}
 }
 

@@ -60,7 +60,7 @@ func (l *Log) takeBatch() (b *batch, wait time.Duration, done bool) {
 		return nil, 0, true
 	}
 	n := len(l.pend)
-	if l.mode() == ModeAsync {
+	if !l.eager() {
 		// Only what is fsync'd goes up, so a checkpoint naming an uploaded
 		// chunk never runs ahead of the local log.
 		for n > 0 && l.pend[n-1].index > l.localSynced {
@@ -87,14 +87,14 @@ func (l *Log) takeBatch() (b *batch, wait time.Duration, done bool) {
 		size += sz
 		take++
 	}
-	if l.mode() == ModeAsync && !l.closing && !l.flushing && take == n && size < l.o.ChunkMaxBytes {
+	if !l.eager() && !l.closing && !l.flushing && take == n && size < l.o.ChunkMaxBytes {
 		if age := now.Sub(l.pend[0].at); age < l.o.ChunkMaxAge {
 			return nil, l.o.ChunkMaxAge - age, false
 		}
 	}
 	end := l.pend[take-1].end
 	b = &batch{buf: l.pendBuf[:end], ents: slices.Clone(l.pend[:take]), bytes: int64(size)}
-	if l.mode() == ModeSync {
+	if l.eager() {
 		// The local fsync of the batch runs while it uploads; the wal
 		// never calls back into objwal holding its own lock.
 		l.wal.SyncTo(l.pend[take-1].index)
@@ -142,7 +142,7 @@ func (l *Log) newPendBuf() []byte {
 // write after idle) sets no expectation, so a lone writer is never held.
 // Nothing is acknowledged earlier for it: only the upload is delayed.
 func (l *Log) holdLocked(n int, now time.Time) time.Duration {
-	if l.mode() != ModeSync || l.closing || l.flushing || n >= l.expect || l.pendBytes >= int64(l.o.ChunkMaxBytes) {
+	if !l.eager() || l.closing || l.flushing || n >= l.expect || l.pendBytes >= int64(l.o.ChunkMaxBytes) {
 		return 0
 	}
 	return max(l.holdUntil.Sub(now), 0)

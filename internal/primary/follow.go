@@ -1,9 +1,6 @@
 package primary
 
 import (
-	"sync"
-	"time"
-
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -13,62 +10,13 @@ import (
 // followBatch is how many entries one EntryBatch carries at most.
 const followBatch = 512
 
-// Replica is the Primary's record of one following replica.
-type Replica struct {
-	NodeID string
-	// Durable is the highest index the replica reported fsync'd.
-	Durable uint64
-	// Last is the heartbeat its last receipt carried.
-	Last *netsyv1.Heartbeat
-	// At is when that receipt arrived.
-	At time.Time
-}
-
-// replicas are the Primary's followers, for lag and (later) quorum.
-type replicas struct {
-	mu sync.Mutex
-	m  map[string]*Replica
-}
-
-func (r *replicas) record(id string, durable uint64, hb *netsyv1.Heartbeat, at time.Time) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.m == nil {
-		r.m = map[string]*Replica{}
-	}
-	rec := r.m[id]
-	if rec == nil {
-		rec = &Replica{NodeID: id}
-		r.m[id] = rec
-	}
-	rec.Durable = max(rec.Durable, durable)
-	if hb != nil {
-		rec.Last, rec.At = hb, at
-	}
-}
-
 // FollowService serves Follow streams for the Primary role.
 type FollowService struct {
 	netsyv1.UnsafeFollowServer
 	P *Primary
-	// Heartbeat is where a receipt's embedded heartbeat goes: the same
-	// path as a standalone heartbeat.
-	Heartbeat func(*netsyv1.Heartbeat)
-	reps      replicas
 }
 
 var _ netsyv1.FollowServer = (*FollowService)(nil)
-
-// Replicas returns a copy of what the followers last reported.
-func (s *FollowService) Replicas() []Replica {
-	s.reps.mu.Lock()
-	defer s.reps.mu.Unlock()
-	out := make([]Replica, 0, len(s.reps.m))
-	for _, r := range s.reps.m {
-		out = append(out, *r)
-	}
-	return out
-}
 
 // Follow serves one replica: see the package doc.
 func (s *FollowService) Follow(stream netsyv1.Follow_FollowServer) error {
@@ -119,6 +67,8 @@ func (s *FollowService) Follow(stream netsyv1.Follow_FollowServer) error {
 		return err
 	}
 	p.log.Debug("replica following", "replica", start.NodeId, "from", next, "primary_term", term)
+	p.quorum.open(start.NodeId, term)
+	defer p.quorum.closed(start.NodeId, term)
 
 	ctx := stream.Context()
 	recvErr := make(chan error, 1)
@@ -129,23 +79,23 @@ func (s *FollowService) Follow(stream netsyv1.Follow_FollowServer) error {
 				recvErr <- err
 				return
 			}
-			now := p.cfg.Clock.Now()
+			// A receipt's heartbeat and a standalone one take one path.
 			switch v := m.Msg.(type) {
 			case *netsyv1.FollowRequest_Receipt:
-				s.reps.record(start.NodeId, v.Receipt.Index, v.Receipt.Heartbeat, now)
-				if hb := v.Receipt.Heartbeat; hb != nil && s.Heartbeat != nil {
-					s.Heartbeat(hb)
-				}
+				p.quorum.heard(start.NodeId, term, v.Receipt.Index, v.Receipt.Heartbeat)
 			case *netsyv1.FollowRequest_Heartbeat:
-				s.reps.record(start.NodeId, 0, v.Heartbeat, now)
-				if s.Heartbeat != nil {
-					s.Heartbeat(v.Heartbeat)
-				}
+				p.quorum.heard(start.NodeId, term, 0, v.Heartbeat)
 			}
 		}
 	}()
 
 	sentCommit := uint64(0)
+	// compactions sent but not yet known committed, oldest first.
+	type compaction struct {
+		index uint64
+		rev   int64
+	}
+	var compactions []compaction
 	for {
 		appended, committed := eng.AppendNotify(), eng.CommitNotify()
 		if s, t := p.State(); s != netsyv1.PrimaryState_ACTIVE || t != term {
@@ -159,11 +109,20 @@ func (s *FollowService) Follow(stream netsyv1.Follow_FollowServer) error {
 			if ents[0].Index != next {
 				return status.Errorf(codes.Internal, "netsy: entries from %d start at %d", next, ents[0].Index)
 			}
-			msg := &netsyv1.FollowResponse{PrimaryTerm: term, Msg: &netsyv1.FollowResponse_Entries{Entries: &netsyv1.EntryBatch{Entries: ents}}}
+			batch := &netsyv1.EntryBatch{Entries: ents}
+			if c := eng.CommittedIndex(); c > sentCommit {
+				batch.CommitIndex, sentCommit = c, c
+			}
+			msg := &netsyv1.FollowResponse{PrimaryTerm: term, Msg: &netsyv1.FollowResponse_Entries{Entries: batch}}
 			if err := stream.Send(msg); err != nil {
 				return err
 			}
 			next = ents[len(ents)-1].Index + 1
+			for _, e := range ents {
+				if e.CompactRevision > 0 {
+					compactions = append(compactions, compaction{e.Index, e.CompactRevision})
+				}
+			}
 		}
 		if c := eng.CommittedIndex(); c > sentCommit {
 			msg := &netsyv1.FollowResponse{PrimaryTerm: term, Msg: &netsyv1.FollowResponse_Commit{Commit: &netsyv1.Commit{Index: c, Revision: eng.CurrentRevision()}}}
@@ -171,6 +130,15 @@ func (s *FollowService) Follow(stream netsyv1.Follow_FollowServer) error {
 				return err
 			}
 			sentCommit = c
+		}
+		// Compaction is an entry of the log, which the replica applies when
+		// a commit covers it; Compact then says the compaction is committed.
+		for len(compactions) > 0 && compactions[0].index <= sentCommit {
+			msg := &netsyv1.FollowResponse{PrimaryTerm: term, Msg: &netsyv1.FollowResponse_Compact{Compact: &netsyv1.Compact{Revision: compactions[0].rev}}}
+			if err := stream.Send(msg); err != nil {
+				return err
+			}
+			compactions = compactions[1:]
 		}
 		if len(ents) == followBatch {
 			continue

@@ -42,6 +42,7 @@ type Log interface {
 	Release(ctx context.Context, flush bool, keep uint64) error
 	StillWriter(ctx context.Context) error
 	SetMode(objwal.Mode)
+	SetReplicated(index uint64)
 }
 
 // Config configures the Primary role.
@@ -50,6 +51,13 @@ type Config struct {
 	Engine Engine
 	Log    Log
 	Quorum int
+	// QuorumTimeout is how long a write waits for replica receipts
+	// before it falls back to object storage (default 500 ms).
+	QuorumTimeout time.Duration
+	// HeartbeatInterval is the replicas' heartbeat cadence: a replica
+	// silent for two intervals stops counting toward the quorum (default
+	// 500 ms).
+	HeartbeatInterval time.Duration
 	// LeaseWindow is the Primary's lease (SPEC §5.4; default 1 s, two
 	// heartbeat intervals).
 	LeaseWindow time.Duration
@@ -61,6 +69,12 @@ type Config struct {
 	// Changed is told every change of state (to heartbeat at once, log an
 	// event); it must not block.
 	Changed func(state netsyv1.PrimaryState, term uint64)
+	// Fallback is told when writes fall back to object storage (a
+	// metric, an event); it must not block.
+	Fallback func(reason string)
+	// ReceiptLatency observes how long a quorum of replicas took to hold
+	// an append; it must not block.
+	ReceiptLatency func(time.Duration)
 	// DrainTimeout bounds a drain's wait for pending writes.
 	DrainTimeout time.Duration
 	Clock        clock.Clock
@@ -91,6 +105,9 @@ type Primary struct {
 	pendingCS *netsyv1.ClusterState
 
 	checks fenceChecks
+	quorum quorum
+	// qcancel stops the quorum's goroutine (loop-owned).
+	qcancel context.CancelFunc
 }
 
 // ErrNotActive answers what only an Active Primary may answer; it is the
@@ -104,6 +121,12 @@ func New(cfg Config) (*Primary, error) {
 	}
 	if cfg.DrainTimeout <= 0 {
 		cfg.DrainTimeout = 10 * time.Second
+	}
+	if cfg.QuorumTimeout <= 0 {
+		cfg.QuorumTimeout = 500 * time.Millisecond
+	}
+	if cfg.HeartbeatInterval <= 0 {
+		cfg.HeartbeatInterval = 500 * time.Millisecond
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real()
@@ -119,6 +142,9 @@ func New(cfg Config) (*Primary, error) {
 	}
 	p := &Primary{cfg: cfg, log: cfg.Logger.Named("primary"), msgs: make(chan func(), 16)}
 	p.checks.p = p
+	p.quorum.p = p
+	p.quorum.onFallback, p.quorum.receiptLatency = cfg.Fallback, cfg.ReceiptLatency
+	p.quorum.reset(0)
 	t, err := readTerm(cfg.TermFile)
 	if err != nil {
 		return nil, err
@@ -221,19 +247,35 @@ func (p *Primary) observe(cs *netsyv1.ClusterState) {
 			p.stepDown("superseded")
 			return
 		}
-		p.setMode(cs)
+		p.quorum.setRegistered(int(cs.GetRegisteredNodes()))
 	}
 }
 
-// setMode picks the durability of writes: until replicas acknowledge
-// writes, a cluster of more than one node acknowledges through object
-// storage; a node alone with majority quorum is its own majority.
-func (p *Primary) setMode(cs *netsyv1.ClusterState) {
-	mode := objwal.ModeSync
-	if p.cfg.Quorum == -1 && cs.GetRegisteredNodes() <= 1 {
-		mode = objwal.ModeAsync
+// startQuorum begins quorum commit at term: writes are acknowledged
+// through object storage until enough replicas follow.
+func (p *Primary) startQuorum(term uint64, cs *netsyv1.ClusterState) {
+	ctx, cancel := context.WithCancel(p.ctx)
+	p.qcancel = cancel
+	p.quorum.activate(term, int(cs.GetRegisteredNodes()))
+	p.goOwned(func() { p.quorum.run(ctx) })
+}
+
+// stopQuorum ends quorum commit (the node is no longer the Primary).
+func (p *Primary) stopQuorum() {
+	p.quorum.deactivate()
+	if p.qcancel != nil {
+		p.qcancel()
+		p.qcancel = nil
 	}
-	p.cfg.Log.SetMode(mode)
+}
+
+// Replication is the Primary's account of quorum commit, or nil when it is
+// not the Active Primary.
+func (p *Primary) Replication() *netsyv1.Replication {
+	if !p.Active() {
+		return nil
+	}
+	return p.quorum.status(p.cfg.Clock.Now())
 }
 
 // promote runs the Starting step.
@@ -255,7 +297,7 @@ func (p *Primary) promote(term uint64) {
 				// Starting, or the one setState sends now), never from
 				// here: the Starting step may have outlasted the
 				// Elector's patience.
-				p.setMode(cs)
+				p.startQuorum(term, cs)
 				p.setState(netsyv1.PrimaryState_ACTIVE, term)
 				p.log.Info("Active", "primary_term", term, "took", p.cfg.Clock.Since(start))
 			}
@@ -273,8 +315,9 @@ func (p *Primary) starting(term uint64) error {
 		return err
 	}
 	p.send(func() { p.tookTerm = max(p.tookTerm, term) })
-	// Writes are acknowledged through object storage until the mode is
-	// chosen: never weaker than the cluster may need.
+	// Writes are acknowledged through object storage until the quorum
+	// rules choose: never weaker than the cluster may need.
+	p.quorum.reset(term)
 	p.cfg.Log.SetMode(objwal.ModeSync)
 	return p.cfg.Engine.Promote(ctx, int64(term), p.cfg.Log.Claim)
 }
@@ -294,6 +337,7 @@ func (p *Primary) stepDown(why string) {
 	}
 	p.busy = true
 	_, term := p.State()
+	p.stopQuorum()
 	p.goOwned(func() {
 		committed, err := p.cfg.Engine.Demote(p.ctx, false)
 		if err == nil {
@@ -336,6 +380,7 @@ func (p *Primary) Drain(ctx context.Context) error {
 		p.busy = true
 		_, term := p.State()
 		p.setState(netsyv1.PrimaryState_DRAINING, term)
+		p.quorum.drain()
 		p.goOwned(func() {
 			dctx, cancel := clock.WithTimeout(p.ctx, p.cfg.Clock, p.cfg.DrainTimeout)
 			defer cancel()
@@ -345,6 +390,7 @@ func (p *Primary) Drain(ctx context.Context) error {
 			}
 			p.send(func() {
 				p.busy = false
+				p.stopQuorum()
 				p.setState(netsyv1.PrimaryState_REPLICA, term)
 				p.replayPending()
 				done <- err

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/netsy-io/netsy/internal/clock"
@@ -158,7 +161,7 @@ func notEvaluated(err error) bool {
 // write runs a write where the Primary is: locally when this node is the
 // Active Primary, else through the Primary's peer port. A refusal before
 // evaluation waits for the next Primary and goes again.
-func write[T any](ctx context.Context, b *Backend, local func(context.Context) (T, error), remote func(context.Context, *grpc.ClientConn) (T, error)) (T, error) {
+func write[T any](ctx context.Context, b *Backend, local func(context.Context) (T, error), remote func(context.Context, *grpc.ClientConn, ...grpc.CallOption) (T, error)) (T, error) {
 	var zero T
 	avoid := ""
 	for {
@@ -167,10 +170,21 @@ func write[T any](ctx context.Context, b *Backend, local func(context.Context) (
 			return zero, err
 		}
 		var resp T
+		var trailer metadata.MD
 		if conn == nil {
 			resp, err = local(ctx)
 		} else {
-			resp, err = remote(ctx, conn)
+			resp, err = remote(ctx, conn, grpc.Trailer(&trailer))
+		}
+		if err == nil && conn != nil {
+			// As on etcd, a write answered by a node is applied there: a
+			// serializable read or a watch on this node that follows it
+			// sees it. The Primary says how far it had committed. The wait
+			// is bounded by ReadIndexWait; the write is durable either
+			// way, so it is answered even if this node lags that far.
+			if idx, perr := strconv.ParseUint(firstOf(trailer.Get(CommitIndexTrailer)), 10, 64); perr == nil {
+				_ = b.waitApplied(ctx, idx)
+			}
 		}
 		if err == nil || !notEvaluated(err) || ctx.Err() != nil {
 			return resp, err
@@ -190,44 +204,69 @@ func write[T any](ctx context.Context, b *Backend, local func(context.Context) (
 	}
 }
 
+// CommitIndexTrailer is the gRPC trailer in which a Primary answering a
+// forwarded write says its commit index (see CommitIndexInterceptor).
+const CommitIndexTrailer = "netsy-commit-index"
+
+// CommitIndexInterceptor is the Primary's side of read-your-writes on
+// replicas: on the peer port, every successful etcd API call is answered
+// with the engine's commit index in the CommitIndexTrailer trailer, so the
+// node that forwarded it can wait until it has applied that far.
+func CommitIndexInterceptor(committed func() uint64) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		resp, err := handler(ctx, req)
+		if err == nil && strings.HasPrefix(info.FullMethod, "/etcdserverpb.") {
+			_ = grpc.SetTrailer(ctx, metadata.Pairs(CommitIndexTrailer, strconv.FormatUint(committed(), 10)))
+		}
+		return resp, err
+	}
+}
+
+func firstOf(vs []string) string {
+	if len(vs) == 0 {
+		return ""
+	}
+	return vs[0]
+}
+
 func (b *Backend) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error) {
 	return write(ctx, b, func(ctx context.Context) (*pb.PutResponse, error) { return b.l.Put(ctx, r) },
-		func(ctx context.Context, c *grpc.ClientConn) (*pb.PutResponse, error) {
-			return pb.NewKVClient(c).Put(ctx, r)
+		func(ctx context.Context, c *grpc.ClientConn, opts ...grpc.CallOption) (*pb.PutResponse, error) {
+			return pb.NewKVClient(c).Put(ctx, r, opts...)
 		})
 }
 
 func (b *Backend) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
 	return write(ctx, b, func(ctx context.Context) (*pb.DeleteRangeResponse, error) { return b.l.DeleteRange(ctx, r) },
-		func(ctx context.Context, c *grpc.ClientConn) (*pb.DeleteRangeResponse, error) {
-			return pb.NewKVClient(c).DeleteRange(ctx, r)
+		func(ctx context.Context, c *grpc.ClientConn, opts ...grpc.CallOption) (*pb.DeleteRangeResponse, error) {
+			return pb.NewKVClient(c).DeleteRange(ctx, r, opts...)
 		})
 }
 
 func (b *Backend) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error) {
 	return write(ctx, b, func(ctx context.Context) (*pb.CompactionResponse, error) { return b.l.Compact(ctx, r) },
-		func(ctx context.Context, c *grpc.ClientConn) (*pb.CompactionResponse, error) {
-			return pb.NewKVClient(c).Compact(ctx, r)
+		func(ctx context.Context, c *grpc.ClientConn, opts ...grpc.CallOption) (*pb.CompactionResponse, error) {
+			return pb.NewKVClient(c).Compact(ctx, r, opts...)
 		})
 }
 
 func (b *Backend) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
 	return write(ctx, b, func(ctx context.Context) (*pb.LeaseGrantResponse, error) { return b.l.LeaseGrant(ctx, r) },
-		func(ctx context.Context, c *grpc.ClientConn) (*pb.LeaseGrantResponse, error) {
-			return pb.NewLeaseClient(c).LeaseGrant(ctx, r)
+		func(ctx context.Context, c *grpc.ClientConn, opts ...grpc.CallOption) (*pb.LeaseGrantResponse, error) {
+			return pb.NewLeaseClient(c).LeaseGrant(ctx, r, opts...)
 		})
 }
 
 func (b *Backend) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
 	return write(ctx, b, func(ctx context.Context) (*pb.LeaseRevokeResponse, error) { return b.l.LeaseRevoke(ctx, r) },
-		func(ctx context.Context, c *grpc.ClientConn) (*pb.LeaseRevokeResponse, error) {
-			return pb.NewLeaseClient(c).LeaseRevoke(ctx, r)
+		func(ctx context.Context, c *grpc.ClientConn, opts ...grpc.CallOption) (*pb.LeaseRevokeResponse, error) {
+			return pb.NewLeaseClient(c).LeaseRevoke(ctx, r, opts...)
 		})
 }
 
 func (b *Backend) LeaseRenew(ctx context.Context, id int64) (int64, error) {
 	return write(ctx, b, func(ctx context.Context) (int64, error) { return b.l.LeaseRenew(ctx, id) },
-		func(ctx context.Context, c *grpc.ClientConn) (int64, error) {
+		func(ctx context.Context, c *grpc.ClientConn, opts ...grpc.CallOption) (int64, error) {
 			resp, err := netsyv1.NewNodeClient(c).LeaseRenew(ctx, &netsyv1.LeaseRenewRequest{Id: id})
 			if err != nil {
 				if s, ok := status.FromError(err); ok && s.Message() == engine.ErrLeaseNotFound.Error() {
@@ -243,15 +282,15 @@ func (b *Backend) LeaseRenew(ctx context.Context, id int64) (int64, error) {
 // knows when a lease expires.
 func (b *Backend) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
 	return write(ctx, b, func(ctx context.Context) (*pb.LeaseTimeToLiveResponse, error) { return b.l.LeaseTimeToLive(ctx, r) },
-		func(ctx context.Context, c *grpc.ClientConn) (*pb.LeaseTimeToLiveResponse, error) {
-			return pb.NewLeaseClient(c).LeaseTimeToLive(ctx, r)
+		func(ctx context.Context, c *grpc.ClientConn, opts ...grpc.CallOption) (*pb.LeaseTimeToLiveResponse, error) {
+			return pb.NewLeaseClient(c).LeaseTimeToLive(ctx, r, opts...)
 		})
 }
 
 func (b *Backend) LeaseLeases(ctx context.Context, r *pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, error) {
 	return write(ctx, b, func(ctx context.Context) (*pb.LeaseLeasesResponse, error) { return b.l.LeaseLeases(ctx, r) },
-		func(ctx context.Context, c *grpc.ClientConn) (*pb.LeaseLeasesResponse, error) {
-			return pb.NewLeaseClient(c).LeaseLeases(ctx, r)
+		func(ctx context.Context, c *grpc.ClientConn, opts ...grpc.CallOption) (*pb.LeaseLeasesResponse, error) {
+			return pb.NewLeaseClient(c).LeaseLeases(ctx, r, opts...)
 		})
 }
 
@@ -270,8 +309,8 @@ func (b *Backend) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRespo
 func (b *Backend) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {
 	if engine.IsWriteTxn(r) {
 		return write(ctx, b, func(ctx context.Context) (*pb.TxnResponse, error) { return b.l.Txn(ctx, r) },
-			func(ctx context.Context, c *grpc.ClientConn) (*pb.TxnResponse, error) {
-				return pb.NewKVClient(c).Txn(ctx, r)
+			func(ctx context.Context, c *grpc.ClientConn, opts ...grpc.CallOption) (*pb.TxnResponse, error) {
+				return pb.NewKVClient(c).Txn(ctx, r, opts...)
 			})
 	}
 	if !engine.SerializableTxn(r) {

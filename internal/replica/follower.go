@@ -291,6 +291,9 @@ func (f *Follower) session(ctx context.Context, target *netsyv1.NodeInfo, term u
 		switch v := m.Msg.(type) {
 		case *netsyv1.FollowResponse_Entries:
 			err = eng.Follow(ctx, int64(term), v.Entries.Entries)
+			if c := v.Entries.CommitIndex; err == nil && c > 0 {
+				err = eng.CommitTo(ctx, c)
+			}
 		case *netsyv1.FollowResponse_Commit:
 			err = eng.CommitTo(ctx, v.Commit.Index)
 		case *netsyv1.FollowResponse_Compact, *netsyv1.FollowResponse_Initial:
@@ -310,13 +313,23 @@ func (f *Follower) session(ctx context.Context, target *netsyv1.NodeInfo, term u
 }
 
 // sendReceipts sends a Receipt whenever the durable index advances, and a
-// heartbeat when nothing went out for a whole interval.
+// heartbeat whenever nothing went out for a whole interval: the Primary
+// never goes longer than one interval without hearing from this node.
 func (f *Follower) sendReceipts(ctx context.Context, stream netsyv1.Follow_FollowClient) error {
 	eng := f.cfg.Engine
 	var sent uint64
-	ticker := f.cfg.Clock.NewTicker(f.cfg.HeartbeatInterval)
-	defer ticker.Stop()
-	quiet := false
+	quiet := f.cfg.Clock.NewTimer(f.cfg.HeartbeatInterval)
+	defer quiet.Stop()
+	// rearm restarts the quiet timer after a send.
+	rearm := func() {
+		if !quiet.Stop() {
+			select {
+			case <-quiet.C():
+			default:
+			}
+		}
+		quiet.Reset(f.cfg.HeartbeatInterval)
+	}
 	for {
 		notify := eng.DurableNotify()
 		if d := eng.DurableIndex(); d > sent {
@@ -324,18 +337,17 @@ func (f *Follower) sendReceipts(ctx context.Context, stream netsyv1.Follow_Follo
 			if err != nil {
 				return err
 			}
-			sent, quiet = d, false
+			sent = d
+			rearm()
 		}
 		select {
 		case <-notify:
-		case <-ticker.C():
-			if quiet {
-				err := stream.Send(&netsyv1.FollowRequest{Msg: &netsyv1.FollowRequest_Heartbeat{Heartbeat: f.cfg.State()}})
-				if err != nil {
-					return err
-				}
+		case <-quiet.C():
+			err := stream.Send(&netsyv1.FollowRequest{Msg: &netsyv1.FollowRequest_Heartbeat{Heartbeat: f.cfg.State()}})
+			if err != nil {
+				return err
 			}
-			quiet = true
+			quiet.Reset(f.cfg.HeartbeatInterval)
 		case <-ctx.Done():
 			return nil
 		}

@@ -10,9 +10,17 @@
 //   - After a failed write or fsync the WAL refuses everything: the kernel
 //     may have dropped dirty pages, so retrying could report as durable data
 //     that is gone.
-//   - Only the torn end of the newest segment is ever truncated, and only
-//     when nothing valid follows the damage (see package datafile). Any other
-//     damage stops Open with an error naming the file.
+//   - Only the torn end of the newest segment is ever truncated on Open's
+//     own judgement, and only when nothing valid follows the damage (see
+//     package datafile). Any other damage stops Open with a *DamageError
+//     naming the file, the offset and the last intact entry: what follows
+//     it may have been reported durable. Only a caller that can fetch it
+//     from elsewhere asks for the cut instead (Options.CutDamage), and an
+//     operator runs the same cut with Repair. A cut removes everything from
+//     the first bad record on, in that segment and every newer one, newer
+//     segments first so that a crash half-way leaves the damage newest, and
+//     it says what it dropped, as far as the records after the damage can
+//     still be read.
 //   - Segments are preallocated, so an fsync after an append never grows
 //     the file: a new segment is the spare (spare.seg.tmp: a header, then
 //     zeros up to SegmentBytes, fsync'd) renamed into place. The unsealed

@@ -43,7 +43,16 @@ func (w *WAL) SaveSnapshot(s *datafile.Snapshot) error {
 	}
 	index := s.Header.Index
 	final := filepath.Join(w.snapDir, snapName(index))
-	if err := writeFileAtomic(w.fs, final, func(f vfs.File) error { return datafile.EncodeSnapshot(f, s) }); err != nil {
+	write := func(f vfs.File) error {
+		// The encoder writes one small frame per key: buffer them, or
+		// each is a system call.
+		b := bufio.NewWriterSize(f, 256<<10)
+		if err := datafile.EncodeSnapshot(b, s); err != nil {
+			return err
+		}
+		return b.Flush()
+	}
+	if err := writeFileAtomic(w.fs, final, write); err != nil {
 		return fmt.Errorf("wal save snapshot %d: %w", index, err)
 	}
 	if err := w.pruneSnapshots(); err != nil {

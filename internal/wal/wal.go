@@ -67,8 +67,15 @@ type Options struct {
 	// object-storage PUT) and can ask for the fsync when it starts that,
 	// one fsync then covers everything written meanwhile.
 	SyncOnRequest bool
-	Logger        hclog.Logger
-	Clock         clock.Clock
+	// CutDamage makes Open cut the log at damage that is not a torn tail
+	// (see DamageError) instead of failing: the rest of the damaged
+	// segment and every newer segment are removed, logged and reported by
+	// Cut. Only for a caller that can fetch what followed the damage from
+	// elsewhere (a replica from its Primary, a node whose acknowledged
+	// entries are all in object storage).
+	CutDamage bool
+	Logger    hclog.Logger
+	Clock     clock.Clock
 
 	hooks *hooks
 }
@@ -145,6 +152,9 @@ type WAL struct {
 
 	// torn describes a torn tail Open cut off (nil if none); see Torn.
 	torn *Torn
+	// cutDamage is Options.CutDamage; cut describes what Open cut (see Cut).
+	cutDamage bool
+	cut       *Cut
 }
 
 // Torn describes damage Open cut off the end of the newest segment: a
@@ -183,7 +193,8 @@ func (s *segment) lastIndex() uint64 { return s.first + s.count - 1 }
 func segmentName(first uint64) string { return fmt.Sprintf("%020d%s", first, segmentSuffix) }
 
 // Open opens or creates the WAL in opts.Dir, verifying every segment and
-// truncating only a torn tail of the newest one.
+// truncating only a torn tail of the newest one. Other damage is a
+// *DamageError, or is cut out with Options.CutDamage.
 func Open(opts Options) (*WAL, error) {
 	if opts.Dir == "" {
 		return nil, errors.New("open wal: Options.Dir is empty")
@@ -210,6 +221,7 @@ func Open(opts Options) (*WAL, error) {
 		prepared:   make(chan struct{}),
 	}
 	w.lazy.Store(opts.SyncOnRequest)
+	w.cutDamage = opts.CutDamage
 	if w.segSize == 0 {
 		w.segSize = DefaultSegmentBytes
 	}
@@ -270,6 +282,17 @@ func (w *WAL) load() error {
 			keep, err = w.scanNewest(s)
 			if err == nil && !keep {
 				segs = segs[:i]
+			}
+		}
+		var d *DamageError
+		if errors.As(err, &d) {
+			d.Newer = len(segs) - 1 - i
+			if w.cutDamage {
+				segs, err = w.cutAt(segs, i, d)
+				if err != nil {
+					return err
+				}
+				break
 			}
 		}
 		if err != nil {
@@ -333,26 +356,30 @@ func (w *WAL) scanSealed(s *segment) error {
 	defer f.Close()
 	r, err := datafile.NewReader(s.path, f)
 	if err != nil {
-		return err
+		return damaged(s, nil, 0, err)
 	}
 	if k := r.Header().Kind; k != datafile.KindSegment {
 		return fmt.Errorf("segment %s: data file kind is %s", s.path, k)
 	}
-	for {
+	var n uint64
+	for ; ; n++ {
 		_, err := r.Next()
 		if err == io.EOF {
 			break
 		}
-		if errors.Is(err, datafile.ErrTornTail) {
-			return fmt.Errorf("segment %s is followed by newer segments, so its damaged end is corruption: %w", s.path, err)
+		var torn *datafile.TornTailError
+		if errors.As(err, &torn) {
+			return &DamageError{Path: s.path, Offset: torn.Offset, After: s.first - 1 + n,
+				Reason: "the segment is followed by newer segments, so its damaged end is corruption: " + torn.Reason}
 		}
 		if err != nil {
-			return err
+			return damaged(s, r, n, err)
 		}
 	}
 	ft, ok := r.Footer()
 	if !ok {
-		return fmt.Errorf("segment %s is not sealed but newer segments follow it", s.path)
+		return &DamageError{Path: s.path, Offset: r.Offset(), After: s.first - 1 + n,
+			Reason: "the segment is not sealed but newer segments follow it (its footer is missing)"}
 	}
 	if ft.Records > 0 && (ft.FirstIndex != s.first || ft.LastIndex-ft.FirstIndex+1 != ft.Records) {
 		return fmt.Errorf("segment %s: footer index range %d..%d with %d records does not match its name", s.path, ft.FirstIndex, ft.LastIndex, ft.Records)
@@ -390,19 +417,19 @@ func (w *WAL) scanNewest(s *segment) (keep bool, err error) {
 	}()
 	r, err := datafile.NewReader(s.path, f)
 	if err != nil {
-		return false, err
+		return false, damaged(s, nil, 0, err)
 	}
 	if k := r.Header().Kind; k != datafile.KindSegment {
 		return false, fmt.Errorf("segment %s: data file kind is %s", s.path, k)
 	}
 	var torn *datafile.TornTailError
-	for n := 0; ; n++ {
+	for n := uint64(0); ; n++ {
 		e, err := r.NextEntry()
 		if err == io.EOF || errors.As(err, &torn) {
 			break
 		}
 		if err != nil {
-			return false, err
+			return false, damaged(s, r, n, err)
 		}
 		if n == 0 && e.Index != s.first {
 			return false, fmt.Errorf("segment %s: first entry has index %d, not the %d its name says", s.path, e.Index, s.first)

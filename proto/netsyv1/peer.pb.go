@@ -251,8 +251,16 @@ type Heartbeat struct {
 	// follows was refused (its process is gone): the Elector checks at once
 	// instead of waiting for the Primary's heartbeats to stop.
 	PrimaryRefused bool `protobuf:"varint,14,opt,name=primary_refused,json=primaryRefused,proto3" json:"primary_refused,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// latest_term is the primary term that wrote the entry at latest_index:
+	// logs are compared by (latest_term, latest_index), so a node holding a
+	// deposed Primary's stale entries never outranks one holding the newer
+	// Primary's acknowledged ones.
+	LatestTerm int64 `protobuf:"varint,15,opt,name=latest_term,json=latestTerm,proto3" json:"latest_term,omitempty"`
+	// replication is set only by an Active Primary: what it knows of its
+	// replicas (for cluster-state and the Elector's view of lag).
+	Replication   *Replication `protobuf:"bytes,16,opt,name=replication,proto3" json:"replication,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Heartbeat) Reset() {
@@ -383,6 +391,212 @@ func (x *Heartbeat) GetPrimaryRefused() bool {
 	return false
 }
 
+func (x *Heartbeat) GetLatestTerm() int64 {
+	if x != nil {
+		return x.LatestTerm
+	}
+	return 0
+}
+
+func (x *Heartbeat) GetReplication() *Replication {
+	if x != nil {
+		return x.Replication
+	}
+	return nil
+}
+
+// Replication is an Active Primary's account of quorum commit.
+type Replication struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// quorum is the configured --quorum; replicas_needed is how many
+	// replica receipts a write waits for (the Primary counts itself under
+	// majority quorum).
+	Quorum         int32  `protobuf:"varint,1,opt,name=quorum,proto3" json:"quorum,omitempty"`
+	ReplicasNeeded uint32 `protobuf:"varint,2,opt,name=replicas_needed,json=replicasNeeded,proto3" json:"replicas_needed,omitempty"`
+	// fallback says writes are acknowledged through object storage now
+	// (too few healthy replicas, a missed receipt deadline, or the lease
+	// lapsed); fallback_reason says which.
+	Fallback       bool   `protobuf:"varint,3,opt,name=fallback,proto3" json:"fallback,omitempty"`
+	FallbackReason string `protobuf:"bytes,4,opt,name=fallback_reason,json=fallbackReason,proto3" json:"fallback_reason,omitempty"`
+	// fallbacks counts the times the Primary fell back since it became
+	// Active.
+	Fallbacks     uint64           `protobuf:"varint,5,opt,name=fallbacks,proto3" json:"fallbacks,omitempty"`
+	Replicas      []*ReplicaStatus `protobuf:"bytes,6,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Replication) Reset() {
+	*x = Replication{}
+	mi := &file_netsy_v1_peer_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Replication) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Replication) ProtoMessage() {}
+
+func (x *Replication) ProtoReflect() protoreflect.Message {
+	mi := &file_netsy_v1_peer_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Replication.ProtoReflect.Descriptor instead.
+func (*Replication) Descriptor() ([]byte, []int) {
+	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Replication) GetQuorum() int32 {
+	if x != nil {
+		return x.Quorum
+	}
+	return 0
+}
+
+func (x *Replication) GetReplicasNeeded() uint32 {
+	if x != nil {
+		return x.ReplicasNeeded
+	}
+	return 0
+}
+
+func (x *Replication) GetFallback() bool {
+	if x != nil {
+		return x.Fallback
+	}
+	return false
+}
+
+func (x *Replication) GetFallbackReason() string {
+	if x != nil {
+		return x.FallbackReason
+	}
+	return ""
+}
+
+func (x *Replication) GetFallbacks() uint64 {
+	if x != nil {
+		return x.Fallbacks
+	}
+	return 0
+}
+
+func (x *Replication) GetReplicas() []*ReplicaStatus {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
+}
+
+// ReplicaStatus is the Primary's record of one replica.
+type ReplicaStatus struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// durable_index is the highest index the replica reported fsync'd.
+	DurableIndex uint64 `protobuf:"varint,2,opt,name=durable_index,json=durableIndex,proto3" json:"durable_index,omitempty"`
+	// lag_entries is how far that is behind the Primary's log; lag_ms how
+	// long ago the Primary appended the first entry the replica lacks.
+	LagEntries uint64 `protobuf:"varint,3,opt,name=lag_entries,json=lagEntries,proto3" json:"lag_entries,omitempty"`
+	LagMs      int64  `protobuf:"varint,4,opt,name=lag_ms,json=lagMs,proto3" json:"lag_ms,omitempty"`
+	// counted says the replica counts toward the quorum now; when it does
+	// not, not_counted_reason says why.
+	Counted          bool   `protobuf:"varint,5,opt,name=counted,proto3" json:"counted,omitempty"`
+	NotCountedReason string `protobuf:"bytes,6,opt,name=not_counted_reason,json=notCountedReason,proto3" json:"not_counted_reason,omitempty"`
+	// last_heard_ms is how long ago the Primary last heard from it.
+	LastHeardMs   int64 `protobuf:"varint,7,opt,name=last_heard_ms,json=lastHeardMs,proto3" json:"last_heard_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicaStatus) Reset() {
+	*x = ReplicaStatus{}
+	mi := &file_netsy_v1_peer_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicaStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicaStatus) ProtoMessage() {}
+
+func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_netsy_v1_peer_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicaStatus.ProtoReflect.Descriptor instead.
+func (*ReplicaStatus) Descriptor() ([]byte, []int) {
+	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ReplicaStatus) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *ReplicaStatus) GetDurableIndex() uint64 {
+	if x != nil {
+		return x.DurableIndex
+	}
+	return 0
+}
+
+func (x *ReplicaStatus) GetLagEntries() uint64 {
+	if x != nil {
+		return x.LagEntries
+	}
+	return 0
+}
+
+func (x *ReplicaStatus) GetLagMs() int64 {
+	if x != nil {
+		return x.LagMs
+	}
+	return 0
+}
+
+func (x *ReplicaStatus) GetCounted() bool {
+	if x != nil {
+		return x.Counted
+	}
+	return false
+}
+
+func (x *ReplicaStatus) GetNotCountedReason() string {
+	if x != nil {
+		return x.NotCountedReason
+	}
+	return ""
+}
+
+func (x *ReplicaStatus) GetLastHeardMs() int64 {
+	if x != nil {
+		return x.LastHeardMs
+	}
+	return 0
+}
+
 type HeartbeatResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The Elector's current Cluster State: a node that missed a push learns
@@ -402,7 +616,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_netsy_v1_peer_proto_msgTypes[2]
+	mi := &file_netsy_v1_peer_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -414,7 +628,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_peer_proto_msgTypes[2]
+	mi := &file_netsy_v1_peer_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -427,7 +641,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{2}
+	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *HeartbeatResponse) GetClusterState() *ClusterState {
@@ -483,7 +697,7 @@ type ClusterState struct {
 
 func (x *ClusterState) Reset() {
 	*x = ClusterState{}
-	mi := &file_netsy_v1_peer_proto_msgTypes[3]
+	mi := &file_netsy_v1_peer_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -495,7 +709,7 @@ func (x *ClusterState) String() string {
 func (*ClusterState) ProtoMessage() {}
 
 func (x *ClusterState) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_peer_proto_msgTypes[3]
+	mi := &file_netsy_v1_peer_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -508,7 +722,7 @@ func (x *ClusterState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterState.ProtoReflect.Descriptor instead.
 func (*ClusterState) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{3}
+	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ClusterState) GetClusterId() string {
@@ -600,7 +814,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_netsy_v1_peer_proto_msgTypes[4]
+	mi := &file_netsy_v1_peer_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -612,7 +826,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_peer_proto_msgTypes[4]
+	mi := &file_netsy_v1_peer_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -625,7 +839,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{4}
+	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *NodeStatus) GetInfo() *NodeInfo {
@@ -682,7 +896,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_netsy_v1_peer_proto_msgTypes[5]
+	mi := &file_netsy_v1_peer_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -694,7 +908,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_peer_proto_msgTypes[5]
+	mi := &file_netsy_v1_peer_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -707,7 +921,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{5}
+	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Event) GetTimeUnixNano() int64 {
@@ -776,7 +990,7 @@ type RegisterNodeRequest struct {
 
 func (x *RegisterNodeRequest) Reset() {
 	*x = RegisterNodeRequest{}
-	mi := &file_netsy_v1_peer_proto_msgTypes[6]
+	mi := &file_netsy_v1_peer_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -788,7 +1002,7 @@ func (x *RegisterNodeRequest) String() string {
 func (*RegisterNodeRequest) ProtoMessage() {}
 
 func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_peer_proto_msgTypes[6]
+	mi := &file_netsy_v1_peer_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -801,7 +1015,7 @@ func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeRequest.ProtoReflect.Descriptor instead.
 func (*RegisterNodeRequest) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{6}
+	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RegisterNodeRequest) GetNode() *NodeInfo {
@@ -828,7 +1042,7 @@ type RegisterNodeResponse struct {
 
 func (x *RegisterNodeResponse) Reset() {
 	*x = RegisterNodeResponse{}
-	mi := &file_netsy_v1_peer_proto_msgTypes[7]
+	mi := &file_netsy_v1_peer_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -840,7 +1054,7 @@ func (x *RegisterNodeResponse) String() string {
 func (*RegisterNodeResponse) ProtoMessage() {}
 
 func (x *RegisterNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_peer_proto_msgTypes[7]
+	mi := &file_netsy_v1_peer_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -853,7 +1067,7 @@ func (x *RegisterNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeResponse.ProtoReflect.Descriptor instead.
 func (*RegisterNodeResponse) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{7}
+	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RegisterNodeResponse) GetMemberId() uint64 {
@@ -879,7 +1093,7 @@ type DeregisterNodeRequest struct {
 
 func (x *DeregisterNodeRequest) Reset() {
 	*x = DeregisterNodeRequest{}
-	mi := &file_netsy_v1_peer_proto_msgTypes[8]
+	mi := &file_netsy_v1_peer_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -891,7 +1105,7 @@ func (x *DeregisterNodeRequest) String() string {
 func (*DeregisterNodeRequest) ProtoMessage() {}
 
 func (x *DeregisterNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_peer_proto_msgTypes[8]
+	mi := &file_netsy_v1_peer_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -904,7 +1118,7 @@ func (x *DeregisterNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterNodeRequest.ProtoReflect.Descriptor instead.
 func (*DeregisterNodeRequest) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{8}
+	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DeregisterNodeRequest) GetNodeId() string {
@@ -922,7 +1136,7 @@ type DeregisterNodeResponse struct {
 
 func (x *DeregisterNodeResponse) Reset() {
 	*x = DeregisterNodeResponse{}
-	mi := &file_netsy_v1_peer_proto_msgTypes[9]
+	mi := &file_netsy_v1_peer_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -934,7 +1148,7 @@ func (x *DeregisterNodeResponse) String() string {
 func (*DeregisterNodeResponse) ProtoMessage() {}
 
 func (x *DeregisterNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_peer_proto_msgTypes[9]
+	mi := &file_netsy_v1_peer_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -947,7 +1161,7 @@ func (x *DeregisterNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterNodeResponse.ProtoReflect.Descriptor instead.
 func (*DeregisterNodeResponse) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{9}
+	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{11}
 }
 
 type GetClusterStateRequest struct {
@@ -960,7 +1174,7 @@ type GetClusterStateRequest struct {
 
 func (x *GetClusterStateRequest) Reset() {
 	*x = GetClusterStateRequest{}
-	mi := &file_netsy_v1_peer_proto_msgTypes[10]
+	mi := &file_netsy_v1_peer_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -972,7 +1186,7 @@ func (x *GetClusterStateRequest) String() string {
 func (*GetClusterStateRequest) ProtoMessage() {}
 
 func (x *GetClusterStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_peer_proto_msgTypes[10]
+	mi := &file_netsy_v1_peer_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -985,7 +1199,7 @@ func (x *GetClusterStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterStateRequest.ProtoReflect.Descriptor instead.
 func (*GetClusterStateRequest) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{10}
+	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetClusterStateRequest) GetFull() bool {
@@ -1003,7 +1217,7 @@ type GetNodeStateRequest struct {
 
 func (x *GetNodeStateRequest) Reset() {
 	*x = GetNodeStateRequest{}
-	mi := &file_netsy_v1_peer_proto_msgTypes[11]
+	mi := &file_netsy_v1_peer_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1015,7 +1229,7 @@ func (x *GetNodeStateRequest) String() string {
 func (*GetNodeStateRequest) ProtoMessage() {}
 
 func (x *GetNodeStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_peer_proto_msgTypes[11]
+	mi := &file_netsy_v1_peer_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1028,7 +1242,7 @@ func (x *GetNodeStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeStateRequest.ProtoReflect.Descriptor instead.
 func (*GetNodeStateRequest) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{11}
+	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{13}
 }
 
 // NodeState is a node's own answer about itself.
@@ -1046,7 +1260,7 @@ type NodeState struct {
 
 func (x *NodeState) Reset() {
 	*x = NodeState{}
-	mi := &file_netsy_v1_peer_proto_msgTypes[12]
+	mi := &file_netsy_v1_peer_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1058,7 +1272,7 @@ func (x *NodeState) String() string {
 func (*NodeState) ProtoMessage() {}
 
 func (x *NodeState) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_peer_proto_msgTypes[12]
+	mi := &file_netsy_v1_peer_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1071,7 +1285,7 @@ func (x *NodeState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeState.ProtoReflect.Descriptor instead.
 func (*NodeState) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{12}
+	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *NodeState) GetState() *Heartbeat {
@@ -1114,7 +1328,7 @@ type PushClusterStateResponse struct {
 
 func (x *PushClusterStateResponse) Reset() {
 	*x = PushClusterStateResponse{}
-	mi := &file_netsy_v1_peer_proto_msgTypes[13]
+	mi := &file_netsy_v1_peer_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1126,7 +1340,7 @@ func (x *PushClusterStateResponse) String() string {
 func (*PushClusterStateResponse) ProtoMessage() {}
 
 func (x *PushClusterStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_peer_proto_msgTypes[13]
+	mi := &file_netsy_v1_peer_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1139,7 +1353,7 @@ func (x *PushClusterStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushClusterStateResponse.ProtoReflect.Descriptor instead.
 func (*PushClusterStateResponse) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{13}
+	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PushClusterStateResponse) GetAccepted() bool {
@@ -1166,7 +1380,7 @@ type HandoffRequest struct {
 
 func (x *HandoffRequest) Reset() {
 	*x = HandoffRequest{}
-	mi := &file_netsy_v1_peer_proto_msgTypes[14]
+	mi := &file_netsy_v1_peer_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1178,7 +1392,7 @@ func (x *HandoffRequest) String() string {
 func (*HandoffRequest) ProtoMessage() {}
 
 func (x *HandoffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_peer_proto_msgTypes[14]
+	mi := &file_netsy_v1_peer_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1191,7 +1405,7 @@ func (x *HandoffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandoffRequest.ProtoReflect.Descriptor instead.
 func (*HandoffRequest) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{14}
+	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *HandoffRequest) GetTo() string {
@@ -1210,7 +1424,7 @@ type HandoffResponse struct {
 
 func (x *HandoffResponse) Reset() {
 	*x = HandoffResponse{}
-	mi := &file_netsy_v1_peer_proto_msgTypes[15]
+	mi := &file_netsy_v1_peer_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1222,7 +1436,7 @@ func (x *HandoffResponse) String() string {
 func (*HandoffResponse) ProtoMessage() {}
 
 func (x *HandoffResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_peer_proto_msgTypes[15]
+	mi := &file_netsy_v1_peer_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1235,7 +1449,7 @@ func (x *HandoffResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandoffResponse.ProtoReflect.Descriptor instead.
 func (*HandoffResponse) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{15}
+	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *HandoffResponse) GetClusterState() *ClusterState {
@@ -1253,7 +1467,7 @@ type ResignRequest struct {
 
 func (x *ResignRequest) Reset() {
 	*x = ResignRequest{}
-	mi := &file_netsy_v1_peer_proto_msgTypes[16]
+	mi := &file_netsy_v1_peer_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1265,7 +1479,7 @@ func (x *ResignRequest) String() string {
 func (*ResignRequest) ProtoMessage() {}
 
 func (x *ResignRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_peer_proto_msgTypes[16]
+	mi := &file_netsy_v1_peer_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1278,7 +1492,7 @@ func (x *ResignRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResignRequest.ProtoReflect.Descriptor instead.
 func (*ResignRequest) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{16}
+	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{18}
 }
 
 type ResignResponse struct {
@@ -1289,7 +1503,7 @@ type ResignResponse struct {
 
 func (x *ResignResponse) Reset() {
 	*x = ResignResponse{}
-	mi := &file_netsy_v1_peer_proto_msgTypes[17]
+	mi := &file_netsy_v1_peer_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1301,7 +1515,7 @@ func (x *ResignResponse) String() string {
 func (*ResignResponse) ProtoMessage() {}
 
 func (x *ResignResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_peer_proto_msgTypes[17]
+	mi := &file_netsy_v1_peer_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1314,7 +1528,7 @@ func (x *ResignResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResignResponse.ProtoReflect.Descriptor instead.
 func (*ResignResponse) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{17}
+	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{19}
 }
 
 type ReadIndexRequest struct {
@@ -1325,7 +1539,7 @@ type ReadIndexRequest struct {
 
 func (x *ReadIndexRequest) Reset() {
 	*x = ReadIndexRequest{}
-	mi := &file_netsy_v1_peer_proto_msgTypes[18]
+	mi := &file_netsy_v1_peer_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1337,7 +1551,7 @@ func (x *ReadIndexRequest) String() string {
 func (*ReadIndexRequest) ProtoMessage() {}
 
 func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_peer_proto_msgTypes[18]
+	mi := &file_netsy_v1_peer_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1350,7 +1564,7 @@ func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadIndexRequest.ProtoReflect.Descriptor instead.
 func (*ReadIndexRequest) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{18}
+	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{20}
 }
 
 // ReadIndexResponse is the Primary's commit point at the time of the
@@ -1368,7 +1582,7 @@ type ReadIndexResponse struct {
 
 func (x *ReadIndexResponse) Reset() {
 	*x = ReadIndexResponse{}
-	mi := &file_netsy_v1_peer_proto_msgTypes[19]
+	mi := &file_netsy_v1_peer_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1380,7 +1594,7 @@ func (x *ReadIndexResponse) String() string {
 func (*ReadIndexResponse) ProtoMessage() {}
 
 func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_peer_proto_msgTypes[19]
+	mi := &file_netsy_v1_peer_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1393,7 +1607,7 @@ func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadIndexResponse.ProtoReflect.Descriptor instead.
 func (*ReadIndexResponse) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{19}
+	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReadIndexResponse) GetIndex() uint64 {
@@ -1426,7 +1640,7 @@ type LeaseRenewRequest struct {
 
 func (x *LeaseRenewRequest) Reset() {
 	*x = LeaseRenewRequest{}
-	mi := &file_netsy_v1_peer_proto_msgTypes[20]
+	mi := &file_netsy_v1_peer_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1438,7 +1652,7 @@ func (x *LeaseRenewRequest) String() string {
 func (*LeaseRenewRequest) ProtoMessage() {}
 
 func (x *LeaseRenewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_peer_proto_msgTypes[20]
+	mi := &file_netsy_v1_peer_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1451,7 +1665,7 @@ func (x *LeaseRenewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRenewRequest.ProtoReflect.Descriptor instead.
 func (*LeaseRenewRequest) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{20}
+	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *LeaseRenewRequest) GetId() int64 {
@@ -1470,7 +1684,7 @@ type LeaseRenewResponse struct {
 
 func (x *LeaseRenewResponse) Reset() {
 	*x = LeaseRenewResponse{}
-	mi := &file_netsy_v1_peer_proto_msgTypes[21]
+	mi := &file_netsy_v1_peer_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1482,7 +1696,7 @@ func (x *LeaseRenewResponse) String() string {
 func (*LeaseRenewResponse) ProtoMessage() {}
 
 func (x *LeaseRenewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_peer_proto_msgTypes[21]
+	mi := &file_netsy_v1_peer_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1495,7 +1709,7 @@ func (x *LeaseRenewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRenewResponse.ProtoReflect.Descriptor instead.
 func (*LeaseRenewResponse) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{21}
+	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *LeaseRenewResponse) GetTtl() int64 {
@@ -1520,7 +1734,7 @@ type FollowRequest struct {
 
 func (x *FollowRequest) Reset() {
 	*x = FollowRequest{}
-	mi := &file_netsy_v1_peer_proto_msgTypes[22]
+	mi := &file_netsy_v1_peer_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1532,7 +1746,7 @@ func (x *FollowRequest) String() string {
 func (*FollowRequest) ProtoMessage() {}
 
 func (x *FollowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_peer_proto_msgTypes[22]
+	mi := &file_netsy_v1_peer_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1545,7 +1759,7 @@ func (x *FollowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FollowRequest.ProtoReflect.Descriptor instead.
 func (*FollowRequest) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{22}
+	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *FollowRequest) GetMsg() isFollowRequest_Msg {
@@ -1622,7 +1836,7 @@ type FollowStart struct {
 
 func (x *FollowStart) Reset() {
 	*x = FollowStart{}
-	mi := &file_netsy_v1_peer_proto_msgTypes[23]
+	mi := &file_netsy_v1_peer_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1634,7 +1848,7 @@ func (x *FollowStart) String() string {
 func (*FollowStart) ProtoMessage() {}
 
 func (x *FollowStart) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_peer_proto_msgTypes[23]
+	mi := &file_netsy_v1_peer_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1647,7 +1861,7 @@ func (x *FollowStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FollowStart.ProtoReflect.Descriptor instead.
 func (*FollowStart) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{23}
+	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *FollowStart) GetNodeId() string {
@@ -1703,7 +1917,7 @@ type Receipt struct {
 
 func (x *Receipt) Reset() {
 	*x = Receipt{}
-	mi := &file_netsy_v1_peer_proto_msgTypes[24]
+	mi := &file_netsy_v1_peer_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1715,7 +1929,7 @@ func (x *Receipt) String() string {
 func (*Receipt) ProtoMessage() {}
 
 func (x *Receipt) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_peer_proto_msgTypes[24]
+	mi := &file_netsy_v1_peer_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1728,7 +1942,7 @@ func (x *Receipt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Receipt.ProtoReflect.Descriptor instead.
 func (*Receipt) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{24}
+	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Receipt) GetIndex() uint64 {
@@ -1764,7 +1978,7 @@ type FollowResponse struct {
 
 func (x *FollowResponse) Reset() {
 	*x = FollowResponse{}
-	mi := &file_netsy_v1_peer_proto_msgTypes[25]
+	mi := &file_netsy_v1_peer_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1776,7 +1990,7 @@ func (x *FollowResponse) String() string {
 func (*FollowResponse) ProtoMessage() {}
 
 func (x *FollowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_peer_proto_msgTypes[25]
+	mi := &file_netsy_v1_peer_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1789,7 +2003,7 @@ func (x *FollowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FollowResponse.ProtoReflect.Descriptor instead.
 func (*FollowResponse) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{25}
+	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *FollowResponse) GetPrimaryTerm() uint64 {
@@ -1892,7 +2106,7 @@ type Initial struct {
 
 func (x *Initial) Reset() {
 	*x = Initial{}
-	mi := &file_netsy_v1_peer_proto_msgTypes[26]
+	mi := &file_netsy_v1_peer_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1904,7 +2118,7 @@ func (x *Initial) String() string {
 func (*Initial) ProtoMessage() {}
 
 func (x *Initial) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_peer_proto_msgTypes[26]
+	mi := &file_netsy_v1_peer_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1917,7 +2131,7 @@ func (x *Initial) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Initial.ProtoReflect.Descriptor instead.
 func (*Initial) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{26}
+	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Initial) GetCommittedIndex() uint64 {
@@ -1970,15 +2184,19 @@ func (x *Initial) GetNextIndex() uint64 {
 }
 
 type EntryBatch struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Entries       []*Entry               `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Entries []*Entry               `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	// commit_index, when not 0, is the Primary's commit point as it sent the
+	// batch, as a Commit message would say: under load the commit rides
+	// with the next entries instead of in a message of its own.
+	CommitIndex   uint64 `protobuf:"varint,2,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EntryBatch) Reset() {
 	*x = EntryBatch{}
-	mi := &file_netsy_v1_peer_proto_msgTypes[27]
+	mi := &file_netsy_v1_peer_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1990,7 +2208,7 @@ func (x *EntryBatch) String() string {
 func (*EntryBatch) ProtoMessage() {}
 
 func (x *EntryBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_peer_proto_msgTypes[27]
+	mi := &file_netsy_v1_peer_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2003,7 +2221,7 @@ func (x *EntryBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EntryBatch.ProtoReflect.Descriptor instead.
 func (*EntryBatch) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{27}
+	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *EntryBatch) GetEntries() []*Entry {
@@ -2011,6 +2229,13 @@ func (x *EntryBatch) GetEntries() []*Entry {
 		return x.Entries
 	}
 	return nil
+}
+
+func (x *EntryBatch) GetCommitIndex() uint64 {
+	if x != nil {
+		return x.CommitIndex
+	}
+	return 0
 }
 
 // Commit advances the replica's committed index: entries through index are
@@ -2025,7 +2250,7 @@ type Commit struct {
 
 func (x *Commit) Reset() {
 	*x = Commit{}
-	mi := &file_netsy_v1_peer_proto_msgTypes[28]
+	mi := &file_netsy_v1_peer_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2037,7 +2262,7 @@ func (x *Commit) String() string {
 func (*Commit) ProtoMessage() {}
 
 func (x *Commit) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_peer_proto_msgTypes[28]
+	mi := &file_netsy_v1_peer_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2050,7 +2275,7 @@ func (x *Commit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Commit.ProtoReflect.Descriptor instead.
 func (*Commit) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{28}
+	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Commit) GetIndex() uint64 {
@@ -2077,7 +2302,7 @@ type Compact struct {
 
 func (x *Compact) Reset() {
 	*x = Compact{}
-	mi := &file_netsy_v1_peer_proto_msgTypes[29]
+	mi := &file_netsy_v1_peer_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2089,7 +2314,7 @@ func (x *Compact) String() string {
 func (*Compact) ProtoMessage() {}
 
 func (x *Compact) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_peer_proto_msgTypes[29]
+	mi := &file_netsy_v1_peer_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2102,7 +2327,7 @@ func (x *Compact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Compact.ProtoReflect.Descriptor instead.
 func (*Compact) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{29}
+	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Compact) GetRevision() int64 {
@@ -2123,7 +2348,7 @@ const file_netsy_v1_peer_proto_rawDesc = "" +
 	"\tpeer_addr\x18\x03 \x01(\tR\bpeerAddr\x12\x1f\n" +
 	"\vclient_urls\x18\x04 \x03(\tR\n" +
 	"clientUrls\x12\x1b\n" +
-	"\thttp_addr\x18\x05 \x01(\tR\bhttpAddr\"\xa2\x04\n" +
+	"\thttp_addr\x18\x05 \x01(\tR\bhttpAddr\"\xfc\x04\n" +
 	"\tHeartbeat\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12-\n" +
 	"\x06health\x18\x02 \x01(\x0e2\x15.netsy.v1.HealthStateR\x06health\x12;\n" +
@@ -2140,7 +2365,26 @@ const file_netsy_v1_peer_proto_rawDesc = "" +
 	"primary_id\x18\v \x01(\tR\tprimaryId\x12\x10\n" +
 	"\x03seq\x18\f \x01(\x04R\x03seq\x12\x1b\n" +
 	"\tmember_id\x18\r \x01(\x04R\bmemberId\x12'\n" +
-	"\x0fprimary_refused\x18\x0e \x01(\bR\x0eprimaryRefused\"\xb4\x01\n" +
+	"\x0fprimary_refused\x18\x0e \x01(\bR\x0eprimaryRefused\x12\x1f\n" +
+	"\vlatest_term\x18\x0f \x01(\x03R\n" +
+	"latestTerm\x127\n" +
+	"\vreplication\x18\x10 \x01(\v2\x15.netsy.v1.ReplicationR\vreplication\"\xe6\x01\n" +
+	"\vReplication\x12\x16\n" +
+	"\x06quorum\x18\x01 \x01(\x05R\x06quorum\x12'\n" +
+	"\x0freplicas_needed\x18\x02 \x01(\rR\x0ereplicasNeeded\x12\x1a\n" +
+	"\bfallback\x18\x03 \x01(\bR\bfallback\x12'\n" +
+	"\x0ffallback_reason\x18\x04 \x01(\tR\x0efallbackReason\x12\x1c\n" +
+	"\tfallbacks\x18\x05 \x01(\x04R\tfallbacks\x123\n" +
+	"\breplicas\x18\x06 \x03(\v2\x17.netsy.v1.ReplicaStatusR\breplicas\"\xf1\x01\n" +
+	"\rReplicaStatus\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12#\n" +
+	"\rdurable_index\x18\x02 \x01(\x04R\fdurableIndex\x12\x1f\n" +
+	"\vlag_entries\x18\x03 \x01(\x04R\n" +
+	"lagEntries\x12\x15\n" +
+	"\x06lag_ms\x18\x04 \x01(\x03R\x05lagMs\x12\x18\n" +
+	"\acounted\x18\x05 \x01(\bR\acounted\x12,\n" +
+	"\x12not_counted_reason\x18\x06 \x01(\tR\x10notCountedReason\x12\"\n" +
+	"\rlast_heard_ms\x18\a \x01(\x03R\vlastHeardMs\"\xb4\x01\n" +
 	"\x11HeartbeatResponse\x12;\n" +
 	"\rcluster_state\x18\x01 \x01(\v2\x16.netsy.v1.ClusterStateR\fclusterState\x12!\n" +
 	"\flock_counter\x18\x02 \x01(\x04R\vlockCounter\x12\x10\n" +
@@ -2242,10 +2486,11 @@ const file_netsy_v1_peer_proto_rawDesc = "" +
 	"\btruncate\x18\x05 \x01(\bR\btruncate\x121\n" +
 	"\x15catch_up_from_storage\x18\x06 \x01(\bR\x12catchUpFromStorage\x12\x1d\n" +
 	"\n" +
-	"next_index\x18\a \x01(\x04R\tnextIndex\"7\n" +
+	"next_index\x18\a \x01(\x04R\tnextIndex\"Z\n" +
 	"\n" +
 	"EntryBatch\x12)\n" +
-	"\aentries\x18\x01 \x03(\v2\x0f.netsy.v1.EntryR\aentries\":\n" +
+	"\aentries\x18\x01 \x03(\v2\x0f.netsy.v1.EntryR\aentries\x12!\n" +
+	"\fcommit_index\x18\x02 \x01(\x04R\vcommitIndex\":\n" +
 	"\x06Commit\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\"%\n" +
@@ -2293,101 +2538,105 @@ func file_netsy_v1_peer_proto_rawDescGZIP() []byte {
 }
 
 var file_netsy_v1_peer_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_netsy_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_netsy_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_netsy_v1_peer_proto_goTypes = []any{
 	(HealthState)(0),                 // 0: netsy.v1.HealthState
 	(PrimaryState)(0),                // 1: netsy.v1.PrimaryState
 	(*NodeInfo)(nil),                 // 2: netsy.v1.NodeInfo
 	(*Heartbeat)(nil),                // 3: netsy.v1.Heartbeat
-	(*HeartbeatResponse)(nil),        // 4: netsy.v1.HeartbeatResponse
-	(*ClusterState)(nil),             // 5: netsy.v1.ClusterState
-	(*NodeStatus)(nil),               // 6: netsy.v1.NodeStatus
-	(*Event)(nil),                    // 7: netsy.v1.Event
-	(*RegisterNodeRequest)(nil),      // 8: netsy.v1.RegisterNodeRequest
-	(*RegisterNodeResponse)(nil),     // 9: netsy.v1.RegisterNodeResponse
-	(*DeregisterNodeRequest)(nil),    // 10: netsy.v1.DeregisterNodeRequest
-	(*DeregisterNodeResponse)(nil),   // 11: netsy.v1.DeregisterNodeResponse
-	(*GetClusterStateRequest)(nil),   // 12: netsy.v1.GetClusterStateRequest
-	(*GetNodeStateRequest)(nil),      // 13: netsy.v1.GetNodeStateRequest
-	(*NodeState)(nil),                // 14: netsy.v1.NodeState
-	(*PushClusterStateResponse)(nil), // 15: netsy.v1.PushClusterStateResponse
-	(*HandoffRequest)(nil),           // 16: netsy.v1.HandoffRequest
-	(*HandoffResponse)(nil),          // 17: netsy.v1.HandoffResponse
-	(*ResignRequest)(nil),            // 18: netsy.v1.ResignRequest
-	(*ResignResponse)(nil),           // 19: netsy.v1.ResignResponse
-	(*ReadIndexRequest)(nil),         // 20: netsy.v1.ReadIndexRequest
-	(*ReadIndexResponse)(nil),        // 21: netsy.v1.ReadIndexResponse
-	(*LeaseRenewRequest)(nil),        // 22: netsy.v1.LeaseRenewRequest
-	(*LeaseRenewResponse)(nil),       // 23: netsy.v1.LeaseRenewResponse
-	(*FollowRequest)(nil),            // 24: netsy.v1.FollowRequest
-	(*FollowStart)(nil),              // 25: netsy.v1.FollowStart
-	(*Receipt)(nil),                  // 26: netsy.v1.Receipt
-	(*FollowResponse)(nil),           // 27: netsy.v1.FollowResponse
-	(*Initial)(nil),                  // 28: netsy.v1.Initial
-	(*EntryBatch)(nil),               // 29: netsy.v1.EntryBatch
-	(*Commit)(nil),                   // 30: netsy.v1.Commit
-	(*Compact)(nil),                  // 31: netsy.v1.Compact
-	(*Entry)(nil),                    // 32: netsy.v1.Entry
+	(*Replication)(nil),              // 4: netsy.v1.Replication
+	(*ReplicaStatus)(nil),            // 5: netsy.v1.ReplicaStatus
+	(*HeartbeatResponse)(nil),        // 6: netsy.v1.HeartbeatResponse
+	(*ClusterState)(nil),             // 7: netsy.v1.ClusterState
+	(*NodeStatus)(nil),               // 8: netsy.v1.NodeStatus
+	(*Event)(nil),                    // 9: netsy.v1.Event
+	(*RegisterNodeRequest)(nil),      // 10: netsy.v1.RegisterNodeRequest
+	(*RegisterNodeResponse)(nil),     // 11: netsy.v1.RegisterNodeResponse
+	(*DeregisterNodeRequest)(nil),    // 12: netsy.v1.DeregisterNodeRequest
+	(*DeregisterNodeResponse)(nil),   // 13: netsy.v1.DeregisterNodeResponse
+	(*GetClusterStateRequest)(nil),   // 14: netsy.v1.GetClusterStateRequest
+	(*GetNodeStateRequest)(nil),      // 15: netsy.v1.GetNodeStateRequest
+	(*NodeState)(nil),                // 16: netsy.v1.NodeState
+	(*PushClusterStateResponse)(nil), // 17: netsy.v1.PushClusterStateResponse
+	(*HandoffRequest)(nil),           // 18: netsy.v1.HandoffRequest
+	(*HandoffResponse)(nil),          // 19: netsy.v1.HandoffResponse
+	(*ResignRequest)(nil),            // 20: netsy.v1.ResignRequest
+	(*ResignResponse)(nil),           // 21: netsy.v1.ResignResponse
+	(*ReadIndexRequest)(nil),         // 22: netsy.v1.ReadIndexRequest
+	(*ReadIndexResponse)(nil),        // 23: netsy.v1.ReadIndexResponse
+	(*LeaseRenewRequest)(nil),        // 24: netsy.v1.LeaseRenewRequest
+	(*LeaseRenewResponse)(nil),       // 25: netsy.v1.LeaseRenewResponse
+	(*FollowRequest)(nil),            // 26: netsy.v1.FollowRequest
+	(*FollowStart)(nil),              // 27: netsy.v1.FollowStart
+	(*Receipt)(nil),                  // 28: netsy.v1.Receipt
+	(*FollowResponse)(nil),           // 29: netsy.v1.FollowResponse
+	(*Initial)(nil),                  // 30: netsy.v1.Initial
+	(*EntryBatch)(nil),               // 31: netsy.v1.EntryBatch
+	(*Commit)(nil),                   // 32: netsy.v1.Commit
+	(*Compact)(nil),                  // 33: netsy.v1.Compact
+	(*Entry)(nil),                    // 34: netsy.v1.Entry
 }
 var file_netsy_v1_peer_proto_depIdxs = []int32{
 	0,  // 0: netsy.v1.Heartbeat.health:type_name -> netsy.v1.HealthState
 	1,  // 1: netsy.v1.Heartbeat.primary_state:type_name -> netsy.v1.PrimaryState
-	5,  // 2: netsy.v1.HeartbeatResponse.cluster_state:type_name -> netsy.v1.ClusterState
-	0,  // 3: netsy.v1.HeartbeatResponse.health:type_name -> netsy.v1.HealthState
-	2,  // 4: netsy.v1.ClusterState.elector:type_name -> netsy.v1.NodeInfo
-	2,  // 5: netsy.v1.ClusterState.primary:type_name -> netsy.v1.NodeInfo
-	6,  // 6: netsy.v1.ClusterState.nodes:type_name -> netsy.v1.NodeStatus
-	7,  // 7: netsy.v1.ClusterState.events:type_name -> netsy.v1.Event
-	2,  // 8: netsy.v1.ClusterState.members:type_name -> netsy.v1.NodeInfo
-	2,  // 9: netsy.v1.NodeStatus.info:type_name -> netsy.v1.NodeInfo
-	0,  // 10: netsy.v1.NodeStatus.health:type_name -> netsy.v1.HealthState
-	3,  // 11: netsy.v1.NodeStatus.last:type_name -> netsy.v1.Heartbeat
-	2,  // 12: netsy.v1.RegisterNodeRequest.node:type_name -> netsy.v1.NodeInfo
-	5,  // 13: netsy.v1.RegisterNodeResponse.cluster_state:type_name -> netsy.v1.ClusterState
-	3,  // 14: netsy.v1.NodeState.state:type_name -> netsy.v1.Heartbeat
-	2,  // 15: netsy.v1.NodeState.info:type_name -> netsy.v1.NodeInfo
-	5,  // 16: netsy.v1.NodeState.cluster_state:type_name -> netsy.v1.ClusterState
-	7,  // 17: netsy.v1.NodeState.events:type_name -> netsy.v1.Event
-	5,  // 18: netsy.v1.PushClusterStateResponse.current:type_name -> netsy.v1.ClusterState
-	5,  // 19: netsy.v1.HandoffResponse.cluster_state:type_name -> netsy.v1.ClusterState
-	25, // 20: netsy.v1.FollowRequest.start:type_name -> netsy.v1.FollowStart
-	26, // 21: netsy.v1.FollowRequest.receipt:type_name -> netsy.v1.Receipt
-	3,  // 22: netsy.v1.FollowRequest.heartbeat:type_name -> netsy.v1.Heartbeat
-	3,  // 23: netsy.v1.Receipt.heartbeat:type_name -> netsy.v1.Heartbeat
-	28, // 24: netsy.v1.FollowResponse.initial:type_name -> netsy.v1.Initial
-	29, // 25: netsy.v1.FollowResponse.entries:type_name -> netsy.v1.EntryBatch
-	30, // 26: netsy.v1.FollowResponse.commit:type_name -> netsy.v1.Commit
-	31, // 27: netsy.v1.FollowResponse.compact:type_name -> netsy.v1.Compact
-	32, // 28: netsy.v1.EntryBatch.entries:type_name -> netsy.v1.Entry
-	8,  // 29: netsy.v1.Elector.RegisterNode:input_type -> netsy.v1.RegisterNodeRequest
-	10, // 30: netsy.v1.Elector.DeregisterNode:input_type -> netsy.v1.DeregisterNodeRequest
-	3,  // 31: netsy.v1.Elector.Heartbeat:input_type -> netsy.v1.Heartbeat
-	12, // 32: netsy.v1.Elector.GetClusterState:input_type -> netsy.v1.GetClusterStateRequest
-	16, // 33: netsy.v1.Elector.Handoff:input_type -> netsy.v1.HandoffRequest
-	5,  // 34: netsy.v1.Node.PushClusterState:input_type -> netsy.v1.ClusterState
-	13, // 35: netsy.v1.Node.GetNodeState:input_type -> netsy.v1.GetNodeStateRequest
-	16, // 36: netsy.v1.Node.Drain:input_type -> netsy.v1.HandoffRequest
-	18, // 37: netsy.v1.Node.ResignElector:input_type -> netsy.v1.ResignRequest
-	20, // 38: netsy.v1.Node.ReadIndex:input_type -> netsy.v1.ReadIndexRequest
-	22, // 39: netsy.v1.Node.LeaseRenew:input_type -> netsy.v1.LeaseRenewRequest
-	24, // 40: netsy.v1.Follow.Follow:input_type -> netsy.v1.FollowRequest
-	9,  // 41: netsy.v1.Elector.RegisterNode:output_type -> netsy.v1.RegisterNodeResponse
-	11, // 42: netsy.v1.Elector.DeregisterNode:output_type -> netsy.v1.DeregisterNodeResponse
-	4,  // 43: netsy.v1.Elector.Heartbeat:output_type -> netsy.v1.HeartbeatResponse
-	5,  // 44: netsy.v1.Elector.GetClusterState:output_type -> netsy.v1.ClusterState
-	17, // 45: netsy.v1.Elector.Handoff:output_type -> netsy.v1.HandoffResponse
-	15, // 46: netsy.v1.Node.PushClusterState:output_type -> netsy.v1.PushClusterStateResponse
-	14, // 47: netsy.v1.Node.GetNodeState:output_type -> netsy.v1.NodeState
-	17, // 48: netsy.v1.Node.Drain:output_type -> netsy.v1.HandoffResponse
-	19, // 49: netsy.v1.Node.ResignElector:output_type -> netsy.v1.ResignResponse
-	21, // 50: netsy.v1.Node.ReadIndex:output_type -> netsy.v1.ReadIndexResponse
-	23, // 51: netsy.v1.Node.LeaseRenew:output_type -> netsy.v1.LeaseRenewResponse
-	27, // 52: netsy.v1.Follow.Follow:output_type -> netsy.v1.FollowResponse
-	41, // [41:53] is the sub-list for method output_type
-	29, // [29:41] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	4,  // 2: netsy.v1.Heartbeat.replication:type_name -> netsy.v1.Replication
+	5,  // 3: netsy.v1.Replication.replicas:type_name -> netsy.v1.ReplicaStatus
+	7,  // 4: netsy.v1.HeartbeatResponse.cluster_state:type_name -> netsy.v1.ClusterState
+	0,  // 5: netsy.v1.HeartbeatResponse.health:type_name -> netsy.v1.HealthState
+	2,  // 6: netsy.v1.ClusterState.elector:type_name -> netsy.v1.NodeInfo
+	2,  // 7: netsy.v1.ClusterState.primary:type_name -> netsy.v1.NodeInfo
+	8,  // 8: netsy.v1.ClusterState.nodes:type_name -> netsy.v1.NodeStatus
+	9,  // 9: netsy.v1.ClusterState.events:type_name -> netsy.v1.Event
+	2,  // 10: netsy.v1.ClusterState.members:type_name -> netsy.v1.NodeInfo
+	2,  // 11: netsy.v1.NodeStatus.info:type_name -> netsy.v1.NodeInfo
+	0,  // 12: netsy.v1.NodeStatus.health:type_name -> netsy.v1.HealthState
+	3,  // 13: netsy.v1.NodeStatus.last:type_name -> netsy.v1.Heartbeat
+	2,  // 14: netsy.v1.RegisterNodeRequest.node:type_name -> netsy.v1.NodeInfo
+	7,  // 15: netsy.v1.RegisterNodeResponse.cluster_state:type_name -> netsy.v1.ClusterState
+	3,  // 16: netsy.v1.NodeState.state:type_name -> netsy.v1.Heartbeat
+	2,  // 17: netsy.v1.NodeState.info:type_name -> netsy.v1.NodeInfo
+	7,  // 18: netsy.v1.NodeState.cluster_state:type_name -> netsy.v1.ClusterState
+	9,  // 19: netsy.v1.NodeState.events:type_name -> netsy.v1.Event
+	7,  // 20: netsy.v1.PushClusterStateResponse.current:type_name -> netsy.v1.ClusterState
+	7,  // 21: netsy.v1.HandoffResponse.cluster_state:type_name -> netsy.v1.ClusterState
+	27, // 22: netsy.v1.FollowRequest.start:type_name -> netsy.v1.FollowStart
+	28, // 23: netsy.v1.FollowRequest.receipt:type_name -> netsy.v1.Receipt
+	3,  // 24: netsy.v1.FollowRequest.heartbeat:type_name -> netsy.v1.Heartbeat
+	3,  // 25: netsy.v1.Receipt.heartbeat:type_name -> netsy.v1.Heartbeat
+	30, // 26: netsy.v1.FollowResponse.initial:type_name -> netsy.v1.Initial
+	31, // 27: netsy.v1.FollowResponse.entries:type_name -> netsy.v1.EntryBatch
+	32, // 28: netsy.v1.FollowResponse.commit:type_name -> netsy.v1.Commit
+	33, // 29: netsy.v1.FollowResponse.compact:type_name -> netsy.v1.Compact
+	34, // 30: netsy.v1.EntryBatch.entries:type_name -> netsy.v1.Entry
+	10, // 31: netsy.v1.Elector.RegisterNode:input_type -> netsy.v1.RegisterNodeRequest
+	12, // 32: netsy.v1.Elector.DeregisterNode:input_type -> netsy.v1.DeregisterNodeRequest
+	3,  // 33: netsy.v1.Elector.Heartbeat:input_type -> netsy.v1.Heartbeat
+	14, // 34: netsy.v1.Elector.GetClusterState:input_type -> netsy.v1.GetClusterStateRequest
+	18, // 35: netsy.v1.Elector.Handoff:input_type -> netsy.v1.HandoffRequest
+	7,  // 36: netsy.v1.Node.PushClusterState:input_type -> netsy.v1.ClusterState
+	15, // 37: netsy.v1.Node.GetNodeState:input_type -> netsy.v1.GetNodeStateRequest
+	18, // 38: netsy.v1.Node.Drain:input_type -> netsy.v1.HandoffRequest
+	20, // 39: netsy.v1.Node.ResignElector:input_type -> netsy.v1.ResignRequest
+	22, // 40: netsy.v1.Node.ReadIndex:input_type -> netsy.v1.ReadIndexRequest
+	24, // 41: netsy.v1.Node.LeaseRenew:input_type -> netsy.v1.LeaseRenewRequest
+	26, // 42: netsy.v1.Follow.Follow:input_type -> netsy.v1.FollowRequest
+	11, // 43: netsy.v1.Elector.RegisterNode:output_type -> netsy.v1.RegisterNodeResponse
+	13, // 44: netsy.v1.Elector.DeregisterNode:output_type -> netsy.v1.DeregisterNodeResponse
+	6,  // 45: netsy.v1.Elector.Heartbeat:output_type -> netsy.v1.HeartbeatResponse
+	7,  // 46: netsy.v1.Elector.GetClusterState:output_type -> netsy.v1.ClusterState
+	19, // 47: netsy.v1.Elector.Handoff:output_type -> netsy.v1.HandoffResponse
+	17, // 48: netsy.v1.Node.PushClusterState:output_type -> netsy.v1.PushClusterStateResponse
+	16, // 49: netsy.v1.Node.GetNodeState:output_type -> netsy.v1.NodeState
+	19, // 50: netsy.v1.Node.Drain:output_type -> netsy.v1.HandoffResponse
+	21, // 51: netsy.v1.Node.ResignElector:output_type -> netsy.v1.ResignResponse
+	23, // 52: netsy.v1.Node.ReadIndex:output_type -> netsy.v1.ReadIndexResponse
+	25, // 53: netsy.v1.Node.LeaseRenew:output_type -> netsy.v1.LeaseRenewResponse
+	29, // 54: netsy.v1.Follow.Follow:output_type -> netsy.v1.FollowResponse
+	43, // [43:55] is the sub-list for method output_type
+	31, // [31:43] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_netsy_v1_peer_proto_init() }
@@ -2396,12 +2645,12 @@ func file_netsy_v1_peer_proto_init() {
 		return
 	}
 	file_netsy_v1_log_proto_init()
-	file_netsy_v1_peer_proto_msgTypes[22].OneofWrappers = []any{
+	file_netsy_v1_peer_proto_msgTypes[24].OneofWrappers = []any{
 		(*FollowRequest_Start)(nil),
 		(*FollowRequest_Receipt)(nil),
 		(*FollowRequest_Heartbeat)(nil),
 	}
-	file_netsy_v1_peer_proto_msgTypes[25].OneofWrappers = []any{
+	file_netsy_v1_peer_proto_msgTypes[27].OneofWrappers = []any{
 		(*FollowResponse_Initial)(nil),
 		(*FollowResponse_Entries)(nil),
 		(*FollowResponse_Commit)(nil),
@@ -2413,7 +2662,7 @@ func file_netsy_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_netsy_v1_peer_proto_rawDesc), len(file_netsy_v1_peer_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   30,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"os/exec"
 	"slices"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -343,20 +345,79 @@ func TestClusterFailover(t *testing.T) {
 	})
 }
 
+// The faults TestClusterLinearizable injects, one at a time.
+const (
+	faultPrimaryKill = "primary SIGKILL"
+	faultElectorKill = "elector SIGKILL"
+	faultReplicaKill = "replica SIGKILL"
+	faultReplicaStop = "replica SIGSTOP"
+	faultMinIOFreeze = "MinIO SIGSTOP"
+)
+
+// linFault is one fault: after pause, kind is injected and lifted after
+// hold (a killed node restarts after hold).
+type linFault struct {
+	kind        string
+	pause, hold time.Duration
+}
+
+// linFaults is the fault plan: each fault once, or with NETSY_SOAK_ROUNDS
+// (make soak) that many drawn at random, with random pauses and holds,
+// from NETSY_SOAK_SEED or a seed the test logs, which replays the plan.
+func linFaults(t *testing.T) []linFault {
+	rounds, _ := strconv.Atoi(os.Getenv("NETSY_SOAK_ROUNDS"))
+	if rounds <= 0 {
+		return []linFault{
+			{faultPrimaryKill, time.Second, 2 * time.Second},
+			{faultElectorKill, time.Second, 2 * time.Second},
+			{faultReplicaKill, time.Second, 2 * time.Second},
+			{faultReplicaStop, time.Second, 3 * time.Second},
+			{faultMinIOFreeze, time.Second, 10 * time.Second},
+		}
+	}
+	seed, err := strconv.ParseUint(os.Getenv("NETSY_SOAK_SEED"), 10, 64)
+	if err != nil {
+		seed = uint64(time.Now().UnixNano())
+	}
+	t.Logf("soak: %d faults from seed %d (NETSY_SOAK_SEED=%d replays the plan)", rounds, seed, seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+	kinds := []string{faultPrimaryKill, faultElectorKill, faultReplicaKill, faultReplicaStop, faultMinIOFreeze}
+	between := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rng.Int64N(int64(hi-lo))) }
+	plan := make([]linFault, rounds)
+	for i := range plan {
+		f := linFault{kind: kinds[rng.IntN(len(kinds))], pause: between(0, 3*time.Second)}
+		switch f.kind {
+		case faultReplicaStop:
+			f.hold = between(500*time.Millisecond, 8*time.Second)
+		case faultMinIOFreeze:
+			f.hold = between(time.Second, 15*time.Second)
+		default:
+			f.hold = between(0, 5*time.Second)
+		}
+		plan[i] = f
+	}
+	return plan
+}
+
 // TestClusterLinearizable records a history of get, put and cas through
-// every node of a 3-node cluster on MinIO while the harness SIGKILLs and
-// restarts the Primary and the Elector, and checks it with porcupine; every
-// acknowledged write must be readable afterwards.
+// every node of a 3-node cluster on MinIO while the harness injects, one at
+// a time, a SIGKILL of the Primary, of the Elector and of a replica (each
+// restarted), a SIGSTOP of a replica and a 10 s freeze of MinIO, and
+// checks it with porcupine. A final read of every key through every node
+// joins the history, so an acknowledged write that was lost fails it too.
+// make soak runs it with a long random fault plan (linFaults).
 func TestClusterLinearizable(t *testing.T) {
 	skipUnlessNetsy(t)
 	for _, q := range []string{"-1", "0"} {
 		t.Run("quorum"+q, func(t *testing.T) {
 			srv := miniotest.Start(t)
+			t.Cleanup(func() { syscall.Kill(srv.PID, syscall.SIGCONT) })
 			c := startCluster(t, 3, srv, "--quorum", q)
 			h := lincheck.NewHistory()
 			stop := make(chan struct{})
 			var wg sync.WaitGroup
-			const keys = 4
+			const keys = 16
+			var failed atomic.Int64
 			for i, id := range []string{"n1", "n2", "n3", "n1", "n2", "n3"} {
 				cli := c.client(id)
 				wg.Add(1)
@@ -385,35 +446,66 @@ func TestClusterLinearizable(t *testing.T) {
 							last[in.Key] = out.Value
 						}
 						if err != nil {
-							time.Sleep(20 * time.Millisecond)
+							// An unacknowledged write stays open in the
+							// history for good: back off, so an outage
+							// leaves few of them for the checker.
+							failed.Add(1)
+							time.Sleep(250 * time.Millisecond)
 						}
 					}
 				}()
 			}
-			for round := range 2 {
-				time.Sleep(time.Second)
-				v := c.waitState(30*time.Second, func(v clusterview.View) bool {
-					return v.Primary != nil && v.Elector != nil && v.Primary.NodeID != v.Elector.NodeID
+			settled := func() clusterview.View {
+				return c.waitState(60*time.Second, func(v clusterview.View) bool {
+					return v.Primary != nil && v.Elector != nil && v.Primary.NodeID != v.Elector.NodeID && v.RegisteredNodes == 3
 				})
+			}
+			for _, f := range linFaults(t) {
+				time.Sleep(f.pause)
+				v := settled()
 				elector, primary := v.Elector.NodeID, v.Primary.NodeID
-				victim := primary
-				if round == 1 {
-					victim = elector
+				replica := c.other(elector, primary)
+				before, ops := failed.Load(), h.Len()
+				t.Logf("%s for %v (elector %s, primary %s, replica %s)", f.kind, f.hold, elector, primary, replica)
+				switch f.kind {
+				case faultPrimaryKill, faultElectorKill, faultReplicaKill:
+					victim := map[string]string{faultPrimaryKill: primary, faultElectorKill: elector, faultReplicaKill: replica}[f.kind]
+					if err := c.nodes[victim].Kill(); err != nil {
+						t.Fatal(err)
+					}
+					time.Sleep(f.hold)
+					if err := c.nodes[victim].Restart(); err != nil {
+						t.Fatal(err)
+					}
+				case faultReplicaStop, faultMinIOFreeze:
+					pid := srv.PID
+					if f.kind == faultReplicaStop {
+						pid = c.nodes[replica].PID()
+					}
+					if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+						t.Fatal(err)
+					}
+					time.Sleep(f.hold)
+					if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+						t.Fatal(err)
+					}
 				}
-				t.Logf("round %d: SIGKILL %s (elector %s, primary %s)", round, victim, elector, primary)
-				if err := c.nodes[victim].Kill(); err != nil {
-					t.Fatal(err)
-				}
-				time.Sleep(2 * time.Second)
-				if err := c.nodes[victim].Restart(); err != nil {
-					t.Fatal(err)
-				}
-				c.waitState(30*time.Second, func(v clusterview.View) bool { return v.Primary != nil && v.RegisteredNodes == 3 })
+				settled()
+				t.Logf("%s: %d operations, %d failed or timed out", f.kind, h.Len()-ops, failed.Load()-before)
 			}
 			time.Sleep(time.Second)
 			close(stop)
 			wg.Wait()
-			t.Logf("%d operations", h.Len())
+			// Every key, read through every node at the end.
+			for k := range keys {
+				for n, id := range c.running() {
+					in := lincheck.Input{Op: lincheck.Get, Key: fmt.Sprintf("lin/%d", k)}
+					if _, err := h.Run(t.Context(), 100+n, c.client(id), in, 10*time.Second); err != nil {
+						t.Errorf("final read of %s through %s: %v", in.Key, id, err)
+					}
+				}
+			}
+			t.Logf("%d operations, %d failed or timed out", h.Len(), failed.Load())
 			lincheck.Check(t, h.Ops())
 		})
 	}

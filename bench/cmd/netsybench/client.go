@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -15,10 +16,11 @@ import (
 
 // newClient returns an etcd client that redials quickly: the restart
 // measurement must not be dominated by gRPC's default one-second reconnect
-// backoff.
+// backoff. endpoint may list several, comma-separated; the client spreads
+// its requests over them (round robin) as etcd's clients do.
 func newClient(endpoint string) (*clientv3.Client, error) {
 	return clientv3.New(clientv3.Config{
-		Endpoints:   []string{endpoint},
+		Endpoints:   strings.Split(endpoint, ","),
 		DialTimeout: 5 * time.Second,
 		Logger:      zap.NewNop(),
 		DialOptions: []grpc.DialOption{

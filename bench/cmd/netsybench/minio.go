@@ -3,15 +3,19 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
+	"time"
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/netsy-io/netsy/internal/testutil/procutil"
 )
 
 // The credentials deploy/minio/minio.sh starts MinIO with.
@@ -21,9 +25,11 @@ const (
 	minioRegion   = "us-east-1"
 )
 
-// minioServer is the one MinIO a run shares between all netsy-minio
-// servers; each server gets a fresh bucket. It is started on first use
-// through deploy/minio/minio.sh and stopped when the run ends.
+// minioServer is the one MinIO a run shares between all MinIO targets;
+// each server or cluster gets a fresh bucket. It is installed on first use
+// through deploy/minio/minio.sh, started as a child of the harness (tied,
+// so that it dies with the harness even when no cleanup runs) with the
+// script's settings, and stopped when the run ends.
 type minioServer struct {
 	root string // repository root, for the script
 	dir  string
@@ -31,6 +37,9 @@ type minioServer struct {
 	mu      sync.Mutex
 	addr    string
 	client  *minio.Client
+	proc    *exec.Cmd
+	exited  <-chan error
+	logf    *os.File
 	started bool
 	err     error
 }
@@ -61,13 +70,48 @@ func (m *minioServer) launch(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	_, port, _ := net.SplitHostPort(addr)
-	_, cport, _ := net.SplitHostPort(console)
-	cmd := exec.CommandContext(ctx, "bash", m.script(), "start", m.dir, port)
-	cmd.Env = append(os.Environ(), "MINIO_CONSOLE_PORT="+cport,
-		"MINIO_ROOT_USER="+minioUser, "MINIO_ROOT_PASSWORD="+minioPassword)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("minio.sh start: %w\n%s", err, out)
+	bin := os.Getenv("NETSY_MINIO_BIN")
+	if bin == "" {
+		bin = filepath.Join(m.root, ".cache", "bin", "minio")
+	}
+	if err := os.MkdirAll(filepath.Join(m.dir, "data"), 0o755); err != nil {
+		return err
+	}
+	logPath := filepath.Join(m.dir, "minio.log")
+	if m.logf, err = os.Create(logPath); err != nil {
+		return err
+	}
+	// The flags and environment of deploy/minio/minio.sh start.
+	cmd := exec.Command(bin, "server", "--quiet", "--address", addr, "--console-address", console, filepath.Join(m.dir, "data"))
+	cmd.Env = append(os.Environ(), "MINIO_ROOT_USER="+minioUser, "MINIO_ROOT_PASSWORD="+minioPassword,
+		"MINIO_BROWSER=off", "MINIO_UPDATE=off")
+	cmd.Stdout, cmd.Stderr = m.logf, m.logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if m.exited, err = procutil.StartTied(cmd); err != nil {
+		m.logf.Close()
+		return fmt.Errorf("start %s: %w", bin, err)
+	}
+	m.proc = cmd
+	hc := &http.Client{Timeout: time.Second}
+	deadline := time.After(time.Minute)
+	for {
+		// MinIO answers 200 on /minio/health/ready once it serves requests.
+		if ok, _ := procutil.Probe(ctx, hc, "http://"+addr+"/minio/health/ready", procutil.KindNetsy); ok {
+			break
+		}
+		select {
+		case err := <-m.exited:
+			m.proc = nil
+			_ = m.logf.Close()
+			return fmt.Errorf("minio exited during startup: %v\nlog tail:\n%s", err, logTail(logPath, 20))
+		case <-deadline:
+			m.kill()
+			return fmt.Errorf("minio not ready within a minute; log tail:\n%s", logTail(logPath, 20))
+		case <-ctx.Done():
+			m.kill()
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 	m.addr = addr
 	m.client, err = minio.New(addr, &minio.Options{
@@ -108,13 +152,28 @@ func (m *minioServer) env() []string {
 	return []string{"AWS_ACCESS_KEY_ID=" + minioUser, "AWS_SECRET_ACCESS_KEY=" + minioPassword}
 }
 
-// stop stops MinIO if it was started.
+// stop stops MinIO if it was started: SIGTERM, SIGKILL after 10 s.
 func (m *minioServer) stop() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if !m.started {
+	if m.proc == nil {
 		return
 	}
-	_ = exec.Command("bash", m.script(), "stop", m.dir).Run()
+	_ = m.proc.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-m.exited:
+	case <-time.After(10 * time.Second):
+		_ = m.proc.Process.Kill()
+		<-m.exited
+	}
+	m.proc = nil
 	m.started = false
+	_ = m.logf.Close()
+}
+
+func (m *minioServer) kill() {
+	_ = m.proc.Process.Kill()
+	<-m.exited
+	m.proc = nil
+	_ = m.logf.Close()
 }

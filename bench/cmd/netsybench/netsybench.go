@@ -21,7 +21,9 @@ import (
 
 const usage = `netsybench runs etcd's benchmark tool against Netsy and etcd, alternating
 between them per workload on fresh servers, and writes a side-by-side table
-(markdown and JSON) under bench/results/.
+(markdown and JSON) under bench/results/. With -cluster it compares a
+3-node Netsy cluster on MinIO with a 3-member etcd cluster instead: put,
+range and watch rows, and the failover rows (leader SIGKILL, handoff).
 
 Usage: go run ./bench/cmd/netsybench [flags]
 
@@ -36,7 +38,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
 	var (
 		targets    = fs.String("targets", "netsy,netsy-local,netsy-minio,etcd", "server variants to compare, `A,...,BASE`; every ratio is X / BASE (the last); e.g. etcd,etcd to check the harness")
-		only       = fs.String("workloads", "all", "comma-separated workload names or groups (put, range, txn, watch, lease, memory)")
+		only       = fs.String("workloads", "all", "comma-separated workload names or groups (put, range, txn, watch, lease, memory; failover on cluster targets)")
+		clusterRun = fs.Bool("cluster", false, "compare clusters: -targets netsy-cluster,etcd-cluster and -workloads "+clusterWorkloads+" unless given")
+		failRuns   = fs.Int("failover-runs", 10, "repetitions within one run of each failover workload (median and max are over all of them)")
 		quick      = fs.Bool("quick", false, "smoke run: scale 0.05, 5000 memory keys, 1s settle")
 		scale      = fs.Float64("scale", 1, "multiply every workload's default request total")
 		total      = fs.Int("total", 0, "use this request total for every tool workload (overrides -scale)")
@@ -67,11 +71,13 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 				desc = "load keys, read RSS, SIGTERM + restart until a Get succeeds, read RSS again"
 			case w.Client != nil:
 				desc = "netsybench's own client (see bench/README.md)"
+			case w.Failover != nil:
+				desc = "cluster targets: " + w.Desc
 			}
-			fmt.Fprintf(stdout, "%-18s %-7s %s\n", w.Name, w.Group, desc)
+			fmt.Fprintf(stdout, "%-18s %-8s %s\n", w.Name, w.Group, desc)
 		}
 		for _, v := range variants {
-			fmt.Fprintf(stdout, "target %-10s %s %s\n", v.Name, v.Kind, strings.Join(v.Args, " "))
+			fmt.Fprintf(stdout, "target %-13s %s\n", v.Name, describeVariant(v))
 		}
 		return 0
 	}
@@ -84,12 +90,24 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		Scale: *scale, Total: *total, Runs: max(*runs, 1),
 		MemKeys: *memKeys, MemValSize: *memVal, Settle: *settle,
 		Profile: *profile, ProfileSeconds: *profSecs, RunTimeout: *runTimeout,
-		ExtraArgs: map[kind][]string{kindNetsy: strings.Fields(*netsyArgs), kindEtcd: strings.Fields(*etcdArgs)},
-		notes:     new([]string),
+		ExtraArgs:    map[kind][]string{kindNetsy: strings.Fields(*netsyArgs), kindEtcd: strings.Fields(*etcdArgs)},
+		FailoverRuns: max(*failRuns, 1),
+		notes:        new([]string),
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if *clusterRun {
+		if !set["targets"] {
+			*targets = "netsy-cluster,etcd-cluster"
+		}
+		if !set["workloads"] {
+			*only = clusterWorkloads
+		}
 	}
 	if *quick {
-		set := map[string]bool{}
-		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["failover-runs"] {
+			c.FailoverRuns = 3
+		}
 		if !set["scale"] {
 			c.Scale = 0.05
 		}
@@ -166,6 +184,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			"settle": c.Settle.String(),
 		},
 	}
+	if slices.ContainsFunc(c.Workloads, func(w workload) bool { return w.Failover != nil }) {
+		rep.Settings["failover_runs"] = c.FailoverRuns
+	}
 	if c.Total > 0 {
 		rep.Settings["total"] = c.Total
 	}
@@ -241,6 +262,15 @@ func buildBinaries(ctx context.Context, root string, targets []variant, netsyBin
 		build.Dir = root
 		if msg, err := build.CombinedOutput(); err != nil {
 			return b, fmt.Errorf("go build ./cmd/netsy: %w\n%s\n(use -targets etcd,etcd to check the harness alone)", err, msg)
+		}
+	}
+	// The handoff row runs netsyctl as an operator would.
+	if slices.ContainsFunc(targets, func(v variant) bool { return v.Kind == kindNetsy && v.cluster() }) {
+		b.Netsyctl = filepath.Join(root, ".cache", "bench", "netsyctl")
+		build := exec.CommandContext(ctx, "go", "build", "-o", b.Netsyctl, "./cmd/netsyctl")
+		build.Dir = root
+		if msg, err := build.CombinedOutput(); err != nil {
+			return b, fmt.Errorf("go build ./cmd/netsyctl: %w\n%s", err, msg)
 		}
 	}
 	return b, nil

@@ -16,8 +16,12 @@ type side struct {
 	Errors int      `json:"errors,omitempty"`
 	// EntriesPerPut is, for netsy, log entries per uploaded WAL chunk
 	// over the workload.
-	EntriesPerPut *float64      `json:"entries_per_put,omitempty"`
-	Runs          []measurement `json:"runs"`
+	EntriesPerPut *float64 `json:"entries_per_put,omitempty"`
+	// Max and Samples are set on failover rows: Value is the median of
+	// every repetition of every run, Max the largest.
+	Max     *float64      `json:"max,omitempty"`
+	Samples int           `json:"samples,omitempty"`
+	Runs    []measurement `json:"runs"`
 }
 
 // versus is one target compared with the baseline on a row.
@@ -27,7 +31,9 @@ type versus struct {
 	Ratio *float64 `json:"ratio,omitempty"`
 	// LatencyRatio is set on latency-type rows.
 	LatencyRatio *float64 `json:"latency_ratio,omitempty"`
-	Met          *bool    `json:"met,omitempty"`
+	// MaxRatio is set on failover rows: the ratio of the maxima.
+	MaxRatio *float64 `json:"max_ratio,omitempty"`
+	Met      *bool    `json:"met,omitempty"`
 }
 
 type row struct {
@@ -41,6 +47,7 @@ type row struct {
 	LatencyPct string   `json:"latency_pct,omitempty"`
 	Goal       *goal    `json:"goal,omitempty"`
 	MinIOGoal  float64  `json:"minio_goal_ops,omitempty"`
+	Desc       string   `json:"desc,omitempty"`
 }
 
 type report struct {
@@ -59,7 +66,7 @@ func buildRows(c *config, results map[string][][]measurement) []row {
 	n := len(c.Targets)
 	for i := range c.Workloads {
 		for _, spec := range rowSpecs(&c.Workloads[i], c.MemKeys, c.MemValSize) {
-			r := row{Workload: spec.Name, Group: spec.Group, Metric: spec.Metric, LatencyPct: spec.Latency, Goal: spec.Goal, MinIOGoal: spec.MinIOGoal}
+			r := row{Workload: spec.Name, Group: spec.Group, Metric: spec.Metric, LatencyPct: spec.Latency, Goal: spec.Goal, MinIOGoal: spec.MinIOGoal, Desc: spec.Desc}
 			r.Sides = make([]side, n)
 			if res := results[spec.Name]; res != nil {
 				for t := range n {
@@ -69,7 +76,7 @@ func buildRows(c *config, results map[string][][]measurement) []row {
 			base := r.Sides[n-1]
 			for t := range n - 1 {
 				a := r.Sides[t]
-				vs := versus{Target: c.Labels[t], Ratio: ratio(a.Value, base.Value)}
+				vs := versus{Target: c.Labels[t], Ratio: ratio(a.Value, base.Value), MaxRatio: ratio(a.Max, base.Max)}
 				switch spec.Latency {
 				case "50":
 					vs.LatencyRatio = ratio(a.P50, base.P50)
@@ -78,8 +85,19 @@ func buildRows(c *config, results map[string][][]measurement) []row {
 				}
 				if g := r.Goal; g != nil {
 					got := vs.Ratio
-					if g.Metric == "p50" || g.Metric == "p99" {
+					switch g.Metric {
+					case "p50", "p99":
 						got = vs.LatencyRatio
+					case "median+max":
+						// Both must meet the bound: check the worse.
+						got = nil
+						if vs.Ratio != nil && vs.MaxRatio != nil {
+							w := max(*vs.Ratio, *vs.MaxRatio)
+							if g.Op == ">=" {
+								w = min(*vs.Ratio, *vs.MaxRatio)
+							}
+							got = &w
+						}
 					}
 					if got != nil {
 						met := g.Met(*got)
@@ -96,8 +114,9 @@ func buildRows(c *config, results map[string][][]measurement) []row {
 
 func aggregate(ms []measurement) side {
 	s := side{Runs: ms}
-	var vals, p50s, p99s, epps []float64
+	var vals, p50s, p99s, epps, samples []float64
 	for _, m := range ms {
+		samples = append(samples, m.Samples...)
 		vals = append(vals, m.Value)
 		if e := m.entriesPerPut(); e != nil {
 			epps = append(epps, *e)
@@ -111,6 +130,10 @@ func aggregate(ms []measurement) side {
 		s.Errors += m.Errors
 	}
 	s.Value, s.P50, s.P99, s.EntriesPerPut = median(vals), median(p50s), median(p99s), median(epps)
+	if len(samples) > 0 {
+		mx := slices.Max(samples)
+		s.Value, s.Max, s.Samples = median(samples), &mx, len(samples)
+	}
 	return s
 }
 
@@ -152,12 +175,19 @@ func (r *report) markdown() string {
 	}
 	fmt.Fprintf(&b, "- ratio = target / %s; latencies in ms; each cell is the median over runs, target order rotating per workload, fresh servers per run\n", e)
 
+	generic := slices.ContainsFunc(r.Rows, func(row row) bool { return row.Group != "failover" })
 	for t := range n - 1 {
+		if !generic {
+			break
+		}
 		a := r.Targets[t]
 		fmt.Fprintf(&b, "\n## %s vs %s\n\n", a, e)
 		fmt.Fprintf(&b, "| workload | metric | %s | %s | ratio | p50 %s | p50 %s | p99 %s | p99 %s | latency ratio | target | status |\n", a, e, a, e, a, e)
 		b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|---|---|\n")
 		for _, row := range r.Rows {
+			if row.Group == "failover" {
+				continue
+			}
 			vs, sa, se := row.Versus[t], row.Sides[t], row.Sides[n-1]
 			lat := ""
 			if row.LatencyPct != "" {
@@ -175,6 +205,7 @@ func (r *report) markdown() string {
 				lat, target, status)
 		}
 	}
+	r.failoverTable(&b)
 	r.syncTable(&b)
 	if len(r.Notes) > 0 {
 		b.WriteString("\nNotes:\n")
@@ -183,6 +214,44 @@ func (r *report) markdown() string {
 		}
 	}
 	return b.String()
+}
+
+// failoverTable lists the failover rows of every target against the
+// baseline: median and max over all repetitions, in milliseconds.
+func (r *report) failoverTable(b *strings.Builder) {
+	var rows []row
+	for _, row := range r.Rows {
+		if row.Group == "failover" {
+			rows = append(rows, row)
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	n := len(r.Targets)
+	e := r.Targets[n-1]
+	b.WriteString("\n## Failover\n\n")
+	for _, row := range rows {
+		fmt.Fprintf(b, "- %s: %s\n", row.Workload, row.Desc)
+	}
+	b.WriteString("\nTimes in ms over all repetitions; failed = probe puts that failed (see bench/README.md).\n")
+	for t := range n - 1 {
+		a := r.Targets[t]
+		fmt.Fprintf(b, "\n| failover | median %s | median %s | ratio | max %s | max %s | max ratio | runs | failed %s | failed %s | target | status |\n", a, e, a, e, a, e)
+		b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|---|\n")
+		for _, row := range rows {
+			vs, sa, se := row.Versus[t], row.Sides[t], row.Sides[n-1]
+			target, status := "", ""
+			if row.Goal != nil {
+				target = row.Goal.String()
+				status = fmtMet(vs.Met)
+			}
+			fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %d / %d | %d | %d | %s | %s |\n",
+				row.Workload, fmtMs1(sa.Value), fmtMs1(se.Value), fmtRatio(vs.Ratio),
+				fmtMs1(sa.Max), fmtMs1(se.Max), fmtRatio(vs.MaxRatio),
+				sa.Samples, se.Samples, sa.Errors, se.Errors, target, status)
+		}
+	}
 }
 
 // syncTable lists the put rows of every sync-mode netsy target with
@@ -233,10 +302,14 @@ func describeVariant(v variant) string {
 		d += " " + strings.Join(v.Args, " ")
 	}
 	switch {
+	case v.cluster() && v.Kind == kindNetsy:
+		d += fmt.Sprintf(", %d nodes sharing one fresh bucket on MinIO (loopback) per run, other flags default; clients are given every node's endpoint", v.Nodes)
+	case v.cluster():
+		d += fmt.Sprintf(", %d members, defaults; clients are given every member's endpoint", v.Nodes)
 	case v.MinIO:
-		d += ", sync mode (--quorum 0) against MinIO on loopback, fresh bucket per run"
+		d += ", sync mode against MinIO on loopback, fresh bucket per run"
 	case v.SyncUploads:
-		d += ", sync mode (--quorum 0) on the file object store under its data dir"
+		d += ", sync mode on the file object store under its data dir"
 	case v.Kind == kindNetsy:
 		d += ", acknowledged on the local fsync, chunks upload in the background"
 	}
@@ -294,6 +367,13 @@ func fmtMs(v *float64) string {
 		return ""
 	}
 	return fmt.Sprintf("%.3f", *v*1000)
+}
+
+func fmtMs1(v *float64) string {
+	if v == nil {
+		return "–"
+	}
+	return fmt.Sprintf("%.1f", *v*1000)
 }
 
 func fmtRatio(v *float64) string {

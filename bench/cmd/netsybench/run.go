@@ -36,6 +36,9 @@ type config struct {
 	ProfileSeconds int
 	RunTimeout     time.Duration
 	ExtraArgs      map[kind][]string
+	// FailoverRuns is how many times each failover workload moves the
+	// role within one run of it.
+	FailoverRuns int
 
 	bins    binaries
 	minio   *minioServer
@@ -70,7 +73,10 @@ type measurement struct {
 	// /metrics before and after): chunks uploaded and entries they carried.
 	Puts    *float64 `json:"objwal_puts,omitempty"`
 	Entries *float64 `json:"objwal_entries,omitempty"`
-	Extra   any      `json:"extra,omitempty"`
+	// Samples are a failover workload's times, one per repetition; Value
+	// is their median.
+	Samples []float64 `json:"samples_secs,omitempty"`
+	Extra   any       `json:"extra,omitempty"`
 }
 
 // rowSpec names and describes a row before its numbers exist.
@@ -82,9 +88,14 @@ type rowSpec struct {
 	Goal    *goal
 	// MinIOGoal is an absolute ops/s target for netsy-minio.
 	MinIOGoal float64
+	// Desc says what a failover row measures.
+	Desc string
 }
 
 func rowSpecs(w *workload, memKeys, memValSize int) []rowSpec {
+	if w.Failover != nil {
+		return []rowSpec{{Name: w.Name, Group: w.Group, Metric: "s", Goal: w.Goal, Desc: w.Desc}}
+	}
 	if !w.Memory {
 		return []rowSpec{{Name: w.Name, Group: w.Group, Metric: "ops/s", Latency: w.Latency, Goal: w.Goal, MinIOGoal: w.MinIOGoal}}
 	}
@@ -153,6 +164,10 @@ func runAll(ctx context.Context, c *config, log io.Writer) (map[string][][]measu
 						results[spec.Name] = make([][]measurement, n)
 					}
 					results[spec.Name][t] = append(results[spec.Name][t], m)
+					if len(m.Samples) > 0 {
+						parts = append(parts, fmt.Sprintf("median %.1f ms, max %.1f ms of %d", m.Value*1000, slices.Max(m.Samples)*1000, len(m.Samples)))
+						continue
+					}
 					parts = append(parts, fmt.Sprintf("%s %s", fmtNum(m.Value), spec.Metric))
 					if epp := m.entriesPerPut(); epp != nil && c.Targets[t].SyncUploads {
 						parts = append(parts, fmt.Sprintf("%.1f entries/PUT", *epp))
@@ -165,49 +180,45 @@ func runAll(ctx context.Context, c *config, log io.Writer) (map[string][][]measu
 	return results, nil
 }
 
-// runOne starts a fresh server for target t, runs workload w against it
-// and stops it again.
+// runOne starts a fresh deployment of target t (one server or a
+// cluster), runs workload w against it and stops it again.
 func runOne(ctx context.Context, c *config, w *workload, t, run int) (map[string]measurement, error) {
 	v := c.Targets[t]
+	switch {
+	case w.Memory && v.cluster():
+		return nil, fmt.Errorf("%s runs on single servers only, not on %s", w.Name, c.Labels[t])
+	case w.Failover != nil && !v.cluster():
+		return nil, fmt.Errorf("%s needs a cluster target (netsy-cluster, etcd-cluster), not %s", w.Name, c.Labels[t])
+	}
 	tag := fmt.Sprintf("%s-%s-r%d", safeName(w.Name), safeName(c.Labels[t]), run+1)
 	dir := filepath.Join(c.dataDir, tag)
-	srv, err := newServer(v, c.bins, dir, c.ExtraArgs[v.Kind])
+	profiling := c.Profile == w.Name && w.tool()
+	d, cleanup, err := deploy(ctx, c, t, dir, tag, profiling)
+	defer cleanup()
 	if err != nil {
 		return nil, err
 	}
-	srv.LogPath = filepath.Join(c.rawDir, tag+".server.log")
-	if v.MinIO {
-		bucket, err := c.minio.bucket(ctx, tag)
-		if err != nil {
-			return nil, fmt.Errorf("minio: %w", err)
-		}
-		defer c.minio.removeBucket(context.WithoutCancel(ctx), bucket)
-		srv.extra = append(c.minio.netsyArgs(bucket), srv.extra...)
-		srv.env = c.minio.env()
-	}
-	profiling := c.Profile == w.Name && w.tool()
-	if profiling && v.Kind == kindEtcd {
-		srv.Pprof = true
-	}
-	defer func() {
-		if err := srv.Stop(); err != nil {
-			c.notef("%s: %v", tag, err)
-		}
-		_ = os.RemoveAll(dir)
-	}()
-	if err := srv.Start(ctx, 60*time.Second); err != nil {
-		return nil, err
-	}
 	if w.Memory {
-		return runMemory(ctx, c, srv, tag)
+		return runMemory(ctx, c, d.nodes[0], tag)
 	}
+	if w.Failover != nil {
+		m, err := w.Failover(ctx, c, d, c.FailoverRuns)
+		if err != nil {
+			return nil, err
+		}
+		if m.Errors > 0 {
+			c.notef("%s on %s: %d probe puts failed (see the JSON for each repetition)", w.Name, c.Labels[t], m.Errors)
+		}
+		return map[string]measurement{w.Name: m}, nil
+	}
+	endpoint := d.endpoint()
 	if w.Setup != nil {
-		if err := w.Setup(ctx, srv.ClientAddr); err != nil {
+		if err := w.Setup(ctx, endpoint); err != nil {
 			return nil, fmt.Errorf("setup: %w", err)
 		}
 	}
 	if w.Client != nil {
-		m, err := w.Client(ctx, srv.ClientAddr, c.total(w))
+		m, err := w.Client(ctx, endpoint, c.total(w))
 		if err != nil {
 			return nil, err
 		}
@@ -215,30 +226,38 @@ func runOne(ctx context.Context, c *config, w *workload, t, run int) (map[string
 	}
 	var profDone chan error
 	if profiling {
-		profDone = make(chan error, 1)
-		go func() {
-			profDone <- fetchProfile(ctx, srv, c.ProfileSeconds, filepath.Join(c.rawDir, tag+".cpu.pprof"))
-		}()
+		profDone = make(chan error, len(d.nodes))
+		for _, srv := range d.nodes {
+			path := filepath.Join(c.rawDir, tag+".cpu.pprof")
+			if srv.Name != "" {
+				path = filepath.Join(c.rawDir, tag+"."+srv.Name+".cpu.pprof")
+			}
+			go func() {
+				if err := fetchProfile(ctx, srv, c.ProfileSeconds, path); err != nil {
+					profDone <- fmt.Errorf("%s: %w", srv.label(), err)
+					return
+				}
+				profDone <- fmt.Errorf("CPU profile of %s on %s: %s", w.Name, srv.label(), path)
+			}()
+		}
 	}
 	var before objwalCounters
 	if v.Kind == kindNetsy {
-		if before, err = scrapeObjwal(ctx, srv.HTTPAddr); err != nil {
+		if before, err = d.scrapeObjwal(ctx); err != nil {
 			c.notef("%s: %v", tag, err)
 		}
 	}
-	sums, err := runTool(ctx, c, srv.ClientAddr, w.toolArgs(c.total(w)), filepath.Join(c.rawDir, tag+".txt"))
-	if profDone != nil {
-		if perr := <-profDone; perr != nil {
-			c.notef("profile of %s on %s: %v", w.Name, c.Labels[t], perr)
-		} else {
-			c.notef("CPU profile of %s on %s: %s", w.Name, c.Labels[t], filepath.Join(c.rawDir, tag+".cpu.pprof"))
-		}
+	sums, err := runTool(ctx, c, endpoint, w.toolArgs(c.total(w)), filepath.Join(c.rawDir, tag+".txt"))
+	// Each profile fetch reports one line for the notes (a failure or
+	// where the profile is).
+	for range cap(profDone) {
+		c.notef("profile of %s: %v", w.Name, <-profDone)
 	}
 	if err != nil {
 		return nil, err
 	}
-	if srv.PID() == 0 {
-		return nil, fmt.Errorf("server exited during the run; log tail:\n%s", logTail(srv.LogPath, 20))
+	if !d.running() {
+		return nil, fmt.Errorf("a server exited during the run; log tails:\n%s", d.logTails(20))
 	}
 	s := pickSummary(sums, w.Section)
 	if w.Combine {
@@ -249,7 +268,7 @@ func runOne(ctx context.Context, c *config, w *workload, t, run int) (map[string
 	}
 	m := measurement{Value: s.RPS, Errors: s.ErrorCount(), Secs: s.Total, Summary: s}
 	if v.Kind == kindNetsy && before.ok {
-		if after, err := scrapeObjwal(ctx, srv.HTTPAddr); err != nil {
+		if after, err := d.scrapeObjwal(ctx); err != nil {
 			c.notef("%s: %v", tag, err)
 		} else {
 			puts, entries := after.puts-before.puts, after.entries-before.entries
@@ -266,6 +285,22 @@ func runOne(ctx context.Context, c *config, w *workload, t, run int) (map[string
 		c.notef("%s on %s: %d failed requests: %v", w.Name, c.Labels[t], m.Errors, s.Errors)
 	}
 	return map[string]measurement{w.Name: m}, nil
+}
+
+// scrapeObjwal sums the objwal counters over every node: in a cluster,
+// whichever node was Primary uploaded.
+func (d *deployment) scrapeObjwal(ctx context.Context) (objwalCounters, error) {
+	var sum objwalCounters
+	for _, s := range d.nodes {
+		c, err := scrapeObjwal(ctx, s.HTTPAddr)
+		if err != nil {
+			return sum, fmt.Errorf("%s: %w", s.label(), err)
+		}
+		sum.puts += c.puts
+		sum.entries += c.entries
+	}
+	sum.ok = true
+	return sum, nil
 }
 
 // runTool runs etcd's benchmark tool against endpoint, saving its output,

@@ -40,17 +40,27 @@ type variant struct {
 	// SyncUploads marks netsy variants that acknowledge only after the
 	// chunk is in object storage; their put rows report entries per PUT.
 	SyncUploads bool `json:",omitempty"`
+	// Nodes is the number of processes of a cluster variant (see
+	// deployment); 0 and 1 are a single server.
+	Nodes int `json:",omitempty"`
 }
 
+// cluster reports whether the variant runs several processes.
+func (v variant) cluster() bool { return v.Nodes > 1 }
+
 var variants = []variant{
-	// The default: sync mode (--quorum 0) on the file object store under
-	// the data directory.
-	{Name: "netsy", Kind: kindNetsy, SyncUploads: true},
+	// Sync mode (--quorum 0) on the file object store under the data
+	// directory.
+	{Name: "netsy", Kind: kindNetsy, Args: []string{"--quorum", "0"}, SyncUploads: true},
 	// Acknowledge on the local fsync; chunks upload in the background.
 	{Name: "netsy-local", Kind: kindNetsy, Args: []string{"--quorum", "-1"}},
 	// Sync mode against MinIO on loopback.
-	{Name: "netsy-minio", Kind: kindNetsy, MinIO: true, SyncUploads: true},
+	{Name: "netsy-minio", Kind: kindNetsy, Args: []string{"--quorum", "0"}, MinIO: true, SyncUploads: true},
 	{Name: "etcd", Kind: kindEtcd},
+	// Three nodes on one MinIO bucket, majority quorum (the default).
+	{Name: "netsy-cluster", Kind: kindNetsy, Args: []string{"--quorum", "-1"}, MinIO: true, Nodes: 3},
+	// Three etcd members with etcd's defaults.
+	{Name: "etcd-cluster", Kind: kindEtcd, Nodes: 3},
 }
 
 func lookupVariant(name string) (variant, error) {
@@ -69,6 +79,7 @@ func lookupVariant(name string) (variant, error) {
 // binaries are the server executables the harness runs.
 type binaries struct {
 	Netsy     string
+	Netsyctl  string
 	Etcd      string
 	Benchmark string
 }
@@ -80,10 +91,17 @@ type server struct {
 	Variant    variant
 	ClientAddr string // host:port of the etcd v3 API
 	HTTPAddr   string // netsy's health/metrics/pprof listener
-	PeerAddr   string // etcd's peer listener
+	PeerAddr   string // the peer listener of etcd and netsy
 	DataDir    string
 	LogPath    string
 	Pprof      bool // etcd: serve /debug/pprof on the client URL
+	// Name is netsy's --node-id or etcd's --name; empty for a single
+	// server (netsy: the host name, etcd: "bench").
+	Name string
+	// InitialCluster and ClusterToken are etcd's bootstrap flags for a
+	// member of a cluster; empty for a single member.
+	InitialCluster string
+	ClusterToken   string
 
 	bin   string
 	extra []string
@@ -130,6 +148,11 @@ func newServer(v variant, bins binaries, dir string, extra []string) (*server, e
 	if s.ClientAddr, err = freeAddr(); err != nil {
 		return nil, err
 	}
+	// netsy's peer listener defaults to 127.0.0.1:2380, outside the
+	// harness's ports; every server gets one of its own.
+	if s.PeerAddr, err = freeAddr(); err != nil {
+		return nil, err
+	}
 	switch v.Kind {
 	case kindNetsy:
 		s.bin = bins.Netsy
@@ -138,9 +161,6 @@ func newServer(v variant, bins binaries, dir string, extra []string) (*server, e
 		}
 	case kindEtcd:
 		s.bin = bins.Etcd
-		if s.PeerAddr, err = freeAddr(); err != nil {
-			return nil, err
-		}
 	default:
 		return nil, fmt.Errorf("variant %s: unknown kind %q", v.Name, v.Kind)
 	}
@@ -155,21 +175,32 @@ func (s *server) args() []string {
 			"--data-dir", s.DataDir,
 			"--client-addr", s.ClientAddr,
 			"--http-addr", s.HTTPAddr,
+			"--peer-addr", s.PeerAddr,
 			"--log-level", "warn",
+		}
+		if s.Name != "" {
+			a = append(a, "--node-id", s.Name)
 		}
 	case kindEtcd:
 		client := "http://" + s.ClientAddr
 		peer := "http://" + s.PeerAddr
+		name, initial := "bench", "bench="+peer
+		if s.Name != "" {
+			name, initial = s.Name, s.InitialCluster
+		}
 		a = []string{
-			"--name", "bench",
+			"--name", name,
 			"--data-dir", s.DataDir,
 			"--listen-client-urls", client,
 			"--advertise-client-urls", client,
 			"--listen-peer-urls", peer,
 			"--initial-advertise-peer-urls", peer,
-			"--initial-cluster", "bench=" + peer,
+			"--initial-cluster", initial,
 			"--initial-cluster-state", "new",
 			"--log-level", "warn",
+		}
+		if s.ClusterToken != "" {
+			a = append(a, "--initial-cluster-token", s.ClusterToken)
 		}
 		if s.Pprof {
 			a = append(a, "--enable-pprof")
@@ -177,6 +208,15 @@ func (s *server) args() []string {
 	}
 	a = append(a, s.Variant.Args...)
 	return append(a, s.extra...)
+}
+
+// label names the server in messages: the variant, and the node of a
+// cluster.
+func (s *server) label() string {
+	if s.Name == "" {
+		return s.Variant.Name
+	}
+	return s.Variant.Name + "/" + s.Name
 }
 
 // PprofBase is the URL prefix of the server's net/http/pprof handlers.
@@ -239,7 +279,7 @@ func (s *server) Start(ctx context.Context, timeout time.Duration) error {
 	}
 	if err := s.waitReady(ctx, timeout); err != nil {
 		_ = s.Kill()
-		return fmt.Errorf("%s: %w\nlog tail:\n%s", s.Variant.Name, err, logTail(s.LogPath, 30))
+		return fmt.Errorf("%s: %w\nlog tail:\n%s", s.label(), err, logTail(s.LogPath, 30))
 	}
 	return nil
 }
@@ -316,10 +356,10 @@ func (s *server) Stop() error {
 	case <-time.After(30 * time.Second):
 		_ = p.osp.Kill()
 		<-p.done
-		return fmt.Errorf("%s pid %d ignored SIGTERM for 30s; killed", s.Variant.Name, p.pid)
+		return fmt.Errorf("%s pid %d ignored SIGTERM for 30s; killed", s.label(), p.pid)
 	}
 	if !cleanExit(p.state) {
-		return fmt.Errorf("%s pid %d exited after SIGTERM: %v", s.Variant.Name, p.pid, p.state)
+		return fmt.Errorf("%s pid %d exited after SIGTERM: %v", s.label(), p.pid, p.state)
 	}
 	return nil
 }

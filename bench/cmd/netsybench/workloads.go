@@ -10,12 +10,18 @@ import (
 // goal is a performance target for one row: the ratio (first target over
 // second) of Metric must satisfy Op Bound.
 type goal struct {
-	Metric string  `json:"metric"` // "ops", "p50", "p99" or "value"
+	Metric string  `json:"metric"` // "ops", "p50", "p99", "value" or "median+max" (both)
 	Op     string  `json:"op"`     // ">=" or "<="
 	Bound  float64 `json:"bound"`
 }
 
-func (g *goal) String() string { return fmt.Sprintf("%s %s %.2g×", g.Metric, g.Op, g.Bound) }
+func (g *goal) String() string {
+	m := g.Metric
+	if m == "median+max" {
+		m = "median and max"
+	}
+	return fmt.Sprintf("%s %s %.2g×", m, g.Op, g.Bound)
+}
 
 func (g *goal) Met(ratio float64) bool {
 	if g.Op == ">=" {
@@ -57,6 +63,11 @@ type workload struct {
 	// Memory workloads load keys, read RSS and time a restart instead of
 	// running one tool command.
 	Memory bool
+	// Failover, if set, replaces the tool on a cluster target: it moves
+	// the leader's role reps times and returns the times (Samples).
+	Failover func(ctx context.Context, c *config, d *deployment, reps int) (measurement, error)
+	// Desc says what a failover row measures, for the table.
+	Desc string
 }
 
 const (
@@ -129,10 +140,20 @@ var workloads = []workload{
 		TotalFlag: "--total", Total: 60000},
 
 	{Name: "memory", Group: "memory", Memory: true},
+
+	// Cluster targets only (netsy-cluster, etcd-cluster); not in "all".
+	{Name: "failover-kill", Group: "failover", Failover: failoverKill,
+		Desc: "SIGKILL the Primary (etcd: the leader) → first put acknowledged through a surviving node",
+		Goal: &goal{Metric: "median+max", Op: "<=", Bound: 1.0}},
+	{Name: "failover-handoff", Group: "failover", Failover: failoverHandoff,
+		Desc: "`netsyctl handoff` (etcd: `move-leader`) → longest stretch without an acknowledged put"},
 }
 
+// clusterWorkloads are the workloads -cluster selects by default.
+const clusterWorkloads = "put-seq,put-64,put-256,range-l,watch-latency,failover"
+
 // tool reports whether the workload runs etcd's benchmark tool.
-func (w *workload) tool() bool { return !w.Memory && w.Client == nil }
+func (w *workload) tool() bool { return !w.Memory && w.Client == nil && w.Failover == nil }
 
 // scaled returns the tool arguments for a run with the given total.
 func (w *workload) toolArgs(total int) []string {
@@ -167,7 +188,13 @@ func loadPrefix(ctx context.Context, endpoint string) error {
 // comma-separated list (all when it is empty or "all").
 func selectWorkloads(list string) ([]workload, error) {
 	if list == "" || list == "all" {
-		return workloads, nil
+		var out []workload
+		for _, w := range workloads {
+			if w.Failover == nil {
+				out = append(out, w)
+			}
+		}
+		return out, nil
 	}
 	var out []workload
 	seen := map[string]bool{}

@@ -15,6 +15,10 @@
 // NETSY_BIN wins when both are set. Optional environment:
 //
 //   - NETSY_LOG_LEVEL: --log-level passed to netsy (default "info");
+//   - NETSY_CLUSTER_NODES: when > 1, each RunEtcd starts that many netsy
+//     nodes sharing one file bucket (a cluster, --quorum -1 by default) and
+//     returns a client of a node that is not the Primary: the suites then
+//     run against a replica's endpoint;
 //   - K8S_TEST_LOG_DIR: where the server log of every failed test is copied;
 //   - K8S_TEST_ALLOW_ANY_START_REV: do not fail a test whose fresh server is
 //     not at revision 1 (only log it);
@@ -30,6 +34,7 @@ package testserver
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -39,6 +44,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -161,33 +167,24 @@ func serverBinary(t testing.TB) (kind, bin string) {
 
 type server struct {
 	clientAddr string
-	cmd        *exec.Cmd
-	exited     chan struct{}
-	waitErr    error
+	procs      []*proc
+}
+
+type proc struct {
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	waitErr error
+	logPath string
 }
 
 // launch starts one server process. An error means the process did not
 // become ready (for example a port was taken after we picked it); the
 // process is already stopped then and the caller may retry.
 func launch(t testing.TB, kind, bin string, cfg *embed.Config, attempt int) (*server, error) {
-	nports := 3 // client, http (etcd: metrics), peer
-	ports, err := pickPorts(nports)
-	if err != nil {
-		return nil, err
-	}
-	clientAddr := addr(ports[0])
-	httpAddr := addr(ports[1])
 	runDir := filepath.Join(cfg.Dir, fmt.Sprintf("run%d", attempt))
-	dataDir := filepath.Join(runDir, "data")
 	if err := os.MkdirAll(runDir, 0o700); err != nil {
 		return nil, err
 	}
-	logPath := filepath.Join(runDir, "server.log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-
 	interval := cfg.WatchProgressNotifyInterval
 	if interval <= 0 {
 		interval = cfg.ExperimentalWatchProgressNotifyInterval
@@ -196,48 +193,111 @@ func launch(t testing.TB, kind, bin string, cfg *embed.Config, attempt int) (*se
 		// What etcd does with an unset interval.
 		interval = etcdDefaultProgressNotifyInterval
 	}
-	var args []string
-	var readyURL string
-	switch kind {
-	case "netsy":
-		level := os.Getenv("NETSY_LOG_LEVEL")
-		if level == "" {
-			level = "info"
-		}
-		args = []string{
-			"--data-dir", dataDir,
-			"--client-addr", clientAddr,
-			"--http-addr", httpAddr,
-			"--progress-notify-interval", interval.String(),
-			"--log-level", level,
-			"--peer-addr", addr(ports[2]),
-			"--node-id", "k8s",
-		}
-		readyURL = "http://" + httpAddr + "/readyz"
-	case "etcd":
-		peer := "http://" + addr(ports[2])
-		client := "http://" + clientAddr
-		args = []string{
-			"--name", "default",
-			"--data-dir", dataDir,
-			"--listen-client-urls", client,
-			"--advertise-client-urls", client,
-			"--listen-peer-urls", peer,
-			"--initial-advertise-peer-urls", peer,
-			"--initial-cluster", "default=" + peer,
-			"--listen-metrics-urls", "http://" + httpAddr,
-			"--watch-progress-notify-interval", interval.String(),
-			// A single member needs no realistic timeouts; short ones make
-			// the first leader election (and so start-up) ~5x faster.
-			"--heartbeat-interval", "10",
-			"--election-timeout", "100",
-		}
-		if cfg.UnsafeNoFsync {
-			args = append(args, "--unsafe-no-fsync")
-		}
-		readyURL = "http://" + httpAddr + "/readyz"
+	nodes := 1
+	if n, err := strconv.Atoi(os.Getenv("NETSY_CLUSTER_NODES")); err == nil && n > 1 && kind == "netsy" {
+		nodes = n
 	}
+	s := &server{}
+	var httpAddrs, clientAddrs []string
+	for i := range nodes {
+		ports, err := pickPorts(3) // client, http (etcd: metrics), peer
+		if err != nil {
+			s.stop()
+			return nil, err
+		}
+		clientAddr, httpAddr := addr(ports[0]), addr(ports[1])
+		dir := runDir
+		if nodes > 1 {
+			dir = filepath.Join(runDir, fmt.Sprintf("n%d", i+1))
+		}
+		dataDir := filepath.Join(dir, "data")
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			s.stop()
+			return nil, err
+		}
+		var args []string
+		switch kind {
+		case "netsy":
+			level := os.Getenv("NETSY_LOG_LEVEL")
+			if level == "" {
+				level = "info"
+			}
+			args = []string{
+				"--data-dir", dataDir,
+				"--client-addr", clientAddr,
+				"--http-addr", httpAddr,
+				"--progress-notify-interval", interval.String(),
+				"--log-level", level,
+				"--peer-addr", addr(ports[2]),
+				"--node-id", "k8s",
+			}
+			if nodes > 1 {
+				args[len(args)-1] = fmt.Sprintf("k8s-n%d", i+1)
+				args = append(args, "--storage", "file://"+filepath.Join(runDir, "bucket"), "--cluster-id", "k8s")
+			}
+		case "etcd":
+			peer := "http://" + addr(ports[2])
+			client := "http://" + clientAddr
+			args = []string{
+				"--name", "default",
+				"--data-dir", dataDir,
+				"--listen-client-urls", client,
+				"--advertise-client-urls", client,
+				"--listen-peer-urls", peer,
+				"--initial-advertise-peer-urls", peer,
+				"--initial-cluster", "default=" + peer,
+				"--listen-metrics-urls", "http://" + httpAddr,
+				"--watch-progress-notify-interval", interval.String(),
+				// A single member needs no realistic timeouts; short ones make
+				// the first leader election (and so start-up) ~5x faster.
+				"--heartbeat-interval", "10",
+				"--election-timeout", "100",
+			}
+			if cfg.UnsafeNoFsync {
+				args = append(args, "--unsafe-no-fsync")
+			}
+		}
+		p, err := start(bin, args, filepath.Join(dir, "server.log"))
+		if err != nil {
+			s.stop()
+			return nil, err
+		}
+		s.procs = append(s.procs, p)
+		httpAddrs, clientAddrs = append(httpAddrs, httpAddr), append(clientAddrs, clientAddr)
+	}
+	for i, p := range s.procs {
+		if err := p.waitReady("http://" + httpAddrs[i] + "/readyz"); err != nil {
+			s.stop()
+			return nil, fmt.Errorf("attempt %d (client %s): %w\n%s", attempt+1, clientAddrs[i], err, tail(p.logPath))
+		}
+	}
+	s.clientAddr = clientAddrs[0]
+	if nodes > 1 {
+		replica, err := replicaOf(httpAddrs, clientAddrs)
+		if err != nil {
+			s.stop()
+			return nil, fmt.Errorf("attempt %d: %w", attempt+1, err)
+		}
+		s.clientAddr = replica
+		t.Logf("testserver: %d-node cluster; the client uses %s, a replica", nodes, replica)
+	}
+	t.Cleanup(func() {
+		s.stop()
+		if t.Failed() {
+			for _, p := range s.procs {
+				t.Logf("testserver: %s log saved as %s, last lines:\n%s", kind, saveLog(t, p.logPath), tail(p.logPath))
+			}
+		}
+	})
+	return s, nil
+}
 
+// start runs one server process with its output in logPath.
+func start(bin string, args []string, logPath string) (*proc, error) {
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
@@ -249,28 +309,40 @@ func launch(t testing.TB, kind, bin string, cfg *embed.Config, attempt int) (*se
 	}
 	logFile.Close() // the child holds its own descriptor
 	recordPID(cmd.Process.Pid)
-
-	s := &server{clientAddr: clientAddr, cmd: cmd, exited: make(chan struct{})}
+	p := &proc{cmd: cmd, exited: make(chan struct{}), logPath: logPath}
 	go func() {
-		s.waitErr = cmd.Wait()
-		close(s.exited)
+		p.waitErr = cmd.Wait()
+		close(p.exited)
 	}()
-
-	if err := s.waitReady(readyURL); err != nil {
-		s.stop()
-		return nil, fmt.Errorf("attempt %d (client %s): %w\n%s", attempt+1, clientAddr, err, tail(logPath))
-	}
-
-	t.Cleanup(func() {
-		s.stop()
-		if t.Failed() {
-			t.Logf("testserver: %s log saved as %s, last lines:\n%s", kind, saveLog(t, logPath), tail(logPath))
-		}
-	})
-	return s, nil
+	return p, nil
 }
 
-func (s *server) waitReady(readyURL string) error {
+// replicaOf asks the cluster for its Primary and returns the client
+// address of another node.
+func replicaOf(httpAddrs, clientAddrs []string) (string, error) {
+	hc := &http.Client{Timeout: time.Second}
+	resp, err := hc.Get("http://" + httpAddrs[0] + "/cluster/leader")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var leader struct {
+		Primary struct {
+			ClientURLs []string `json:"client_urls"`
+		} `json:"primary"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&leader); err != nil {
+		return "", fmt.Errorf("/cluster/leader: %w", err)
+	}
+	for _, a := range clientAddrs {
+		if !slices.Contains(leader.Primary.ClientURLs, "http://"+a) {
+			return a, nil
+		}
+	}
+	return "", fmt.Errorf("no node other than the Primary (%v)", leader.Primary.ClientURLs)
+}
+
+func (s *proc) waitReady(readyURL string) error {
 	hc := &http.Client{Timeout: time.Second}
 	deadline := time.Now().Add(readyTimeout)
 	for delay := 5 * time.Millisecond; ; delay = min(delay*2, 100*time.Millisecond) {
@@ -299,17 +371,19 @@ func (s *server) waitReady(readyURL string) error {
 	}
 }
 
-// stop kills the server outright: its data is thrown away anyway, and a
+// stop kills the servers outright: their data is thrown away anyway, and a
 // graceful shutdown would wait for the streams of clients the tests never
 // close (seconds per test).
 func (s *server) stop() {
-	select {
-	case <-s.exited:
-		return
-	default:
+	for _, p := range s.procs {
+		select {
+		case <-p.exited:
+			continue
+		default:
+		}
+		_ = p.cmd.Process.Kill()
+		<-p.exited
 	}
-	_ = s.cmd.Process.Kill()
-	<-s.exited
 }
 
 var (

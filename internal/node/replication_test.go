@@ -1,0 +1,148 @@
+package node
+
+import (
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/netsy-io/netsy/internal/objstore/faulty"
+)
+
+// quorumReady waits until the Primary counts enough replicas to
+// acknowledge writes on their receipts, and returns it.
+func (c *testCluster) quorumReady(timeout time.Duration) string {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		p := c.ready(timeout)
+		if st := c.node(p).roles.prim.Replication(); st != nil && !st.Fallback {
+			return p
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("the Primary still falls back to object storage: %v", c.node(p).roles.prim.Replication())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Under majority quorum a write is acknowledged once a replica has it
+// fsync'd, with object storage refusing every chunk; when the Primary then
+// crashes, the new Primary (elected for the newest log) has every
+// acknowledged write, though none of them reached the bucket.
+func TestQuorumCommitSurvivesPrimaryCrashWithoutObjectStorage(t *testing.T) {
+	c := newTestCluster(t, -1, "n1", "n2", "n3")
+	primary := c.quorumReady(10 * time.Second)
+	survivor := "n1"
+	if survivor == primary {
+		survivor = "n2"
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	cli := c.client(survivor)
+	before := c.node(primary).roles.prim.Replication().Fallbacks
+	chunks := c.faults.Fail(faulty.PutIfAbsent, "wal/")
+	var acked []int64
+	for i := range 30 {
+		resp, err := cli.Put(ctx, fmt.Sprintf("q%d", i), fmt.Sprint(i))
+		if err != nil {
+			t.Fatalf("put %d with object storage refusing chunks: %v", i, err)
+		}
+		acked = append(acked, resp.Header.Revision)
+	}
+	if st := c.node(primary).roles.prim.Replication(); st.Fallback || st.Fallbacks != before {
+		t.Fatalf("the writes fell back to object storage: %v", st)
+	}
+	if n := chunks.Fired(); n != 0 {
+		t.Fatalf("%d chunk uploads were tried while the quorum acknowledged (want none: uploads wait for size or age)", n)
+	}
+	c.crash(primary)
+	chunks.Stop()
+	if _, err := cli.Put(ctx, "after", "crash"); err != nil {
+		t.Fatalf("write after the Primary crashed: %v", err)
+	}
+	newPrimary := c.ready(10 * time.Second)
+	for i, rev := range acked {
+		for _, id := range c.ids() {
+			got, err := c.client(id).Get(ctx, fmt.Sprintf("q%d", i))
+			if err != nil || len(got.Kvs) != 1 || got.Kvs[0].ModRevision != rev {
+				t.Fatalf("acknowledged q%d at revision %d, read on %s (Primary %s): %v %v", i, rev, id, newPrimary, got, err)
+			}
+		}
+	}
+}
+
+// A replica that stops acknowledging (its stream stalls) makes writes wait
+// at most the quorum timeout, then they are acknowledged through object
+// storage; once it catches up, the quorum acknowledges again.
+func TestQuorumTimeoutFallsBackToObjectStorage(t *testing.T) {
+	c := newTestCluster(t, -1, "n1", "n2", "n3")
+	primary := c.quorumReady(10 * time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	cli := c.client(primary)
+	// Both replicas' links to the Primary stall: receipts stop.
+	var replicas []string
+	for _, id := range c.ids() {
+		if id != primary {
+			replicas = append(replicas, id)
+			c.net.Stall(id, primary)
+		}
+	}
+	start := time.Now()
+	if _, err := cli.Put(ctx, "slow", "1"); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	st := c.node(primary).roles.prim.Replication()
+	t.Logf("a write with stalled replicas took %v; replication %v", took, st)
+	if !st.Fallback || st.Fallbacks == 0 {
+		t.Fatalf("no fallback: %v", st)
+	}
+	for _, id := range replicas {
+		c.net.Unstall(id, primary)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := cli.Put(ctx, "again", "1"); err != nil {
+			t.Fatal(err)
+		}
+		if st := c.node(primary).roles.prim.Replication(); !st.Fallback {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still falling back after the replicas recovered: %v", c.node(primary).roles.prim.Replication())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// As on etcd, a write answered by a replica is applied there when the
+// client hears of it: a serializable read on that node sees it at once.
+func TestReplicaReadsItsOwnWrites(t *testing.T) {
+	c := newTestCluster(t, -1, "n1", "n2", "n3")
+	primary := c.quorumReady(10 * time.Second)
+	replica := "n1"
+	if replica == primary {
+		replica = "n2"
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	cli := c.client(replica)
+	for i := range 200 {
+		k := fmt.Sprintf("ryw%d", i)
+		put, err := cli.Put(ctx, k, "v")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := cli.Get(ctx, k, clientv3.WithSerializable())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got.Kvs) != 1 || got.Kvs[0].ModRevision != put.Header.Revision {
+			t.Fatalf("serializable read of %s on the replica after its put at %d: %v", k, put.Header.Revision, got.Kvs)
+		}
+	}
+}

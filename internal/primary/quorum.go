@@ -1,0 +1,413 @@
+package primary
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/netsy-io/netsy/internal/objwal"
+	"github.com/netsy-io/netsy/proto/netsyv1"
+)
+
+// appendMark says that entries through index were appended by at.
+type appendMark struct {
+	index uint64
+	at    time.Time
+}
+
+// maxLagMarks is the least append history kept to tell a replica's lag in
+// time (up to twice as much is held between trims).
+const maxLagMarks = 4096
+
+// replicaRec is the Primary's record of one replica.
+type replicaRec struct {
+	id string
+	// streams is how many Follow streams of this term it has open (a
+	// reconnect may overlap the old stream briefly).
+	streams int
+	// durable is the highest index it reported fsync'd on a stream of
+	// this term.
+	durable uint64
+	// heard is when the Primary last heard from it (receipt or
+	// heartbeat); last is the heartbeat that came with it.
+	heard time.Time
+	last  *netsyv1.Heartbeat
+	// missed is the index whose quorum deadline it missed (0: none); it
+	// does not count until its receipts reach it.
+	missed uint64
+}
+
+// quorum is the Primary's side of quorum commit (SPEC §4.3): it counts
+// the receipts of healthy replicas, tells the log which index a quorum
+// holds, and falls back to acknowledging through object storage when the
+// quorum cannot be met. Receipts and standalone heartbeats take one path
+// (heard). It is reset whenever the node takes up a term.
+type quorum struct {
+	p *Primary
+
+	mu         sync.Mutex
+	term       uint64
+	active     bool // the node is the Active (or Draining) Primary at term
+	draining   bool
+	registered int
+	reps       map[string]*replicaRec
+	// pending are appends not yet known committed, oldest first: the
+	// quorum deadline of each runs from its time.
+	pending []appendMark
+	// history is a bounded record of recent appends, for lag in time.
+	history    []appendMark
+	lastMark   uint64
+	replicated uint64
+	mode       objwal.Mode
+	modeSet    bool
+	fallback   bool
+	reason     string
+	fallbacks  uint64
+	// receiptLatency observes, for each append mark, how long a quorum
+	// took to hold it.
+	receiptLatency func(time.Duration)
+	onFallback     func(reason string)
+}
+
+func (q *quorum) reset(term uint64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.term, q.active, q.draining = term, false, false
+	q.reps = map[string]*replicaRec{}
+	q.pending, q.history, q.lastMark = nil, nil, 0
+	// Until the quorum rules choose, writes go through object storage
+	// (the Starting step sets the log so); that is no fallback to count.
+	q.replicated, q.fallbacks = 0, 0
+	q.mode, q.modeSet = objwal.ModeSync, true
+	q.fallback, q.reason = true, "no replica follows yet"
+}
+
+// needed is how many replica receipts a write waits for: none under
+// quorum 0 (object storage acknowledges), N under a static quorum, and
+// under majority quorum floor(n/2) of n registered nodes (the Primary
+// counts itself).
+func needed(quorum, registered int) int {
+	switch {
+	case quorum == 0:
+		return 0
+	case quorum > 0:
+		return quorum
+	default:
+		return max(registered, 1) / 2
+	}
+}
+
+// window is how long a replica may stay silent and still count: two
+// heartbeat intervals, as the Elector judges nodes.
+func (q *quorum) window() time.Duration { return 2 * q.p.cfg.HeartbeatInterval }
+
+// open and closed track a replica's Follow streams at term.
+func (q *quorum) open(id string, term uint64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if term != q.term {
+		return
+	}
+	r := q.recLocked(id)
+	r.streams++
+	r.heard = q.p.cfg.Clock.Now()
+}
+
+func (q *quorum) closed(id string, term uint64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if term != q.term || q.reps[id] == nil {
+		return
+	}
+	q.reps[id].streams--
+	q.evaluateLocked(q.p.cfg.Clock.Now())
+}
+
+func (q *quorum) recLocked(id string) *replicaRec {
+	r := q.reps[id]
+	if r == nil {
+		r = &replicaRec{id: id}
+		q.reps[id] = r
+	}
+	return r
+}
+
+// heard processes a receipt (durable > 0) or a standalone heartbeat from a
+// replica's stream at term: both prove it alive, a receipt also says what
+// it holds.
+func (q *quorum) heard(id string, term uint64, durable uint64, hb *netsyv1.Heartbeat) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if term != q.term {
+		return
+	}
+	now := q.p.cfg.Clock.Now()
+	r := q.recLocked(id)
+	r.heard = now
+	if hb != nil {
+		r.last = hb
+	}
+	if durable > r.durable {
+		r.durable = durable
+	}
+	if r.missed != 0 && r.durable >= r.missed {
+		q.p.log.Info("a replica that missed a quorum deadline caught up; it counts again", "replica", id, "durable", r.durable)
+		r.missed = 0
+	}
+	q.evaluateLocked(now)
+}
+
+// activate starts counting at term with registered nodes in the cluster.
+func (q *quorum) activate(term uint64, registered int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if term != q.term {
+		return
+	}
+	q.active, q.draining, q.registered = true, false, registered
+	q.evaluateLocked(q.p.cfg.Clock.Now())
+}
+
+// setRegistered follows the Elector's count of registered nodes.
+func (q *quorum) setRegistered(n int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if n == q.registered {
+		return
+	}
+	q.registered = n
+	if q.active {
+		q.evaluateLocked(q.p.cfg.Clock.Now())
+	}
+}
+
+// drain makes every upload eager: a Draining Primary flushes to object
+// storage before it steps down.
+func (q *quorum) drain() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.draining = true
+	q.evaluateLocked(q.p.cfg.Clock.Now())
+}
+
+func (q *quorum) deactivate() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.active = false
+}
+
+// appended records that entries through index were appended at now.
+func (q *quorum) appended(index uint64, now time.Time) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if index <= q.lastMark {
+		return
+	}
+	q.lastMark = index
+	m := appendMark{index: index, at: now}
+	q.pending = append(q.pending, m)
+	q.history = append(q.history, m)
+	if len(q.history) >= 2*maxLagMarks {
+		// Keep the newest maxLagMarks, in bulk: one copy per maxLagMarks
+		// appends rather than a shift of the whole record on every one.
+		q.history = append(q.history[:0], q.history[len(q.history)-maxLagMarks:]...)
+	}
+	q.evaluateLocked(now)
+}
+
+// tick re-judges health, deadlines and the lease.
+func (q *quorum) tick(now time.Time) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.evaluateLocked(now)
+}
+
+// countsLocked says whether r counts toward the quorum now, or why not.
+func (q *quorum) countsLocked(r *replicaRec, now time.Time) (bool, string) {
+	switch {
+	case r.streams <= 0:
+		return false, "no Follow stream"
+	case now.Sub(r.heard) > q.window():
+		return false, fmt.Sprintf("silent for %s", now.Sub(r.heard).Round(time.Millisecond))
+	case r.last != nil && r.last.Health == netsyv1.HealthState_DEGRADED:
+		return false, "it says it is Degraded"
+	case r.missed != 0:
+		return false, fmt.Sprintf("missed the quorum deadline of index %d", r.missed)
+	}
+	return true, ""
+}
+
+// evaluateLocked applies the rules: the quorum index is the need-th
+// highest durable index of the counted replicas; it is handed to the log
+// only while the lease holds; a missed deadline takes the late replicas
+// out of the count; too few counted replicas, a lapsed lease or a drain
+// make uploads eager (the fallback).
+func (q *quorum) evaluateLocked(now time.Time) {
+	if !q.active {
+		return
+	}
+	committed := q.p.cfg.Engine.CommittedIndex()
+	q.trimLocked(committed, now)
+	cfg := q.p.cfg
+	need := needed(cfg.Quorum, q.registered)
+	if cfg.Quorum == -1 && need == 0 {
+		// A node alone with majority quorum is its own majority.
+		q.setModeLocked(objwal.ModeAsync, false, "")
+		return
+	}
+	if cfg.Quorum == 0 {
+		q.setModeLocked(objwal.ModeSync, false, "")
+		return
+	}
+	// Deadlines: a replica that has not reported the oldest pending
+	// append within the timeout stops counting until it does.
+	if len(q.pending) > 0 && now.Sub(q.pending[0].at) > cfg.QuorumTimeout {
+		late := q.pending[0].index
+		for _, r := range q.reps {
+			if ok, _ := q.countsLocked(r, now); ok && r.durable < late {
+				r.missed = late
+				q.p.log.Warn("a replica missed the quorum deadline; writes fall back to object storage until it catches up",
+					"replica", r.id, "index", late, "durable", r.durable, "timeout", cfg.QuorumTimeout)
+			}
+		}
+	}
+	var durables []uint64
+	for _, r := range q.reps {
+		if ok, _ := q.countsLocked(r, now); ok {
+			durables = append(durables, r.durable)
+		}
+	}
+	lease := q.p.LeaseHeld()
+	reason := ""
+	switch {
+	case q.draining:
+		reason = "draining"
+	case len(durables) < need:
+		reason = fmt.Sprintf("%d of %d replicas needed count", len(durables), need)
+	case !lease:
+		reason = "the Primary's lease lapsed"
+	}
+	if len(durables) >= need && lease {
+		sort.Slice(durables, func(i, j int) bool { return durables[i] > durables[j] })
+		if idx := durables[need-1]; idx > q.replicated {
+			q.replicated = idx
+			q.observeLocked(idx, now)
+			cfg.Log.SetReplicated(idx)
+		}
+	}
+	if reason != "" {
+		q.setModeLocked(objwal.ModeSync, true, reason)
+	} else {
+		q.setModeLocked(objwal.ModeQuorum, false, "")
+	}
+}
+
+// observeLocked reports receipt latency for the marks a quorum now holds.
+func (q *quorum) observeLocked(idx uint64, now time.Time) {
+	for _, m := range q.pending {
+		if m.index > idx {
+			break
+		}
+		if q.receiptLatency != nil {
+			q.receiptLatency(now.Sub(m.at))
+		}
+	}
+	q.trimLocked(idx, now)
+}
+
+// trimLocked drops pending marks through index: they need no deadline.
+func (q *quorum) trimLocked(index uint64, _ time.Time) {
+	i := 0
+	for i < len(q.pending) && q.pending[i].index <= index {
+		i++
+	}
+	if i > 0 {
+		q.pending = slices.Delete(q.pending, 0, i)
+	}
+}
+
+func (q *quorum) setModeLocked(m objwal.Mode, fallback bool, reason string) {
+	if fallback && !q.fallback {
+		q.fallbacks++
+		q.p.log.Warn("writes fall back to object storage", "reason", reason, "primary_term", q.term)
+		if q.onFallback != nil {
+			q.onFallback(reason)
+		}
+	} else if !fallback && q.fallback && m == objwal.ModeQuorum {
+		q.p.log.Info("writes are acknowledged by the replica quorum", "primary_term", q.term)
+	}
+	q.fallback, q.reason = fallback, reason
+	if q.modeSet && q.mode == m {
+		return
+	}
+	q.mode, q.modeSet = m, true
+	q.p.cfg.Log.SetMode(m)
+}
+
+// status is the Primary's account for its heartbeat and cluster-state.
+func (q *quorum) status(now time.Time) *netsyv1.Replication {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	last, _, _ := q.p.cfg.Engine.LastAppended()
+	st := &netsyv1.Replication{
+		Quorum:         int32(q.p.cfg.Quorum),
+		ReplicasNeeded: uint32(needed(q.p.cfg.Quorum, q.registered)),
+		Fallback:       q.fallback,
+		FallbackReason: q.reason,
+		Fallbacks:      q.fallbacks,
+	}
+	ids := make([]string, 0, len(q.reps))
+	for id := range q.reps {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		r := q.reps[id]
+		ok, why := q.countsLocked(r, now)
+		rs := &netsyv1.ReplicaStatus{
+			NodeId: id, DurableIndex: r.durable, Counted: ok, NotCountedReason: why,
+			LastHeardMs: now.Sub(r.heard).Milliseconds(),
+		}
+		if last > r.durable {
+			rs.LagEntries = last - r.durable
+			rs.LagMs = q.lagLocked(r.durable, now).Milliseconds()
+		}
+		st.Replicas = append(st.Replicas, rs)
+	}
+	return st
+}
+
+// lagLocked is how long ago the first entry after durable was appended
+// (at least as long as the oldest mark kept, if it is older).
+func (q *quorum) lagLocked(durable uint64, now time.Time) time.Duration {
+	i := sort.Search(len(q.history), func(i int) bool { return q.history[i].index > durable })
+	if i == len(q.history) {
+		return 0
+	}
+	return now.Sub(q.history[i].at)
+}
+
+// run feeds appends and ticks to q while ctx lives.
+func (q *quorum) run(ctx context.Context) {
+	eng, clk := q.p.cfg.Engine, q.p.cfg.Clock
+	tick := min(q.p.cfg.QuorumTimeout, q.window()) / 4
+	tick = max(tick, 5*time.Millisecond)
+	t := clk.NewTicker(tick)
+	defer t.Stop()
+	for {
+		ch := eng.AppendNotify()
+		if last, _, _ := eng.LastAppended(); last > 0 {
+			q.appended(last, clk.Now())
+		}
+		select {
+		case <-ch:
+		case <-t.C():
+			q.tick(clk.Now())
+		case <-ctx.Done():
+			return
+		}
+	}
+}

@@ -1,0 +1,375 @@
+package primary
+
+import (
+	"context"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/netsy-io/netsy/internal/clock"
+	"github.com/netsy-io/netsy/internal/objwal"
+	"github.com/netsy-io/netsy/proto/netsyv1"
+)
+
+var epoch = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// fakeEngine answers what the quorum asks of the engine.
+type fakeEngine struct {
+	Engine
+	mu        sync.Mutex
+	committed uint64
+	last      uint64
+}
+
+func (e *fakeEngine) CommittedIndex() uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.committed
+}
+
+func (e *fakeEngine) LastAppended() (uint64, int64, int64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.last, int64(e.last), 1
+}
+
+// fakeLog records what the quorum tells the log; like objwal it makes an
+// entry committed once replicated (in quorum or sync mode).
+type fakeLog struct {
+	Log
+	eng        *fakeEngine
+	mu         sync.Mutex
+	mode       objwal.Mode
+	replicated uint64
+	modes      []objwal.Mode
+}
+
+func (l *fakeLog) SetMode(m objwal.Mode) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.mode = m
+	l.modes = append(l.modes, m)
+}
+
+func (l *fakeLog) SetReplicated(i uint64) {
+	l.mu.Lock()
+	if i < l.replicated {
+		l.mu.Unlock()
+		panic("replicated index moved back")
+	}
+	l.replicated = i
+	l.mu.Unlock()
+	l.eng.mu.Lock()
+	l.eng.committed = max(l.eng.committed, i)
+	l.eng.mu.Unlock()
+}
+
+func (l *fakeLog) get() (objwal.Mode, uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.mode, l.replicated
+}
+
+type qharness struct {
+	t   *testing.T
+	clk *clock.Fake
+	eng *fakeEngine
+	log *fakeLog
+	p   *Primary
+	q   *quorum
+}
+
+const term = 7
+
+func newQuorum(t *testing.T, quorumCfg, registered int) *qharness {
+	clk := clock.NewFake(epoch)
+	eng := &fakeEngine{}
+	lg := &fakeLog{eng: eng, mode: objwal.ModeSync}
+	p, err := New(Config{Self: "p", Engine: eng, Log: lg, Quorum: quorumCfg, QuorumTimeout: 300 * time.Millisecond,
+		HeartbeatInterval: 100 * time.Millisecond, LeaseWindow: 200 * time.Millisecond, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &qharness{t: t, clk: clk, eng: eng, log: lg, p: p, q: &p.quorum}
+	h.q.reset(term)
+	p.Answered(clk.Now())
+	h.q.activate(term, registered)
+	return h
+}
+
+// appendTo makes the engine's log end at i.
+func (h *qharness) appendTo(i uint64) {
+	h.eng.mu.Lock()
+	h.eng.last = i
+	h.eng.mu.Unlock()
+	h.q.appended(i, h.clk.Now())
+}
+
+func (h *qharness) receipt(id string, durable uint64) {
+	h.q.heard(id, term, durable, &netsyv1.Heartbeat{NodeId: id, Health: netsyv1.HealthState_HEALTHY})
+}
+
+// advance moves time, keeps the lease (the Elector answers), and ticks.
+func (h *qharness) advance(d time.Duration) {
+	h.clk.Advance(d)
+	h.p.Answered(h.clk.Now())
+	h.q.tick(h.clk.Now())
+}
+
+func (h *qharness) want(mode objwal.Mode, replicated uint64) {
+	h.t.Helper()
+	m, r := h.log.get()
+	if m != mode || r != replicated {
+		h.t.Fatalf("log in %s with replicated %d; want %s with %d", m, r, mode, replicated)
+	}
+}
+
+func TestQuorumNeeded(t *testing.T) {
+	for _, tc := range []struct{ quorum, registered, want int }{
+		{0, 3, 0}, {1, 3, 1}, {2, 5, 2}, {-1, 1, 0}, {-1, 2, 1}, {-1, 3, 1}, {-1, 4, 2}, {-1, 5, 2},
+	} {
+		if got := needed(tc.quorum, tc.registered); got != tc.want {
+			t.Errorf("needed(%d, %d) = %d, want %d", tc.quorum, tc.registered, got, tc.want)
+		}
+	}
+}
+
+// Majority of three: the Primary counts itself, so one replica's receipt
+// acknowledges; the quorum index is what that replica holds.
+func TestQuorumMajorityCountsReceipts(t *testing.T) {
+	h := newQuorum(t, -1, 3)
+	h.want(objwal.ModeSync, 0) // nobody follows yet
+	h.q.open("r1", term)
+	h.receipt("r1", 0)
+	h.want(objwal.ModeQuorum, 0)
+	h.appendTo(5)
+	h.receipt("r1", 3)
+	h.want(objwal.ModeQuorum, 3)
+	h.q.open("r2", term)
+	h.receipt("r2", 5)
+	h.want(objwal.ModeQuorum, 5)
+	h.receipt("r1", 4) // behind the other: changes nothing
+	h.want(objwal.ModeQuorum, 5)
+	if st := h.q.status(h.clk.Now()); st.Fallbacks != 0 || st.Fallback || st.ReplicasNeeded != 1 {
+		t.Fatalf("status %v", st)
+	}
+}
+
+// A static quorum of two waits for the second-highest receipt.
+func TestQuorumStaticNeedsN(t *testing.T) {
+	h := newQuorum(t, 2, 3)
+	h.q.open("r1", term)
+	h.q.open("r2", term)
+	h.appendTo(9)
+	h.receipt("r1", 9)
+	h.want(objwal.ModeQuorum, 0)
+	h.receipt("r2", 6)
+	h.want(objwal.ModeQuorum, 6)
+	h.receipt("r2", 9)
+	h.want(objwal.ModeQuorum, 9)
+}
+
+// A static quorum larger than the replicas there are can never be met:
+// every write goes through object storage.
+func TestQuorumStaticUnreachableFallsBack(t *testing.T) {
+	h := newQuorum(t, 3, 3)
+	h.q.open("r1", term)
+	h.q.open("r2", term)
+	h.appendTo(2)
+	h.receipt("r1", 2)
+	h.receipt("r2", 2)
+	h.want(objwal.ModeSync, 0)
+	if st := h.q.status(h.clk.Now()); !st.Fallback || !strings.Contains(st.FallbackReason, "2 of 3") {
+		t.Fatalf("status %v", st)
+	}
+}
+
+// A node alone under majority quorum is its own majority: local fsync.
+func TestQuorumAloneIsAsync(t *testing.T) {
+	h := newQuorum(t, -1, 1)
+	h.want(objwal.ModeAsync, 0)
+	// A second node registers: now a replica is needed.
+	h.q.setRegistered(2)
+	h.want(objwal.ModeSync, 0)
+}
+
+// A replica that misses the quorum deadline stops counting, so writes
+// fall back to object storage; once its receipts reach the index it
+// missed it counts again.
+func TestQuorumTimeoutFallsBackAndRecovers(t *testing.T) {
+	var fell []string
+	h := newQuorum(t, -1, 3)
+	h.q.onFallback = func(r string) { fell = append(fell, r) }
+	h.q.open("r1", term)
+	h.receipt("r1", 0)
+	h.appendTo(10)
+	h.advance(200 * time.Millisecond)
+	h.receipt("r1", 0) // alive, but not writing
+	h.want(objwal.ModeQuorum, 0)
+	h.advance(200 * time.Millisecond) // the deadline of index 10 passed
+	h.want(objwal.ModeSync, 0)
+	if len(fell) != 1 || !strings.Contains(fell[0], "0 of 1") {
+		t.Fatalf("fallbacks %q", fell)
+	}
+	st := h.q.status(h.clk.Now())
+	if len(st.Replicas) != 1 || st.Replicas[0].Counted || !strings.Contains(st.Replicas[0].NotCountedReason, "deadline of index 10") {
+		t.Fatalf("status %v", st)
+	}
+	// The upload commits index 10 meanwhile; a heartbeat alone does not
+	// bring the replica back.
+	h.eng.mu.Lock()
+	h.eng.committed = 10
+	h.eng.mu.Unlock()
+	h.receipt("r1", 0)
+	h.want(objwal.ModeSync, 0)
+	h.receipt("r1", 10)
+	h.want(objwal.ModeQuorum, 10)
+	if st := h.q.status(h.clk.Now()); st.Fallbacks != 1 || st.Fallback {
+		t.Fatalf("status %v", st)
+	}
+}
+
+// Without the lease the Primary acknowledges nothing on receipts: a
+// successor may be elected once it lapsed.
+func TestQuorumLeaseLapsedFallsBack(t *testing.T) {
+	h := newQuorum(t, -1, 3)
+	h.q.open("r1", term)
+	h.appendTo(3)
+	h.receipt("r1", 3)
+	h.want(objwal.ModeQuorum, 3)
+	h.clk.Advance(150 * time.Millisecond)
+	h.receipt("r1", 3)
+	h.clk.Advance(100 * time.Millisecond) // the lease (200 ms) lapsed
+	h.appendTo(5)
+	h.receipt("r1", 5)
+	h.want(objwal.ModeSync, 3)
+	if st := h.q.status(h.clk.Now()); st.FallbackReason != "the Primary's lease lapsed" {
+		t.Fatalf("status %v", st)
+	}
+	h.p.Answered(h.clk.Now())
+	h.receipt("r1", 5)
+	h.want(objwal.ModeQuorum, 5)
+}
+
+// A replica counts only while it follows at this term, has been heard
+// within two heartbeat intervals and does not say it is Degraded.
+func TestQuorumWhoCounts(t *testing.T) {
+	h := newQuorum(t, -1, 3)
+	h.appendTo(4)
+	// Receipts without a stream, or of another term, count for nothing.
+	h.receipt("r1", 4)
+	h.q.heard("r2", term+1, 4, nil)
+	h.want(objwal.ModeSync, 0)
+	h.q.open("r1", term)
+	h.receipt("r1", 4)
+	h.want(objwal.ModeQuorum, 4)
+	// Silent for longer than two intervals.
+	h.advance(250 * time.Millisecond)
+	h.want(objwal.ModeSync, 4)
+	h.receipt("r1", 4)
+	h.want(objwal.ModeQuorum, 4)
+	// It cannot reach the Elector and says so.
+	h.q.heard("r1", term, 4, &netsyv1.Heartbeat{NodeId: "r1", Health: netsyv1.HealthState_DEGRADED})
+	h.want(objwal.ModeSync, 4)
+	h.receipt("r1", 4)
+	h.want(objwal.ModeQuorum, 4)
+	// Its stream closes.
+	h.q.closed("r1", term)
+	h.want(objwal.ModeSync, 4)
+}
+
+// A Draining Primary uploads at once.
+func TestQuorumDrainIsEager(t *testing.T) {
+	h := newQuorum(t, -1, 3)
+	h.q.open("r1", term)
+	h.receipt("r1", 0)
+	h.want(objwal.ModeQuorum, 0)
+	h.q.drain()
+	h.want(objwal.ModeSync, 0)
+}
+
+// Lag is reported in entries and in time since the first missing entry
+// was appended.
+func TestQuorumLag(t *testing.T) {
+	h := newQuorum(t, -1, 3)
+	h.q.open("r1", term)
+	h.appendTo(3)
+	h.receipt("r1", 3)
+	h.advance(50 * time.Millisecond)
+	h.appendTo(8)
+	h.advance(70 * time.Millisecond)
+	h.receipt("r1", 5)
+	st := h.q.status(h.clk.Now())
+	if len(st.Replicas) != 1 {
+		t.Fatalf("status %v", st)
+	}
+	if r := st.Replicas[0]; r.LagEntries != 3 || r.LagMs != 70 || r.DurableIndex != 5 || !r.Counted {
+		t.Fatalf("replica %v: want lag 3 entries, 70 ms", r)
+	}
+}
+
+// The tracker's goroutine turns appends into deadlines and ticks into
+// fallbacks, on the fake clock.
+func TestQuorumRunLoop(t *testing.T) {
+	h := newQuorum(t, -1, 3)
+	feed := &notifyEngine{fakeEngine: h.eng, ch: make(chan struct{})}
+	h.p.cfg.Engine = feed
+	h.q.open("r1", term)
+	h.receipt("r1", 0)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { h.q.run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	if err := h.clk.BlockUntil(t.Context(), 1); err != nil { // the ticker
+		t.Fatal(err)
+	}
+	feed.appendTo(6)
+	waitFor(t, "the append is recorded", func() bool {
+		h.q.mu.Lock()
+		defer h.q.mu.Unlock()
+		return h.q.lastMark == 6
+	})
+	h.clk.Advance(250 * time.Millisecond)
+	h.p.Answered(h.clk.Now())
+	h.receipt("r1", 0)
+	h.want(objwal.ModeQuorum, 0)
+	h.clk.Advance(100 * time.Millisecond) // past the 300 ms deadline: the next tick
+	waitFor(t, "the fallback", func() bool { m, _ := h.log.get(); return m == objwal.ModeSync })
+}
+
+// notifyEngine adds the append notification the run loop waits on.
+type notifyEngine struct {
+	*fakeEngine
+	nmu sync.Mutex
+	ch  chan struct{}
+}
+
+func (e *notifyEngine) AppendNotify() <-chan struct{} {
+	e.nmu.Lock()
+	defer e.nmu.Unlock()
+	return e.ch
+}
+
+func (e *notifyEngine) appendTo(i uint64) {
+	e.mu.Lock()
+	e.last = i
+	e.mu.Unlock()
+	e.nmu.Lock()
+	close(e.ch)
+	e.ch = make(chan struct{})
+	e.nmu.Unlock()
+}
+
+// waitFor yields until cond holds (a goroutine driven by the fake clock
+// catches up); it never sleeps.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		if t.Context().Err() != nil {
+			t.Fatalf("waiting for %s", what)
+		}
+		runtime.Gosched()
+	}
+}
