@@ -16,7 +16,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var (
-	flagSeeds = flag.Int("clustersim.seeds", 0, "seeds for the chaos simulation (0: 200, or 60 under -race or -short)")
+	flagSeeds = flag.Int("clustersim.seeds", 0, "seeds for the chaos simulation (0: 500, or 100 under -race or -short)")
 	flagSeed  = flag.Uint64("clustersim.seed", 0, "run only this chaos seed (0: all), with a trace on failure")
 	flagTrace = flag.Bool("clustersim.trace", false, "print the trace of every seed run")
 )
@@ -26,9 +26,9 @@ func seedCount() int {
 	case *flagSeeds > 0:
 		return *flagSeeds
 	case raceEnabled || testing.Short():
-		return 60
+		return 100
 	}
-	return 200
+	return 500
 }
 
 // chaosOpts varies the simulation for the tests that show it can fail.

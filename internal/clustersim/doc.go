@@ -14,9 +14,12 @@
 // Primary at a term above every term it took before goes Starting, claims
 // the term with a conditional write to the bucket, then becomes Active; it
 // steps down when told of a Primary at a higher term; its lease counts
-// from the send time of the last heartbeat an Elector answered, and from
-// the moment it became Active. The data path (entries, replication,
-// revisions) is not modelled: every node reports the same log position.
+// from the send time of the last heartbeat answered by an Elector whose
+// Cluster State names it Primary at the term it holds (becoming Active
+// starts none). Its Starting step fails when the bucket holds a claim of
+// a higher term, as the engine refuses to promote below its log's term.
+// The data path (entries, replication, revisions) is not modelled: every
+// node reports the same log position.
 //
 // # Time and determinism
 //
@@ -30,6 +33,10 @@
 // goroutines, and still nothing runs concurrently with anything that a
 // later event could observe. Nothing sleeps; a run of minutes of true time
 // takes milliseconds.
+//
+// The default run takes 500 seeds (100 under -race or -short), a few
+// seconds; -clustersim.seeds=N runs more for a soak, -clustersim.seed=S
+// one seed with its trace.
 //
 // A seed fixes the cluster (size, quorum rule, clocks, link latencies) and
 // the whole fault schedule. Goroutines that one event wakes together (an
@@ -53,8 +60,10 @@
 //     not counting as acting; a later Elector always has a higher term.
 //   - Never two nodes that are Active Primary with a valid lease (by their
 //     own clocks) at the same true instant.
-//   - A primary term is taken up by one node only, promotions happen in
-//     increasing term order, and no term exceeds members.json's.
+//   - A primary term is taken up by one node only, and no term exceeds
+//     members.json's. A node may still go Starting at a term below one
+//     taken up before (a push that waited out its stall), but it never
+//     holds a lease at a term below the highest taken up.
 //   - No view accepts a Cluster State from an Elector term below one it
 //     accepted before (a stale Elector's push is rejected).
 //   - Once every fault heals, within a bound: one Elector, one Active
