@@ -764,10 +764,23 @@ func (e *Elector) clusterState(full bool) *netsyv1.ClusterState {
 }
 
 // electingAway reports whether the recorded Primary is being replaced
-// (it is no longer to be named as Primary: it is gone or draining).
+// (it is no longer to be named as Primary: it is gone or draining, or a
+// round that may elect its successor is running).
+//
+// A round checks the previous Primary's lease once, when it starts (the
+// handshake and the wait since the Elector last heard from it), and hands
+// out the successor's term when it ends. An answer naming the previous
+// Primary in between would renew its lease past that check and overlap
+// the successor's: so no answer names it while a round runs. A round
+// that does not elect (the previous Primary says it is Active, or
+// recovered meanwhile and the round fails) costs it at most the round's
+// length of lease; its next answer renews it.
 func (e *Elector) electingAway() bool {
 	if e.primary == nil {
 		return false
+	}
+	if e.electing {
+		return true
 	}
 	r := e.nodes[e.primary.NodeId]
 	return r == nil || r.health == netsyv1.HealthState_DEGRADED || (e.handoff != nil && e.handoff.drained)
