@@ -340,7 +340,8 @@ func (r *recorder) check() error {
 }
 
 // settledReason says why the cluster is not in its healthy steady state
-// (one Elector, one Active Primary with a lease, every node registered,
+// (one Elector, one Active Primary with a lease on another node, every
+// node registered,
 // Healthy by its own and the Elector's judgement, all agreeing on the
 // Primary), or "" if it is.
 func (c *cluster) settledReason() string {
@@ -362,6 +363,12 @@ func (c *cluster) settledReason() string {
 	}
 	if len(primaries) != 1 {
 		return fmt.Sprintf("%d Active Primaries with a lease", len(primaries))
+	}
+	if electors[0] == primaries[0] && len(c.nodes) > 1 {
+		// Not yet steady: the node resigns the lock to separate the roles
+		// (separateRoles), and the next Elector starts with every node
+		// LOADING until its heartbeats arrive.
+		return electors[0].id + " is both Elector and Primary"
 	}
 	p := primaries[0].id
 	for _, n := range c.nodes {

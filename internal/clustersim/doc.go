@@ -67,6 +67,9 @@
 //   - No view accepts a Cluster State from an Elector term below one it
 //     accepted before (a stale Elector's push is rejected).
 //   - Once every fault heals, within a bound: one Elector, one Active
-//     Primary with a lease, every node registered, Healthy by its own
-//     judgement and agreeing on the Primary.
+//     Primary with a lease on another node (a node holding both resigns
+//     the lock, and the next Elector hears from every node afresh), every
+//     node registered, Healthy by its own and the Elector's judgement and
+//     agreeing on the Primary; and nothing of that changes for a while
+//     afterwards.
 package clustersim
