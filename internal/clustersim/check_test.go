@@ -31,6 +31,14 @@ func (s span) String() string {
 	return fmt.Sprintf("%s term %d [%v, %s)", s.node, s.term, s.start, end)
 }
 
+// rejection is a Cluster State a view refused: node was offered a state
+// of Elector term term (from: "push from n3", "heartbeat", ...) while it
+// held term held.
+type rejection struct {
+	node, from string
+	term, held uint64
+}
+
 type healthChange struct {
 	at time.Duration
 	ok bool
@@ -55,6 +63,8 @@ type recorder struct {
 	violations  []string
 
 	staleRejected int // pushes or answers a view refused for an older Elector term
+	// rejections lists those refusals.
+	rejections []rejection
 	// stalePromotions counts nodes that went Starting at a term below one
 	// taken up before.
 	stalePromotions int
@@ -214,6 +224,7 @@ func (r *recorder) offered(n *simNode, cs *netsyv1.ClusterState, ok bool, before
 		r.violatef("%s's view accepted a state of Elector term %d (%s) after term %d", n.id, cs.ElectorTerm, from, before)
 	case !ok && cs.ElectorTerm < before:
 		r.staleRejected++
+		r.rejections = append(r.rejections, rejection{node: n.id, from: from, term: cs.ElectorTerm, held: before})
 		r.c.w.tracef("%s rejected a state of Elector term %d (%s) after term %d", n.id, cs.ElectorTerm, from, before)
 	}
 }
