@@ -45,6 +45,12 @@
 // same scenario but not always the same interleaving: rerun it a few times
 // with -clustersim.seed and -clustersim.trace.
 //
+// Besides the seeded runs, named scenarios (scenario_test.go) script one
+// fault each on fixed clocks and assert what must follow: an Elector or a
+// Primary crash, a stalled Primary's lease waited out, the
+// previous-Primary handshake, the contact rules blocking and unblocking,
+// the deregistration timeout, and a stale Elector's push rejected.
+//
 // # Faults
 //
 // A link between two nodes can be cut in either direction or slowed; a
