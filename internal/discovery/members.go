@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"maps"
 	"strconv"
-	"sync"
 
 	"github.com/netsy-io/netsy/internal/objstore"
 )
@@ -218,13 +217,18 @@ func decodeMembers(body []byte) (Members, error) {
 // MembersFile reads and writes members.json with compare-and-swap. It
 // remembers the content and ETag of the last load or write, so an Update
 // by the only writer costs one PUT. It is safe for concurrent use; calls
-// are serialized.
+// are serialized, and a call waiting for its turn gives up when its ctx
+// ends.
 type MembersFile struct {
 	s         objstore.Store
 	clusterID string
 	newID     func() uint64 // see Members.newID
 
-	mu     sync.Mutex
+	// turn holds a token while a call runs. A channel rather than a
+	// mutex: a call holds it across store calls, and a waiter must be
+	// able to give up (and, in tests on testing/synctest, be seen as
+	// blocked).
+	turn   chan struct{}
 	loaded bool    // cur, etag and exists reflect the last load or write
 	exists bool    // the file existed at the last load or write
 	etag   string  // its ETag then
@@ -234,15 +238,28 @@ type MembersFile struct {
 // NewMembersFile returns a MembersFile for the cluster clusterID; nothing is
 // read until Load or Update.
 func NewMembersFile(s objstore.Store, clusterID string) *MembersFile {
-	return &MembersFile{s: s, clusterID: clusterID}
+	return &MembersFile{s: s, clusterID: clusterID, turn: make(chan struct{}, 1)}
+}
+
+// take waits for this caller's turn; the returned func ends it.
+func (f *MembersFile) take(ctx context.Context) (func(), error) {
+	select {
+	case f.turn <- struct{}{}:
+		return func() { <-f.turn }, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%s: %w", MembersKey, ctx.Err())
+	}
 }
 
 // Load reads members.json. If it does not exist, Load returns empty Members
 // of this cluster and exists false. A file of another cluster or one that
 // cannot be decoded is an error naming the key.
 func (f *MembersFile) Load(ctx context.Context) (Members, bool, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	done, err := f.take(ctx)
+	if err != nil {
+		return Members{}, false, fmt.Errorf("load: %w", err)
+	}
+	defer done()
 	if err := f.loadLocked(ctx); err != nil {
 		return Members{}, false, err
 	}
@@ -293,8 +310,11 @@ func (f *MembersFile) loadLocked(ctx context.Context) error {
 // An error from the store does not prove the write did not land; the next
 // call reloads the file and sees either way.
 func (f *MembersFile) Update(ctx context.Context, fn func(*Members) error) (Members, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	done, err := f.take(ctx)
+	if err != nil {
+		return Members{}, fmt.Errorf("update: %w", err)
+	}
+	defer done()
 	for attempt := 1; ; attempt++ {
 		if !f.loaded {
 			if err := f.loadLocked(ctx); err != nil {

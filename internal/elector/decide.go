@@ -30,6 +30,8 @@ type plan struct {
 	// prefer is elected if it is eligible (netsyctl handoff --to), after a
 	// drain that left every committed entry in object storage.
 	prefer string
+	// maxTerm is the highest primary term handed out (members.json).
+	maxTerm uint64
 }
 
 // Reasons an election fails this round; it is retried.
@@ -83,9 +85,24 @@ func decide(cands []candidate, p plan, contacted int, prevContacted bool) (winne
 	if contacted < need {
 		return "", false, fmt.Errorf("%w: %d of %d needed (quorum %d, %d registered)", errContact, contacted, need, p.quorum, p.registered)
 	}
+	maxTerm := p.maxTerm
+	for _, c := range cands {
+		if c.state != nil && c.state.PrimaryState != netsyv1.PrimaryState_REPLICA {
+			maxTerm = max(maxTerm, c.state.PrimaryTerm)
+		}
+	}
+	// stale: a node that holds (or takes up, or hands off) a term below
+	// one handed out since. It was superseded while cut off; it is not
+	// adopted and does not block the election (its lease, granted only by
+	// an Elector that named it, ran out before this round: the handshake
+	// and the take-over wait see to that), and it steps down once it
+	// hears of the new Primary.
+	stale := func(c candidate) bool {
+		return c.state != nil && c.state.PrimaryState != netsyv1.PrimaryState_REPLICA && c.state.PrimaryTerm < maxTerm
+	}
 	var active []string
 	for _, c := range cands {
-		if c.state != nil && c.state.PrimaryState == netsyv1.PrimaryState_ACTIVE {
+		if c.state != nil && c.state.PrimaryState == netsyv1.PrimaryState_ACTIVE && !stale(c) {
 			active = append(active, c.id)
 		}
 	}
@@ -98,7 +115,7 @@ func decide(cands []candidate, p plan, contacted int, prevContacted bool) (winne
 		return "", false, fmt.Errorf("%w: %s", errTwoActive, strings.Join(active, ", "))
 	}
 	for _, c := range cands {
-		if c.state == nil || c.degraded || c.state.Health == netsyv1.HealthState_DEGRADED {
+		if c.state == nil || c.degraded || c.state.Health == netsyv1.HealthState_DEGRADED || stale(c) {
 			// A Degraded node fell back to synchronous object-storage
 			// writes when it degraded, so it holds nothing the bucket
 			// lacks: its Primary State need not block the election.
@@ -110,7 +127,8 @@ func decide(cands []candidate, p plan, contacted int, prevContacted bool) (winne
 	}
 	var healthy []candidate
 	for _, c := range cands {
-		if c.state != nil && !c.degraded && c.state.Health == netsyv1.HealthState_HEALTHY && !p.exclude[c.id] {
+		if c.state != nil && !c.degraded && c.state.Health == netsyv1.HealthState_HEALTHY && !p.exclude[c.id] &&
+			c.state.PrimaryState == netsyv1.PrimaryState_REPLICA {
 			healthy = append(healthy, c)
 		}
 	}

@@ -29,7 +29,9 @@
 //     handshake timeout and the Primary's lease (plus a quarter for
 //     clock-rate drift) have passed since the Elector last heard from it
 //     (or took over) — unless its address refuses connections: a dead
-//     process cannot serve.
+//     process cannot serve. While a round runs, no heartbeat answer names
+//     the previous Primary: an answer after that check would renew its
+//     lease past the successor's term.
 //     b. Nodes are asked for their state: none under quorum 0, every
 //     registered node under a static quorum, a majority of them under
 //     majority quorum; too few answers fail the round.

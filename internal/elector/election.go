@@ -21,6 +21,10 @@ type electSnapshot struct {
 	degraded   map[string]bool
 	registered int
 	handoff    *handoffReq
+	// maxTerm is the highest primary term handed out; started is when
+	// this Elector took over.
+	maxTerm uint64
+	started time.Time
 }
 
 // electResult is what a round found.
@@ -44,6 +48,8 @@ func (e *Elector) startElection(ctx context.Context, done chan<- electResult) {
 		degraded:   make(map[string]bool, len(e.nodes)),
 		registered: len(e.nodes),
 		handoff:    e.handoff,
+		maxTerm:    e.maxTerm,
+		started:    e.started,
 	}
 	if e.primary != nil {
 		s.prev, s.prevTerm = e.primary, e.primaryTerm
@@ -87,6 +93,11 @@ func (e *Elector) elect(ctx context.Context, s electSnapshot) electResult {
 		case err == nil:
 			switch ps := st.GetState().GetPrimaryState(); ps {
 			case netsyv1.PrimaryState_ACTIVE, netsyv1.PrimaryState_STARTING, netsyv1.PrimaryState_DRAINING:
+				if st.GetState().GetPrimaryTerm() < s.maxTerm {
+					// Superseded while cut off: stale (see decide).
+					prevState = st.GetState()
+					break
+				}
 				if s.handoff == nil {
 					return electResult{deferred: true, err: fmt.Errorf("the previous Primary %s says it is %s", p.NodeId, ps)}
 				}
@@ -101,6 +112,15 @@ func (e *Elector) elect(ctx context.Context, s electSnapshot) electResult {
 			if waited := e.cfg.Clock.Since(s.heardPrev); waited < wait {
 				return electResult{err: fmt.Errorf("%w: it has not answered for %s of the %s an election waits (%v)", errWaitPrevious, waited, wait, err)}
 			}
+		}
+	}
+	if s.maxTerm > 0 && (s.prev == nil || s.prevTerm < s.maxTerm) {
+		// Whoever took up the highest term handed out is unknown to this
+		// Elector; a previous Elector may have renewed its lease until
+		// shortly before this one took over.
+		if waited := e.cfg.Clock.Since(s.started); waited < e.cfg.leaseWait() {
+			return electResult{err: fmt.Errorf("%w: the Primary of term %d is not known to this Elector, which took over %s ago (it waits %s)",
+				errWaitPrevious, s.maxTerm, waited, e.cfg.leaseWait())}
 		}
 	}
 
@@ -149,7 +169,7 @@ func (e *Elector) elect(ctx context.Context, s electSnapshot) electResult {
 	if prevState != nil {
 		cands = append(cands, candidate{id: s.prev.NodeId, state: prevState})
 	}
-	winnerID, adopt, err := decide(cands, plan{quorum: e.cfg.Quorum, registered: s.registered, exclude: exclude, prefer: prefer}, contacted, prevState != nil)
+	winnerID, adopt, err := decide(cands, plan{quorum: e.cfg.Quorum, registered: s.registered, exclude: exclude, prefer: prefer, maxTerm: s.maxTerm}, contacted, prevState != nil)
 	if err != nil {
 		return electResult{err: err}
 	}
@@ -214,6 +234,7 @@ func (e *Elector) electFinished(ctx context.Context, r electResult) {
 			rec.health, rec.lastAt = netsyv1.HealthState_HEALTHY, now
 		}
 		e.setPrimary(rec.info, r.term, how)
+		e.maxTerm = max(e.maxTerm, r.term)
 		e.nextTry = now.Add(e.cfg.RetryInterval)
 		e.log.Info("election finished", "primary", r.winner.NodeId, "primary_term", r.term, "took", r.took)
 		if e.handoff != nil {

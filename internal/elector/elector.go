@@ -29,6 +29,16 @@ const (
 // ErrNotLoaded is returned while the Elector has not loaded the node map.
 var ErrNotLoaded = errors.New("elector: still loading the node map")
 
+// ErrLockLost is returned by an Elector whose lock ran out by its own
+// clock before Run's context ended (its process was stopped, and the
+// election's goroutine has not run yet).
+var ErrLockLost = errors.New("elector: this node is not the Elector any more: its lock ran out")
+
+// ErrStopped is returned by an Elector whose Run returned (its lock was
+// lost or given up): a request that finds it so fails at once instead of
+// waiting for its caller's deadline.
+var ErrStopped = errors.New("elector: this node is not the Elector any more: it stopped")
+
 // Peers is what the Elector says to other nodes (and to itself).
 type Peers interface {
 	GetNodeState(ctx context.Context, n *netsyv1.NodeInfo) (*netsyv1.NodeState, error)
@@ -65,6 +75,11 @@ type Config struct {
 	// heartbeat answers (nodes need not read the bucket while the Elector
 	// answers them).
 	LockCounter func() uint64
+	// LockValid reports whether the lock is still valid by this node's
+	// clock at the moment of asking (s3lect.Leadership.Valid). It is
+	// checked before every answer and push another node relies on; nil:
+	// only Run's context counts.
+	LockValid func() bool
 }
 
 func (c *Config) setDefaults() error {
@@ -101,6 +116,9 @@ func (c *Config) setDefaults() error {
 	if c.LockCounter == nil {
 		c.LockCounter = func() uint64 { return 0 }
 	}
+	if c.LockValid == nil {
+		c.LockValid = func() bool { return true }
+	}
 	return nil
 }
 
@@ -130,6 +148,8 @@ type Elector struct {
 	members *discovery.MembersFile
 
 	reqs chan func()
+	// stopped is closed when Run returns: requests then fail at once.
+	stopped chan struct{}
 	// runCtx is Run's context, for work requests start (set before the
 	// loop takes any).
 	runCtx context.Context
@@ -140,6 +160,9 @@ type Elector struct {
 	nodes       map[string]*nodeRec
 	primary     *netsyv1.NodeInfo
 	primaryTerm uint64
+	// maxTerm is the highest primary term handed out (members.json, and
+	// any term a node reported): only a Primary at this term is adopted.
+	maxTerm uint64
 	// heardPrimary is when the Elector last heard from the Primary (a
 	// heartbeat or an answer), or took over.
 	heardPrimary time.Time
@@ -174,6 +197,7 @@ func New(cfg Config, term uint64) (*Elector, error) {
 		term:    term,
 		members: discovery.NewMembersFile(cfg.Store, cfg.ClusterID),
 		reqs:    make(chan func()),
+		stopped: make(chan struct{}),
 		nodes:   make(map[string]*nodeRec),
 	}, nil
 }
@@ -183,6 +207,7 @@ func (e *Elector) Term() uint64 { return e.term }
 
 // Run acts as the Elector until ctx ends (the lock is lost or given up).
 func (e *Elector) Run(ctx context.Context) {
+	defer close(e.stopped)
 	e.runCtx = ctx
 	e.started = e.cfg.Clock.Now()
 	e.heardPrimary = e.started
@@ -272,6 +297,8 @@ func (e *Elector) do(ctx context.Context, needLoaded bool, f func() error) error
 		}
 		run(nil)
 	}:
+	case <-e.stopped:
+		return ErrStopped
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -352,21 +379,24 @@ func (e *Elector) load(ctx context.Context) error {
 		for _, info := range infos {
 			e.addNode(info, now)
 		}
+		e.maxTerm = max(e.maxTerm, m.PrimaryTerm)
 		e.adoptFromStates(states)
 		return nil
 	})
 }
 
 // adoptFromStates learns the Primary from what nodes said at take-over:
-// one that says it is Active, else the one the nodes were last told of
-// (the handshake then decides whether it is gone).
+// one that says it is Active at the highest term handed out, else the one
+// the nodes were last told of (the handshake then decides whether it is
+// gone). An Active node at a lower term is not adopted: a newer Primary
+// may hold a lease somewhere this Elector cannot see.
 func (e *Elector) adoptFromStates(states map[string]*netsyv1.NodeState) {
 	var best *netsyv1.NodeState
 	var known *netsyv1.ClusterState
 	for _, st := range states {
 		hb := st.GetState()
-		if hb.GetPrimaryState() == netsyv1.PrimaryState_ACTIVE && (best == nil || hb.PrimaryTerm > best.State.PrimaryTerm) {
-			best = st
+		if hb.GetPrimaryState() != netsyv1.PrimaryState_REPLICA {
+			e.maxTerm = max(e.maxTerm, hb.GetPrimaryTerm())
 		}
 		if cs := st.GetClusterState(); cs.GetPrimary() != nil && (known == nil || cs.PrimaryTerm > known.PrimaryTerm) {
 			known = cs
@@ -375,9 +405,19 @@ func (e *Elector) adoptFromStates(states map[string]*netsyv1.NodeState) {
 			r.last = hb
 		}
 	}
+	for _, st := range states {
+		if hb := st.GetState(); hb.GetPrimaryState() == netsyv1.PrimaryState_ACTIVE && hb.PrimaryTerm == e.maxTerm && e.nodes[hb.NodeId] != nil {
+			best = st
+		}
+	}
 	switch {
 	case best != nil:
 		e.setPrimary(e.nodes[best.State.NodeId].info, best.State.PrimaryTerm, "adopted")
+	case known != nil && known.PrimaryTerm < e.maxTerm:
+		// A higher term was handed out since: whoever took it up is
+		// unknown here, and naming the older Primary would renew its
+		// lease (see elect, which waits out the unknown one's).
+		e.log.Info("the nodes knew a Primary at a term below the highest handed out; electing", "previous", known.Primary.NodeId, "primary_term", known.PrimaryTerm, "max_term", e.maxTerm)
 	case known != nil && e.nodes[known.Primary.NodeId] != nil:
 		// Not Active now (or not reachable): the previous Primary, to be
 		// replaced by an election that starts with the handshake.
@@ -531,6 +571,10 @@ func (e *Elector) Heartbeat(ctx context.Context, hb *netsyv1.Heartbeat) (*netsyv
 		if hb.PrimaryRefused && e.primary != nil && hb.PrimaryId == e.primary.NodeId && !e.electing {
 			// A replica's stream to the Primary was refused: check now.
 			e.probePrimary(e.runCtx, e.primary)
+		}
+		if !e.cfg.LockValid() {
+			// The answer would renew a Primary's lease.
+			return ErrLockLost
 		}
 		resp = &netsyv1.HeartbeatResponse{Seq: hb.Seq, ClusterState: e.clusterState(false), Health: r.health, LockCounter: e.cfg.LockCounter()}
 		return nil
@@ -720,10 +764,23 @@ func (e *Elector) clusterState(full bool) *netsyv1.ClusterState {
 }
 
 // electingAway reports whether the recorded Primary is being replaced
-// (it is no longer to be named as Primary: it is gone or draining).
+// (it is no longer to be named as Primary: it is gone or draining, or a
+// round that may elect its successor is running).
+//
+// A round checks the previous Primary's lease once, when it starts (the
+// handshake and the wait since the Elector last heard from it), and hands
+// out the successor's term when it ends. An answer naming the previous
+// Primary in between would renew its lease past that check and overlap
+// the successor's: so no answer names it while a round runs. A round
+// that does not elect (the previous Primary says it is Active, or
+// recovered meanwhile and the round fails) costs it at most the round's
+// length of lease; its next answer renews it.
 func (e *Elector) electingAway() bool {
 	if e.primary == nil {
 		return false
+	}
+	if e.electing {
+		return true
 	}
 	r := e.nodes[e.primary.NodeId]
 	return r == nil || r.health == netsyv1.HealthState_DEGRADED || (e.handoff != nil && e.handoff.drained)
@@ -747,6 +804,9 @@ func (e *Elector) pushAll(ctx context.Context) {
 	}
 	e.goOwned(func() {
 		push := func(n *netsyv1.NodeInfo) {
+			if !e.cfg.LockValid() {
+				return
+			}
 			cctx, cancel := clock.WithTimeout(ctx, e.cfg.Clock, 2*e.cfg.HeartbeatInterval)
 			defer cancel()
 			if _, err := e.cfg.Peers.PushClusterState(cctx, n, cs); err != nil && ctx.Err() == nil {

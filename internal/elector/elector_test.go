@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -40,6 +41,8 @@ type fakeNode struct {
 	reach  reach
 	hb     *netsyv1.Heartbeat
 	pushes []*netsyv1.ClusterState
+	// cs is the Cluster State its view holds (nil: none).
+	cs *netsyv1.ClusterState
 }
 
 type fakePeers struct {
@@ -47,6 +50,10 @@ type fakePeers struct {
 	nodes  map[string]*fakeNode
 	order  []string // pushes naming a Primary, in order: "to<-primary"
 	drains []string
+	// gates hold GetNodeState calls to a node until the channel closes;
+	// each held call first sends its node's id on reached.
+	gates   map[string]chan struct{}
+	reached chan string
 }
 
 func (p *fakePeers) node(id string) *fakeNode {
@@ -68,14 +75,29 @@ func (p *fakePeers) answer(n *netsyv1.NodeInfo) (*fakeNode, error) {
 	return f, nil
 }
 
-func (p *fakePeers) GetNodeState(_ context.Context, n *netsyv1.NodeInfo) (*netsyv1.NodeState, error) {
+func (p *fakePeers) GetNodeState(ctx context.Context, n *netsyv1.NodeInfo) (*netsyv1.NodeState, error) {
+	p.mu.Lock()
+	gate := p.gates[n.NodeId]
+	p.mu.Unlock()
+	if gate != nil {
+		p.reached <- n.NodeId
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	f, err := p.answer(n)
 	if err != nil {
 		return nil, err
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return &netsyv1.NodeState{State: cloneHB(f.hb), Info: f.info}, nil
+	ns := &netsyv1.NodeState{State: cloneHB(f.hb), Info: f.info}
+	if f.cs != nil {
+		ns.ClusterState = proto.Clone(f.cs).(*netsyv1.ClusterState)
+	}
+	return ns, nil
 }
 
 func (p *fakePeers) PushClusterState(_ context.Context, n *netsyv1.NodeInfo, cs *netsyv1.ClusterState) (*netsyv1.PushClusterStateResponse, error) {
@@ -495,4 +517,131 @@ func TestDecideTable(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A request to an Elector whose Run returned fails at once with
+// ErrStopped (the caller then looks for the new Elector) instead of
+// waiting for its own deadline.
+func TestStoppedElectorAnswersAtOnce(t *testing.T) {
+	c := newCluster(t, -1, "n1").begin(-1)
+	c.run(5*time.Second, primaryIs("n1", 1))
+	c.close()
+	ctx := t.Context() // before the fix, the calls below waited for it
+	_, err := c.e.Heartbeat(ctx, cloneHB(c.peers.node("n1").hb))
+	if !errors.Is(err, ErrStopped) {
+		t.Fatalf("heartbeat to a stopped Elector: %v, want ErrStopped", err)
+	}
+	if _, err := c.e.ClusterState(ctx, true); !errors.Is(err, ErrStopped) {
+		t.Fatalf("ClusterState of a stopped Elector: %v, want ErrStopped", err)
+	}
+}
+
+// A new Elector whose nodes know a Primary at a term below the highest
+// term handed out (members.json) does not name it: its answers would renew
+// a lease that may overlap the lease of the unknown Primary of the higher
+// term. It elects at a higher term instead.
+func TestStalePreviousPrimaryNotNamed(t *testing.T) {
+	c := newCluster(t, -1, "n1", "n2", "n3")
+	if _, err := discovery.NewMembersFile(c.store, "c1").Update(t.Context(), func(m *discovery.Members) error {
+		m.PrimaryTerm = 5
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	stale := &netsyv1.ClusterState{Primary: c.peers.node("n2").info, PrimaryTerm: 4, ElectorTerm: 1}
+	for _, id := range []string{"n1", "n2", "n3"} {
+		c.set(id, func(f *fakeNode) { f.cs, f.hb.PrimaryTerm, f.hb.PrimaryId = stale, 4, "n2" })
+	}
+	c.set("n2", func(f *fakeNode) { f.hb.PrimaryState = netsyv1.PrimaryState_ACTIVE })
+	c.start(2, -1, "n1")
+	for range 8 {
+		c.beat()
+		cs, err := c.e.ClusterState(t.Context(), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cs.GetPrimary().GetNodeId() == "n2" && cs.PrimaryTerm == 4 {
+			t.Fatalf("the Elector names the stale Primary n2 at term 4 (members.json has term 5): %v", cs)
+		}
+		c.clk.Advance(250 * time.Millisecond)
+	}
+	c.run(10*time.Second, func(cs *netsyv1.ClusterState) bool { return cs.GetPrimary() != nil && cs.PrimaryTerm > 5 })
+}
+
+// A heartbeat of the previous Primary answered while a round that may
+// elect its successor runs must not renew its lease past the round's
+// check: the round waited out the lease it knew of when it started, and
+// hands out the successor's term when it ends. Here the silent Primary
+// n3 comes back while the round is contacting n2; whatever the Elector
+// does then, a successor is named only once the lease wait has passed
+// since an answer last named n3.
+func TestNoLeaseRenewedWhileElectingAway(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, -1, "n1", "n2", "n3")
+		c.set("n3", func(f *fakeNode) { f.hb.LatestIndex = 20 })
+		c.begin(-1)
+		c.run(5*time.Second, primaryIs("n3", 1))
+		c.set("n3", func(f *fakeNode) { f.reach = silent })
+		gate := make(chan struct{})
+		c.peers.mu.Lock()
+		c.peers.gates = map[string]chan struct{}{"n2": gate}
+		c.peers.reached = make(chan string, 8)
+		c.peers.mu.Unlock()
+		// Only a round past its lease wait contacts n2 (the handshake
+		// with the silent n3 fails the earlier rounds).
+		reached := false
+		for i := 0; i < 40 && !reached; i++ {
+			c.beat()
+			c.clk.Advance(250 * time.Millisecond)
+			synctest.Wait()
+			select {
+			case <-c.peers.reached:
+				reached = true
+			default:
+			}
+		}
+		if !reached {
+			t.Fatal("no election round contacted n2 within 10 s of n3 going silent")
+		}
+		leaseWait := c.e.cfg.leaseWait()
+		var namedAt time.Time
+		answer := func(id string) {
+			resp, err := c.e.Heartbeat(t.Context(), cloneHB(c.peers.node(id).hb))
+			if err != nil {
+				t.Fatalf("heartbeat %s: %v", id, err)
+			}
+			cs := resp.GetClusterState()
+			if cs.GetPrimary().GetNodeId() == "n3" && cs.PrimaryTerm == 1 && id == "n3" {
+				namedAt = c.clk.Now()
+			}
+		}
+		// n3 is back (Healthy, Active at term 1) while the round waits
+		// for n2.
+		c.set("n3", func(f *fakeNode) { f.reach = up })
+		answer("n3")
+		close(gate)
+		synctest.Wait()
+		for range 40 {
+			cs, err := c.e.ClusterState(t.Context(), false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p := cs.GetPrimary(); p != nil && p.NodeId != "n3" {
+				if !namedAt.IsZero() && c.clk.Since(namedAt) < leaseWait {
+					t.Fatalf("%s elected at term %d %v after an answer renewed n3's lease at term 1 (the wait is %v)",
+						p.NodeId, cs.PrimaryTerm, c.clk.Since(namedAt), leaseWait)
+				}
+				return
+			}
+			for _, id := range []string{"n1", "n2", "n3"} {
+				answer(id)
+			}
+			c.clk.Advance(250 * time.Millisecond)
+			synctest.Wait()
+		}
+		// n3 kept the role: it was answered as Primary all along.
+		if namedAt.IsZero() {
+			t.Fatal("n3 kept the role but no answer named it Primary")
+		}
+	})
 }

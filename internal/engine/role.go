@@ -103,6 +103,13 @@ func (e *Engine) promote(ctx context.Context, term int64, prepare func(context.C
 	if err != nil {
 		return err
 	}
+	if last := e.lastTerm.Load(); last > term {
+		// A Primary of a newer term wrote while this node was told of
+		// its own, older term (a push that waited out a stall): writing
+		// at the older term after it would take the log's term back.
+		e.publishAppended()
+		return fmt.Errorf("engine: promote at term %d: the log already holds entries of term %d", term, last)
+	}
 	e.lease.extendAll()
 	e.term.Store(term)
 	e.lastTerm.Store(term)

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -269,6 +270,27 @@ func TestDeposedStepsDownWithRoles(t *testing.T) {
 		t.Fatal("committed state lost by the step-down")
 	}
 	st.Fail(nil)
+}
+
+// A promotion at a term below one the log already holds (a newer Primary
+// wrote while this node was told of an older term) is refused: the log's
+// term never goes back.
+func TestPromoteBelowTheLogsTermRefused(t *testing.T) {
+	wst := &enginetest.MemStorage{}
+	w := newHarness(t, wst, func(c *Config) { c.Term = 5 })
+	w.put("a", "1")
+	f := follower(t, nil, nil)
+	shipAll(t, wst, f, 1, 1)
+	err := f.e.Promote(ctx(t), 4, nil)
+	if err == nil || !strings.Contains(err.Error(), "term 5") {
+		t.Fatalf("promote at term 4 over a log of term 5: %v, want a refusal naming term 5", err)
+	}
+	if _, err := f.e.Put(ctx(t), &pb.PutRequest{Key: []byte("x")}); !errors.Is(err, ErrNotPrimary) {
+		t.Fatalf("write after a refused promotion: %v, want ErrNotPrimary", err)
+	}
+	if err := f.e.Promote(ctx(t), 6, nil); err != nil {
+		t.Fatalf("promote at term 6: %v", err)
+	}
 }
 
 // A new Primary gives every lease its whole TTL again from the moment it

@@ -321,7 +321,7 @@ func (r *roles) sendHeartbeat(ctx context.Context, hb *netsyv1.Heartbeat) (*nets
 	} else {
 		resp, err = c.Heartbeat(ctx, hb)
 	}
-	if status.Code(err) == codes.FailedPrecondition && strings.Contains(err.Error(), "not the Elector") {
+	if errors.Is(err, elector.ErrLockLost) || errors.Is(err, elector.ErrStopped) || status.Code(err) == codes.FailedPrecondition && strings.Contains(err.Error(), "not the Elector") {
 		// The node we took for the Elector is not (it resigned or lost
 		// its lock): find the new one at once; not this node's fault.
 		r.lock.Suspect()
@@ -334,11 +334,17 @@ func (r *roles) sendHeartbeat(ctx context.Context, hb *netsyv1.Heartbeat) (*nets
 	return resp, err
 }
 
-// answered handles a heartbeat answer.
+// answered handles a heartbeat answer. It renews the Primary's lease only
+// when the answer names this node Primary at the term it holds: an Elector
+// that names another Primary (or none) vouches for no lease of this node's,
+// and a new Elector that takes over waits only for the lease of the
+// Primary the old one named.
 func (r *roles) answered(resp *netsyv1.HeartbeatResponse, sentAt time.Time) {
 	cs := resp.GetClusterState()
-	r.view.Offer(cs, "heartbeat")
-	r.prim.Answered(sentAt)
+	accepted, _ := r.view.Offer(cs, "heartbeat")
+	if _, held := r.prim.State(); accepted && cs.GetPrimary().GetNodeId() == r.cfg.NodeID && cs.GetPrimaryTerm() == held {
+		r.prim.Answered(sentAt)
+	}
 	if el := cs.GetElector(); el != nil && el.NodeId != r.cfg.NodeID {
 		r.lock.Observed(s3lect.Holder{NodeID: el.NodeId, PeerAddr: el.PeerAddr, Term: cs.ElectorTerm, Counter: resp.LockCounter})
 	}
@@ -375,6 +381,7 @@ func (r *roles) runElectorTerms() {
 				h, _ := r.lock.Current()
 				return h.Counter
 			},
+			LockValid: lead.Valid,
 		}, lead.Term)
 		if err != nil {
 			r.log.Error("start the Elector", "error", err)

@@ -18,12 +18,15 @@
 //     (its chunk's seq was taken); it drains (flushes to object storage,
 //     then steps down) when the Elector asks for a handoff.
 //   - The lease: the Primary counts, on its own clock, from the send time
-//     of the last heartbeat the Elector answered. While that is within the
-//     lease window it answers linearizable reads from memory; after it,
-//     every linearizable read waits for a check that no chunk exists at
-//     its next wal seq (one check serves every read that arrived before it
-//     started), so an Elector outage costs latency, not availability. A
-//     taken seq makes it step down.
+//     of the last heartbeat answered by an Elector whose Cluster State
+//     names this node Primary at the term it holds (the wiring calls
+//     Answered only for those); becoming Active starts no lease by
+//     itself. While that is within the lease window it answers
+//     linearizable reads from memory; after it, every linearizable read
+//     waits for a check that no chunk exists at its next wal seq (one
+//     check serves every read that arrived before it started), so an
+//     Elector outage costs latency, not availability. A taken seq makes it
+//     step down.
 //   - Follow streams send every entry in index order from where the
 //     replica's log agrees with ours (same term at its last index), cutting
 //     a diverged replica back to its own commit point; entries older than

@@ -292,8 +292,11 @@ func (p *Primary) promote(term uint64) {
 				p.log.Error("Starting failed; back to Replica", "primary_term", term, "error", err)
 				p.setState(netsyv1.PrimaryState_REPLICA, term)
 			} else {
-				// A fresh push proved the Elector answers: the lease starts.
-				p.Answered(p.cfg.Clock.Now())
+				// No lease yet: it counts from a heartbeat the Elector
+				// answered naming this node at this term (one sent while
+				// Starting, or the one setState sends now), never from
+				// here: the Starting step may have outlasted the
+				// Elector's patience.
 				p.startQuorum(term, cs)
 				p.setState(netsyv1.PrimaryState_ACTIVE, term)
 				p.log.Info("Active", "primary_term", term, "took", p.cfg.Clock.Since(start))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -121,4 +122,41 @@ type Leadership struct {
 	// its validity ran out, someone else wrote the lock, it resigned, or
 	// the Election was closed. Check it before every action.
 	Ctx context.Context
+
+	v *validity
+}
+
+// Valid reports whether this node may act as Elector at this instant: Ctx
+// is live and, by this node's clock, the validity of its last successful
+// write has not run out. Ctx alone lags when the process was stopped
+// (SIGSTOP, a long GC or a starved VM): on resume, other goroutines may
+// run before the election's own notices the validity is gone. Check Valid
+// right before an action another node relies on, such as answering a
+// heartbeat (which renews a Primary's lease).
+func (l Leadership) Valid() bool {
+	if l.Ctx == nil || l.Ctx.Err() != nil {
+		return false
+	}
+	return l.v == nil || l.v.valid()
+}
+
+// validity is one leadership's deadline, kept current by the election's
+// goroutine (renewals move it) and read by the Elector's.
+type validity struct {
+	clk   clock.Clock
+	mu    sync.Mutex
+	until time.Time
+}
+
+func (v *validity) set(t time.Time) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.until = t
+}
+
+func (v *validity) valid() bool {
+	v.mu.Lock()
+	until := v.until
+	v.mu.Unlock()
+	return v.clk.Now().Before(until)
 }

@@ -714,6 +714,15 @@ func (c *core) suspected(now time.Time) {
 	c.nextRead = now
 }
 
+// validUntil is when this node's leadership runs out by its clock, while
+// it holds the lock.
+func (c *core) validUntil() (time.Time, bool) {
+	if c.hold == nil {
+		return time.Time{}, false
+	}
+	return c.hold.validUntil, true
+}
+
 // held returns this node's own lock while it holds it.
 func (c *core) held() (Holder, bool) {
 	if c.hold == nil {

@@ -50,7 +50,10 @@
 //     failures with backoff; when its validity runs out first, or a renew is
 //     refused (someone else wrote), its Leadership.Ctx is cancelled at once,
 //     before anything else happens, and it becomes an observer like any
-//     other node.
+//     other node. Leadership.Valid checks the same deadline against the
+//     clock when asked: a process that was stopped (SIGSTOP) resumes with
+//     its validity gone but its Ctx live until the election's goroutine
+//     runs, and other goroutines may run first.
 //  4. Resign cancels the Leadership.Ctx first and only then writes the
 //     released marker, which others may take over at once. The resigner
 //     does not acquire for one lease afterwards, so the handoff goes to

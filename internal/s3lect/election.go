@@ -252,6 +252,7 @@ func (e *Election) run() {
 		results    = make(chan result, 1)
 		calls      sync.WaitGroup
 		leadCancel context.CancelFunc
+		leadValid  *validity
 		resigners  []chan error
 		idlers     []chan struct{}
 	)
@@ -275,17 +276,22 @@ func (e *Election) run() {
 			switch ef.kind {
 			case effLose:
 				if leadCancel != nil {
+					leadValid.set(time.Time{})
 					leadCancel()
-					leadCancel = nil
+					leadCancel, leadValid = nil, nil
 				}
 			case effLead:
 				ctx, cancel := context.WithCancel(e.ctx)
 				leadCancel = cancel
+				leadValid = &validity{clk: e.clk}
+				if until, ok := e.core.validUntil(); ok {
+					leadValid.set(until)
+				}
 				select {
 				case <-e.lead: // replaced: its Ctx is already cancelled
 				default:
 				}
-				e.lead <- Leadership{Term: ef.term, Ctx: ctx}
+				e.lead <- Leadership{Term: ef.term, Ctx: ctx, v: leadValid}
 			case effView:
 				e.show(ef.holder, ef.ok, ef.notify)
 			case effResigned:
@@ -294,6 +300,10 @@ func (e *Election) run() {
 				}
 				resigners = nil
 			}
+		}
+		// A renewal moves the validity on.
+		if until, ok := e.core.validUntil(); ok && leadValid != nil {
+			leadValid.set(until)
 		}
 	}
 	launch := func(o *op) {

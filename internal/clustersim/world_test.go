@@ -1,0 +1,433 @@
+package clustersim
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing/synctest"
+	"time"
+
+	"github.com/netsy-io/netsy/internal/clock"
+)
+
+// epoch is true time zero; a node's clock reads epoch + offset + t*rate.
+var epoch = time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
+
+// item is one event in the queue: a timer of some node's clock, a message
+// or store answer arriving, or a step of the fault schedule.
+type item struct {
+	at  time.Duration
+	seq uint64
+	// owner is the node the event happens in; while it is stalled the
+	// event waits. nil: the event is outside any process (the network,
+	// the bucket, the schedule).
+	owner *simNode
+	// timer events run before messages when a stalled node resumes.
+	timer bool
+	dead  bool // a stopped timer
+	fn    func()
+	idx   int
+}
+
+type itemHeap []*item
+
+func (h itemHeap) Len() int { return len(h) }
+func (h itemHeap) Less(i, j int) bool {
+	if h[i].at != h[j].at {
+		return h[i].at < h[j].at
+	}
+	return h[i].seq < h[j].seq
+}
+func (h itemHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].idx, h[j].idx = i, j
+}
+func (h *itemHeap) Push(x any) {
+	it := x.(*item)
+	it.idx = len(*h)
+	*h = append(*h, it)
+}
+func (h *itemHeap) Pop() any {
+	old := *h
+	it := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return it
+}
+
+// world is the simulation: true time, the event queue, the network and
+// the bucket. The driver (run) is the only goroutine that takes events;
+// every other goroutine belongs to some node and only adds events.
+type world struct {
+	mu  sync.Mutex
+	now time.Duration
+	q   itemHeap
+	seq uint64
+	// links[from][to] is the one-way link between two nodes.
+	links map[string]map[string]*link
+	steps int
+
+	trace   bool
+	traceMu sync.Mutex
+	log     []string
+}
+
+// link is one direction between two nodes.
+type link struct {
+	latency time.Duration
+	// slow is added to every message while set (a congested path).
+	slow time.Duration
+	// cuts counts the faults that cut the link; it carries nothing while
+	// any holds.
+	cuts int
+}
+
+func newWorld() *world {
+	return &world{links: make(map[string]map[string]*link)}
+}
+
+// Now is true time.
+func (w *world) Now() time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.now
+}
+
+// schedule adds an event at true time at (not before now).
+func (w *world) schedule(at time.Duration, owner *simNode, timer bool, fn func()) *item {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.scheduleLocked(at, owner, timer, fn)
+}
+
+func (w *world) scheduleLocked(at time.Duration, owner *simNode, timer bool, fn func()) *item {
+	if at < w.now {
+		at = w.now
+	}
+	w.seq++
+	it := &item{at: at, seq: w.seq, owner: owner, timer: timer, fn: fn}
+	heap.Push(&w.q, it)
+	return it
+}
+
+// after schedules fn d after now, outside any process.
+func (w *world) after(d time.Duration, fn func()) {
+	w.schedule(w.Now()+d, nil, false, fn)
+}
+
+// run takes events in order until true time end, waiting for every other
+// goroutine to block before each one; check runs after every event.
+func (w *world) run(end time.Duration, check func()) {
+	for {
+		synctest.Wait()
+		if check != nil {
+			check()
+		}
+		w.mu.Lock()
+		if len(w.q) == 0 || w.q[0].at > end {
+			w.now = max(w.now, end)
+			w.mu.Unlock()
+			return
+		}
+		it := heap.Pop(&w.q).(*item)
+		if it.dead {
+			w.mu.Unlock()
+			continue
+		}
+		w.now = it.at
+		if n := it.owner; n != nil && n.frozen > 0 {
+			n.held = append(n.held, it)
+			w.mu.Unlock()
+			continue
+		}
+		w.steps++
+		w.mu.Unlock()
+		it.fn()
+	}
+}
+
+// link returns the link from a to b, creating it with latency lat.
+func (w *world) linkLocked(from, to string) *link {
+	m := w.links[from]
+	if m == nil {
+		m = make(map[string]*link)
+		w.links[from] = m
+	}
+	l := m[to]
+	if l == nil {
+		l = &link{latency: time.Millisecond}
+		m[to] = l
+	}
+	return l
+}
+
+func (w *world) setLink(from, to string, f func(*link)) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	f(w.linkLocked(from, to))
+}
+
+// delay is how long a message from a to b takes, or ok false if the link
+// is cut. A node's calls to itself never leave the process.
+func (w *world) delayLocked(from, to string) (time.Duration, bool) {
+	if from == to {
+		return 0, true
+	}
+	l := w.linkLocked(from, to)
+	return l.latency + l.slow, l.cuts == 0
+}
+
+func (w *world) tracef(format string, args ...any) {
+	if !w.trace {
+		return
+	}
+	w.traceMu.Lock()
+	defer w.traceMu.Unlock()
+	w.log = append(w.log, fmt.Sprintf("%12v ", w.Now())+fmt.Sprintf(format, args...))
+}
+
+func (w *world) dump() string {
+	w.traceMu.Lock()
+	defer w.traceMu.Unlock()
+	return strings.Join(w.log, "\n")
+}
+
+// traceWriter prefixes a node's log lines with true time.
+type traceWriter struct {
+	w  *world
+	id string
+}
+
+func (t traceWriter) Write(p []byte) (int, error) {
+	t.w.tracef("%s| %s", t.id, strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// Errors the transport answers with.
+var (
+	// errRefused is what a call to a crashed process gets: nothing
+	// listens on its address.
+	errRefused = errors.New("sim: connection refused")
+	// errBucketCut is what a store call gets when the node cannot reach
+	// the bucket.
+	errBucketCut = errors.New("sim: bucket unreachable")
+)
+
+// rpc carries one call from node from to the node at address to. handle
+// runs in the destination when the request arrives (while the destination
+// is stalled it waits) and answers through reply; the answer travels back
+// the same way. A cut link loses the message: the caller waits for its
+// ctx. A crashed destination refuses. The caller's ctx ending is seen by
+// the destination at once (gRPC cancellation).
+func rpc[T any](ctx context.Context, from *simNode, to string, handle func(ctx context.Context, dst *simNode, reply func(T, error))) (T, error) {
+	w := from.w
+	type answer struct {
+		v   T
+		err error
+	}
+	ch := make(chan answer, 1)
+	inc := from.incarnation()
+	deliverBack := func(dst string, a answer) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		d, ok := w.delayLocked(dst, from.id)
+		if !ok {
+			return
+		}
+		w.scheduleLocked(w.now+d, from, false, func() {
+			if from.incarnation() == inc {
+				ch <- a // buffered; only one answer per call
+			}
+		})
+	}
+	w.mu.Lock()
+	dst := from.c.node(to)
+	d, ok := w.delayLocked(from.id, to)
+	if ok && dst != nil {
+		w.scheduleLocked(w.now+d, dst, false, func() {
+			w.mu.Lock()
+			_, still := w.delayLocked(from.id, to)
+			w.mu.Unlock()
+			if !still {
+				return
+			}
+			if !dst.isAlive() {
+				deliverBack(to, answer{err: fmt.Errorf("call %s: %w", to, errRefused)})
+				return
+			}
+			hctx, cancel := dst.handlerContext(ctx)
+			var once sync.Once
+			handle(hctx, dst, func(v T, err error) {
+				once.Do(func() {
+					cancel()
+					deliverBack(to, answer{v: v, err: err})
+				})
+			})
+		})
+	}
+	w.mu.Unlock()
+	var zero T
+	if dst == nil {
+		return zero, fmt.Errorf("call %s: no such address: %w", to, errRefused)
+	}
+	select {
+	case a := <-ch:
+		return a.v, a.err
+	case <-ctx.Done():
+		return zero, ctx.Err()
+	}
+}
+
+// simClock is one node's clock: local = epoch + offset + t*rate/1000 for
+// true time t. Its timers are events in the world's queue, owned by the
+// node, so they wait while the node is stalled.
+type simClock struct {
+	w      *world
+	owner  *simNode
+	offset time.Duration
+	rate   int64 // per mille of true time
+}
+
+var _ clock.Clock = (*simClock)(nil)
+
+func (c *simClock) local(t time.Duration) time.Time {
+	return epoch.Add(c.offset + time.Duration(int64(t)*c.rate/1000))
+}
+
+// trueAt is the first true time at which the clock reads at least l.
+func (c *simClock) trueAt(l time.Time) time.Duration {
+	if !c.local(0).Before(l) {
+		return 0 // also the zero Time: no deadline
+	}
+	d := int64(l.Sub(epoch) - c.offset)
+	t := time.Duration((d*1000 + c.rate - 1) / c.rate)
+	for c.local(t).Before(l) {
+		t++
+	}
+	for t > 0 && !c.local(t-1).Before(l) {
+		t--
+	}
+	return t
+}
+
+func (c *simClock) Now() time.Time                  { return c.local(c.w.Now()) }
+func (c *simClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
+
+func (c *simClock) NewTimer(d time.Duration) clock.Timer {
+	t := &simTimer{c: c, ch: make(chan time.Time, 1)}
+	t.Reset(d)
+	return t
+}
+
+func (c *simClock) NewTicker(d time.Duration) clock.Ticker {
+	if d <= 0 {
+		panic("clustersim: non-positive ticker interval")
+	}
+	t := &simTimer{c: c, ch: make(chan time.Time, 1), period: d}
+	t.Reset(d)
+	return simTicker{t}
+}
+
+// simTicker is a simTimer with a period, as a clock.Ticker.
+type simTicker struct{ t *simTimer }
+
+func (k simTicker) C() <-chan time.Time { return k.t.ch }
+func (k simTicker) Stop()               { k.t.Stop() }
+func (k simTicker) Reset(d time.Duration) {
+	w := k.t.c.w
+	w.mu.Lock()
+	k.t.period = d
+	w.mu.Unlock()
+	k.t.Reset(d)
+}
+
+func (c *simClock) After(d time.Duration) <-chan time.Time { return c.NewTimer(d).C() }
+
+func (c *simClock) Sleep(ctx context.Context, d time.Duration) error {
+	t := c.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// simTimer is a Timer, or a Ticker when period > 0. Its fields are
+// guarded by the world's mutex.
+type simTimer struct {
+	c        *simClock
+	ch       chan time.Time
+	period   time.Duration
+	deadline time.Time
+	it       *item
+}
+
+func (t *simTimer) C() <-chan time.Time { return t.ch }
+
+func (t *simTimer) Stop() bool {
+	w := t.c.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return t.stopLocked()
+}
+
+func (t *simTimer) stopLocked() bool {
+	was := t.it != nil && !t.it.dead
+	if t.it != nil {
+		t.it.dead = true
+		t.it = nil
+	}
+	return was
+}
+
+func (t *simTimer) Reset(d time.Duration) bool {
+	w := t.c.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	was := t.stopLocked()
+	now := t.c.local(w.now)
+	if d <= 0 && t.period == 0 {
+		select {
+		case t.ch <- now:
+		default:
+		}
+		return was
+	}
+	t.deadline = now.Add(d)
+	t.armLocked()
+	return was
+}
+
+func (t *simTimer) armLocked() {
+	w := t.c.w
+	var it *item
+	it = w.scheduleLocked(t.c.trueAt(t.deadline), t.c.owner, true, func() { t.fire(it) })
+	t.it = it
+}
+
+// fire runs on the driver when the timer is due.
+func (t *simTimer) fire(it *item) {
+	w := t.c.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if t.it != it || it.dead {
+		return
+	}
+	now := t.c.local(w.now)
+	select {
+	case t.ch <- now:
+	default: // like time.Ticker, drop ticks nobody reads
+	}
+	t.it = nil
+	if t.period > 0 {
+		for !t.deadline.After(now) {
+			t.deadline = t.deadline.Add(t.period)
+		}
+		t.armLocked()
+	}
+}
