@@ -2,7 +2,9 @@
 // an S3 endpoint (MinIO on loopback) through netsy's s3 store and through
 // minio-go, so the cost of our client can be told from the server's. CPU
 // is this process's user+system time (getrusage), which excludes the
-// server when it runs as another process.
+// server when it runs as another process. The measuring loop and the
+// minio-go PUT are bench/internal/s3put's, the ones netsybench's sync-mode
+// table uses for its MinIO baseline.
 //
 //	go run ./bench/cmd/s3putlat -endpoint http://127.0.0.1:PORT -bucket B
 package main
@@ -14,15 +16,13 @@ import (
 	"fmt"
 	"os"
 	"runtime/pprof"
-	"slices"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
+	"github.com/netsy-io/netsy/bench/internal/s3put"
 	"github.com/netsy-io/netsy/internal/objstore/s3"
 )
 
@@ -31,14 +31,13 @@ func main() {
 	bucket := flag.String("bucket", "", "bucket (must exist)")
 	n := flag.Int("n", 1000, "PUTs per client")
 	clients := flag.Int("clients", 1, "concurrent PUT loops")
-	size := flag.Int("size", 16<<10, "body bytes (a WAL chunk of ~54 256-byte entries is ~16 KiB)")
+	size := flag.Int("size", s3put.DefaultSize, "body bytes (a WAL chunk of ~54 256-byte entries is ~16 KiB)")
 	clientsOnly := flag.String("only", "", "run one client: netsy or minio-go (default both)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the netsy store run here")
 	user := flag.String("access-key", "netsyminio", "")
 	pass := flag.String("secret-key", "netsyminiosecret", "")
 	flag.Parse()
 	ctx := context.Background()
-	body := bytes.Repeat([]byte("x"), *size)
 	run := fmt.Sprint(time.Now().UnixNano())
 
 	if *clientsOnly == "" || *clientsOnly == "netsy" {
@@ -57,9 +56,9 @@ func main() {
 			}
 			defer f.Close()
 		}
-		report("netsy s3 store PutIfAbsent", *n, *clients, func(c, i int) error {
-			b := append(slices.Clone(body), fmt.Sprint(i)...)
-			_, err := st.PutIfAbsent(ctx, fmt.Sprintf("lat/%s/a/%d/%08d", run, c, i), b)
+		base := bytes.Repeat([]byte("x"), *size)
+		report("netsy s3 store PutIfAbsent", *n, *clients, func(ctx context.Context, c, i int) error {
+			_, err := st.PutIfAbsent(ctx, fmt.Sprintf("lat/%s/a/%d/%08d", run, c, i), s3put.Body(base, i))
 			return err
 		})
 		pprof.StopCPUProfile()
@@ -71,63 +70,20 @@ func main() {
 		if err != nil {
 			fail(err)
 		}
-		report("minio-go PutObject If-None-Match", *n, *clients, func(c, i int) error {
-			b := append(slices.Clone(body), fmt.Sprint(i)...)
-			opts := minio.PutObjectOptions{DisableContentSha256: true}
-			opts.SetMatchETagExcept("*")
-			_, err := mc.PutObject(ctx, *bucket, fmt.Sprintf("lat/%s/b/%d/%08d", run, c, i), bytes.NewReader(b), int64(len(b)), opts)
-			return err
-		})
+		report("minio-go PutObject If-None-Match", *n, *clients, s3put.MinioGo(mc, *bucket, "lat/"+run+"/b", *size))
 	}
 }
 
 // report runs clients loops of n PUTs each and prints throughput, latency
 // percentiles and this process's CPU time per PUT.
-func report(name string, n, clients int, put func(c, i int) error) {
-	lats := make([][]time.Duration, clients)
-	cpu0 := cpuTime()
-	start := time.Now()
-	var wg sync.WaitGroup
-	errs := make(chan error, clients)
-	for c := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			lat := make([]time.Duration, 0, n)
-			for i := range n {
-				t := time.Now()
-				if err := put(c, i); err != nil {
-					errs <- fmt.Errorf("%s: %w", name, err)
-					return
-				}
-				lat = append(lat, time.Since(t))
-			}
-			lats[c] = lat
-		}()
+func report(name string, n, clients int, put s3put.PutFunc) {
+	r, err := s3put.Run(context.Background(), n, clients, put)
+	if err != nil {
+		fail(fmt.Errorf("%s: %w", name, err))
 	}
-	wg.Wait()
-	total := time.Since(start)
-	cpu := cpuTime() - cpu0
-	select {
-	case err := <-errs:
-		fail(err)
-	default:
-	}
-	lat := slices.Concat(lats...)
-	slices.Sort(lat)
-	m := len(lat)
-	fmt.Printf("%-32s %6.0f PUT/s  p50 %v  p90 %v  p99 %v  cpu %.1f µs/PUT\n", name, float64(m)/total.Seconds(),
-		lat[m/2].Round(time.Microsecond), lat[m*9/10].Round(time.Microsecond), lat[m*99/100].Round(time.Microsecond),
-		float64(cpu.Microseconds())/float64(m))
-}
-
-// cpuTime is this process's user plus system CPU time so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		fail(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	fmt.Printf("%-32s %6.0f PUT/s  p50 %v  p90 %v  p99 %v  cpu %.1f µs/PUT\n", name, r.PerSec(),
+		r.Pct(50).Round(time.Microsecond), r.Pct(90).Round(time.Microsecond), r.Pct(99).Round(time.Microsecond),
+		float64(r.CPUPerPut().Nanoseconds())/1000)
 }
 
 func fail(err error) {
