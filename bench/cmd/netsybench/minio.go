@@ -15,6 +15,7 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
+	"github.com/netsy-io/netsy/bench/internal/s3put"
 	"github.com/netsy-io/netsy/internal/testutil/procutil"
 )
 
@@ -141,6 +142,40 @@ func (m *minioServer) bucket(ctx context.Context, tag string) (string, error) {
 // stays small over a long run.
 func (m *minioServer) removeBucket(ctx context.Context, name string) {
 	_ = m.client.RemoveBucketWithOptions(ctx, name, minio.RemoveBucketOptions{ForceDelete: true})
+}
+
+// seqPutWarmup PUTs open the connection before a baseline is timed.
+const seqPutWarmup = 10
+
+// seqPut is MinIO's own sequential conditional-PUT rate, measured in the
+// run: what one sync-mode put waits for.
+type seqPut struct {
+	PUTs      int     `json:"puts"`
+	BodyBytes int     `json:"body_bytes"`
+	PerSec    float64 `json:"per_sec"`
+	P50       float64 `json:"p50_secs"`
+	P99       float64 `json:"p99_secs"`
+}
+
+// seqPuts measures, on a fresh bucket of this MinIO, n conditional PUTs
+// (If-None-Match: *) of s3put.DefaultSize bodies to unique keys, one at a
+// time from the harness through minio-go, after a few untimed ones. The
+// bucket is removed again.
+func (m *minioServer) seqPuts(ctx context.Context, tag string, n int) (*seqPut, error) {
+	bucket, err := m.bucket(ctx, tag)
+	if err != nil {
+		return nil, err
+	}
+	defer m.removeBucket(context.WithoutCancel(ctx), bucket)
+	if _, err := s3put.Run(ctx, seqPutWarmup, 1, s3put.MinioGo(m.client, bucket, "warmup", s3put.DefaultSize)); err != nil {
+		return nil, fmt.Errorf("warm-up: %w", err)
+	}
+	r, err := s3put.Run(ctx, n, 1, s3put.MinioGo(m.client, bucket, "seq", s3put.DefaultSize))
+	if err != nil {
+		return nil, err
+	}
+	return &seqPut{PUTs: r.PUTs, BodyBytes: s3put.DefaultSize, PerSec: r.PerSec(),
+		P50: r.Pct(50).Seconds(), P99: r.Pct(99).Seconds()}, nil
 }
 
 // netsyArgs and env point a netsy server at bucket.

@@ -74,6 +74,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			case w.Failover != nil:
 				desc = "cluster targets: " + w.Desc
 			}
+			if w.MinIOBaseline {
+				desc += "; on netsy-minio then MinIO's own sequential conditional-PUT rate (same count, 16 KiB bodies)"
+			}
 			fmt.Fprintf(stdout, "%-18s %-8s %s\n", w.Name, w.Group, desc)
 		}
 		for _, v := range variants {

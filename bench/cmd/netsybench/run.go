@@ -73,6 +73,10 @@ type measurement struct {
 	// /metrics before and after): chunks uploaded and entries they carried.
 	Puts    *float64 `json:"objwal_puts,omitempty"`
 	Entries *float64 `json:"objwal_entries,omitempty"`
+	// MinIOSeqPut is, on a workload with MinIOBaseline run on a
+	// sync-mode MinIO target, MinIO's own sequential conditional-PUT rate
+	// measured right after the workload.
+	MinIOSeqPut *seqPut `json:"minio_seq_put,omitempty"`
 	// Samples are a failover workload's times, one per repetition; Value
 	// is their median.
 	Samples []float64 `json:"samples_secs,omitempty"`
@@ -86,8 +90,6 @@ type rowSpec struct {
 	Metric  string // unit of Value: "ops/s", "MiB", "s"
 	Latency string // percentile shown as a latency ratio
 	Goal    *goal
-	// MinIOGoal is an absolute ops/s target for netsy-minio.
-	MinIOGoal float64
 	// Desc says what a failover row measures.
 	Desc string
 }
@@ -97,7 +99,7 @@ func rowSpecs(w *workload, memKeys, memValSize int) []rowSpec {
 		return []rowSpec{{Name: w.Name, Group: w.Group, Metric: "s", Goal: w.Goal, Desc: w.Desc}}
 	}
 	if !w.Memory {
-		return []rowSpec{{Name: w.Name, Group: w.Group, Metric: "ops/s", Latency: w.Latency, Goal: w.Goal, MinIOGoal: w.MinIOGoal}}
+		return []rowSpec{{Name: w.Name, Group: w.Group, Metric: "ops/s", Latency: w.Latency, Goal: w.Goal}}
 	}
 	load := fmt.Sprintf("%s×%s", countLabel(memKeys), sizeLabel(memValSize))
 	return []rowSpec{
@@ -154,6 +156,9 @@ func runAll(ctx context.Context, c *config, log io.Writer) (map[string][][]measu
 					c.notef("%s on %s (run %d) failed: %v", w.Name, c.Labels[t], r+1, err)
 					continue
 				}
+				if w.MinIOBaseline && c.Targets[t].MinIO && c.Targets[t].SyncUploads {
+					baselineInto(ctx, c, w, t, r, ms)
+				}
 				var parts []string
 				for _, spec := range rowSpecs(w, c.MemKeys, c.MemValSize) {
 					m, ok := ms[spec.Name]
@@ -172,12 +177,35 @@ func runAll(ctx context.Context, c *config, log io.Writer) (map[string][][]measu
 					if epp := m.entriesPerPut(); epp != nil && c.Targets[t].SyncUploads {
 						parts = append(parts, fmt.Sprintf("%.1f entries/PUT", *epp))
 					}
+					if b := m.MinIOSeqPut; b != nil {
+						parts = append(parts, fmt.Sprintf("MinIO alone %.0f PUT/s (p50 %.2f ms): %.2f×", b.PerSec, b.P50*1000, *m.minioRatio()))
+					}
 				}
 				fmt.Fprintf(log, "%s (%.1fs)\n", strings.Join(parts, ", "), time.Since(start).Seconds())
 			}
 		}
 	}
 	return results, nil
+}
+
+// baselineInto measures MinIO's own sequential conditional-PUT rate with
+// as many PUTs as workload w just made on target t, and stores it in w's
+// measurement. It runs after the target's servers are stopped, so MinIO
+// has the machine to itself and the harness's client; a failure is noted
+// and leaves the row without a ratio.
+func baselineInto(ctx context.Context, c *config, w *workload, t, run int, ms map[string]measurement) {
+	m, ok := ms[w.Name]
+	if !ok {
+		return
+	}
+	tag := fmt.Sprintf("%s-%s-r%d-seqput", safeName(w.Name), safeName(c.Labels[t]), run+1)
+	b, err := c.minio.seqPuts(ctx, tag, c.total(w))
+	if err != nil {
+		c.notef("MinIO sequential PUT baseline after %s on %s (run %d): %v", w.Name, c.Labels[t], run+1, err)
+		return
+	}
+	m.MinIOSeqPut = b
+	ms[w.Name] = m
 }
 
 // runOne starts a fresh deployment of target t (one server or a
@@ -460,6 +488,16 @@ func (m measurement) entriesPerPut() *float64 {
 		return nil
 	}
 	r := *m.Entries / *m.Puts
+	return &r
+}
+
+// minioRatio is the run's ops/s over MinIO's sequential conditional-PUT
+// rate measured with it, nil without one.
+func (m measurement) minioRatio() *float64 {
+	if m.MinIOSeqPut == nil || m.MinIOSeqPut.PerSec == 0 {
+		return nil
+	}
+	r := m.Value / m.MinIOSeqPut.PerSec
 	return &r
 }
 
