@@ -3,7 +3,6 @@ package procutil
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -140,6 +139,31 @@ var (
 	etcdErr  error
 )
 
+// runBuildScript runs scripts/NAME in root, which prints the directory it
+// built into (and nothing else on stdout; the last line is taken in case a
+// tool it calls ever writes there too), and returns that directory.
+func runBuildScript(root, name string) (string, error) {
+	cmd := exec.Command("bash", filepath.Join(root, "scripts", name))
+	cmd.Dir = root
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("scripts/%s: %w\n%s", name, err, stderr.Bytes())
+	}
+	var last string
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		if l := strings.TrimSpace(sc.Text()); l != "" {
+			last = l
+		}
+	}
+	if last == "" {
+		return "", fmt.Errorf("scripts/%s printed no directory", name)
+	}
+	return last, nil
+}
+
 // EtcdBinDir returns the directory holding the pinned etcd, etcdctl and
 // benchmark binaries, running scripts/build-etcd.sh (which is a no-op when
 // they are already built) once per process.
@@ -150,29 +174,7 @@ func EtcdBinDir() (string, error) {
 			etcdErr = err
 			return
 		}
-		cmd := exec.Command("bash", filepath.Join(root, "scripts", "build-etcd.sh"))
-		cmd.Dir = root
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err != nil {
-			etcdErr = fmt.Errorf("scripts/build-etcd.sh: %w\n%s", err, stderr.Bytes())
-			return
-		}
-		// The script prints only the bin directory on stdout; take the last
-		// line in case a tool it calls ever writes there too.
-		var last string
-		sc := bufio.NewScanner(bytes.NewReader(out))
-		for sc.Scan() {
-			if l := strings.TrimSpace(sc.Text()); l != "" {
-				last = l
-			}
-		}
-		if last == "" {
-			etcdErr = errors.New("scripts/build-etcd.sh printed no directory")
-			return
-		}
-		etcdDir = last
+		etcdDir, etcdErr = runBuildScript(root, "build-etcd.sh")
 	})
 	return etcdDir, etcdErr
 }

@@ -1,15 +1,6 @@
 package procutil
 
-import (
-	"bufio"
-	"bytes"
-	"errors"
-	"fmt"
-	"os/exec"
-	"path/filepath"
-	"strings"
-	"sync"
-)
+import "sync"
 
 var (
 	kubeOnce sync.Once
@@ -27,27 +18,7 @@ func KubeBinDir() (string, error) {
 			kubeErr = err
 			return
 		}
-		cmd := exec.Command("bash", filepath.Join(root, "scripts", "build-kube.sh"))
-		cmd.Dir = root
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err != nil {
-			kubeErr = fmt.Errorf("scripts/build-kube.sh: %w\n%s", err, stderr.Bytes())
-			return
-		}
-		var last string
-		sc := bufio.NewScanner(bytes.NewReader(out))
-		for sc.Scan() {
-			if l := strings.TrimSpace(sc.Text()); l != "" {
-				last = l
-			}
-		}
-		if last == "" {
-			kubeErr = errors.New("scripts/build-kube.sh printed no directory")
-			return
-		}
-		kubeDir = last
+		kubeDir, kubeErr = runBuildScript(root, "build-kube.sh")
 	})
 	return kubeDir, kubeErr
 }
