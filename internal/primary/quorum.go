@@ -254,7 +254,14 @@ func (q *quorum) evaluateLocked(now time.Time) {
 	cfg := q.p.cfg
 	need := needed(cfg.Quorum, q.registered)
 	if cfg.Quorum == -1 && need == 0 {
-		// A node alone with majority quorum is its own majority.
+		// A node alone with majority quorum is its own majority, while
+		// its lease holds: once it lapsed a successor may be elected
+		// (SPEC §5.4), so what this node acknowledges must be fenced by
+		// object storage, as every Primary's without the lease.
+		if !q.p.LeaseHeld() {
+			q.setModeLocked(objwal.ModeSync, true, "the Primary's lease lapsed")
+			return
+		}
 		q.setModeLocked(objwal.ModeAsync, false, "")
 		return
 	}

@@ -195,6 +195,24 @@ func TestQuorumAloneIsAsync(t *testing.T) {
 	h.want(objwal.ModeSync, 0)
 }
 
+// A node alone acknowledges on its own fsync only while its lease holds:
+// once it lapsed (cut from the Elector it is, or from the bucket) what it
+// acknowledges must be in object storage, and its own fsync is enough
+// again once the lease is renewed.
+func TestQuorumAloneLeaseLapsedFallsBack(t *testing.T) {
+	h := newQuorum(t, -1, 1)
+	h.want(objwal.ModeAsync, 0)
+	h.clk.Advance(250 * time.Millisecond) // no answer: the lease (200 ms) lapsed
+	h.q.tick(h.clk.Now())
+	h.want(objwal.ModeSync, 0)
+	if st := h.q.status(h.clk.Now()); st.FallbackReason != "the Primary's lease lapsed" || !st.Fallback {
+		t.Fatalf("status %v", st)
+	}
+	h.p.Answered(h.clk.Now())
+	h.advance(10 * time.Millisecond)
+	h.want(objwal.ModeAsync, 0)
+}
+
 // A replica that misses the quorum deadline stops counting, so writes
 // fall back to object storage; once its receipts reach the index it
 // missed it counts again.
