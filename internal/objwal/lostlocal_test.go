@@ -156,17 +156,24 @@ func TestContradictedAcknowledgedTailRefusesToStart(t *testing.T) {
 	}
 	b.close()
 
-	_, err := e.node(dir, ModeAsync, func(o *Options) { o.AckOnFsync = true }).tryOpen()
-	if err == nil {
-		t.Fatal("a local log whose acknowledged entry 4 the bucket contradicts opened")
-	}
-	for _, want := range []string{"index 4", walPrefix + "0", dir} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("error %q does not name %q", err, want)
+	// Opened as the node opens every log (sync mode, as a follower, until
+	// its Primary settles the mode) and as a writer in async mode.
+	for _, o := range []struct {
+		mode     Mode
+		follower bool
+	}{{ModeSync, true}, {ModeAsync, false}} {
+		_, err := e.node(dir, o.mode, func(opt *Options) { opt.AckOnFsync, opt.Follower = true, o.follower }).tryOpen()
+		if err == nil {
+			t.Fatalf("%s (follower %v): a local log whose acknowledged entry 4 the bucket contradicts opened", o.mode, o.follower)
 		}
-	}
-	if !errors.Is(err, ErrHistoryConflict) {
-		t.Errorf("error %v is not ErrHistoryConflict", err)
+		for _, want := range []string{"index 4", walPrefix + "0", dir} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("error %q does not name %q", err, want)
+			}
+		}
+		if !errors.Is(err, ErrHistoryConflict) {
+			t.Errorf("error %v is not ErrHistoryConflict", err)
+		}
 	}
 }
 

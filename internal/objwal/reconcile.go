@@ -86,11 +86,8 @@ func (l *Log) reportRecovery(v *bucketView) {
 // (Options.CutDamage): the bucket's are back; a follower gets the rest
 // from its Primary, and a writer in sync mode never acknowledged them.
 func (l *Log) reportCut(v *bucketView) {
-	l.mu.Lock()
-	started := l.started
-	l.mu.Unlock()
 	c := l.wal.Cut()
-	if c == nil || started {
+	if c == nil || l.isStarted() {
 		// Said once, by Open; a later Claim catches up again.
 		return
 	}
@@ -105,6 +102,14 @@ func (l *Log) reportCut(v *bucketView) {
 	if l.o.Follower {
 		l.log.Info("entries after the cut that object storage lacks come from the Primary", "bucket_last", v.bucketLast)
 	}
+}
+
+// isStarted says whether Open has finished: later reconciliations are a
+// Primary's Starting step on a log this process kept in line.
+func (l *Log) isStarted() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.started
 }
 
 // localState returns the last index the local state holds (log or
@@ -359,9 +364,12 @@ func (l *Log) applyChunks(ctx context.Context, baseSeq uint64, seqs []uint64, sk
 					matched++
 					continue
 				}
-				if l.o.AckOnFsync && l.mode() == ModeAsync {
-					// Acknowledged once fsync'd: dropping it would lose a
-					// write a client was told is durable.
+				if l.o.AckOnFsync && !l.isStarted() {
+					// The log was written by a node that acknowledged on
+					// its local fsync: dropping this entry would lose a
+					// write a client was told is durable. (Whatever mode
+					// the log opens in now: the node opens every log in
+					// sync mode until its Primary settles the mode.)
 					return fmt.Errorf("%w: the local log (%s) holds an acknowledged entry at index %d (revision %d) and %s holds a different one (revision %d); "+
 						"two writers shared this bucket. Keep this data directory for inspection (netsyctl inspect) and restore the node from an empty one",
 						ErrHistoryConflict, l.wal.SegmentPath(e.Index), e.Index, tail[e.Index-skip-1].Revision, key, e.Revision)
