@@ -326,13 +326,6 @@ func (e *Election) run() {
 			}
 			apply()
 		}
-		if inflight == nil {
-			for _, ch := range idlers {
-				close(ch)
-			}
-			idlers = nil
-		}
-
 		wake, ok := e.core.wake(now)
 		if inflight != nil && !inflight.abandoned && (!ok || inflight.o.deadline.Before(wake)) {
 			wake, ok = inflight.o.deadline, true
@@ -342,6 +335,15 @@ func (e *Election) run() {
 		if ok {
 			timer = e.clk.NewTimer(wake.Sub(now))
 			fired = timer.C()
+		}
+		// Idle only once the timer is armed: a test that moves a fake
+		// clock after idle must not race the timer's start (a timer armed
+		// after the move would wait from the new time and oversleep).
+		if inflight == nil {
+			for _, ch := range idlers {
+				close(ch)
+			}
+			idlers = nil
 		}
 		select {
 		case <-e.ctx.Done():
