@@ -5,16 +5,26 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"debug/elf"
 	"encoding/json"
+	"io/fs"
+	"net/http"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/netsy-io/netsy/internal/clusterview"
 	"github.com/netsy-io/netsy/internal/testutil/procutil"
 )
 
@@ -181,4 +191,353 @@ func TestSystemdUnit(t *testing.T) {
 			t.Errorf("data-dir %+v, want /var/lib/netsy from the flag: the StateDirectory", got)
 		}
 	})
+}
+
+// dockerStage is one stage of a Dockerfile: its base image, its name (AS)
+// and its instructions, comments dropped and continued lines joined.
+type dockerStage struct {
+	base, name string
+	instrs     []dockerInstr
+}
+
+type dockerInstr struct{ cmd, args string }
+
+// dockerStages splits a Dockerfile into its stages.
+func dockerStages(t *testing.T, text string) []dockerStage {
+	t.Helper()
+	var stages []dockerStage
+	var line strings.Builder
+	for _, raw := range strings.Split(text, "\n") {
+		l := strings.TrimSpace(raw)
+		if l == "" || strings.HasPrefix(l, "#") {
+			continue
+		}
+		if cont, ok := strings.CutSuffix(l, `\`); ok {
+			line.WriteString(cont + " ")
+			continue
+		}
+		line.WriteString(l)
+		cmd, args, _ := strings.Cut(line.String(), " ")
+		line.Reset()
+		cmd, args = strings.ToUpper(cmd), strings.TrimSpace(args)
+		switch {
+		case cmd == "FROM":
+			f := strings.Fields(args)
+			s := dockerStage{base: f[0]}
+			if len(f) == 3 && strings.EqualFold(f[1], "AS") {
+				s.name = f[2]
+			}
+			stages = append(stages, s)
+		case len(stages) == 0:
+			if cmd != "ARG" {
+				t.Fatalf("Dockerfile: %s before the first FROM", cmd)
+			}
+		default:
+			s := &stages[len(stages)-1]
+			s.instrs = append(s.instrs, dockerInstr{cmd, args})
+		}
+	}
+	return stages
+}
+
+// only returns the args of the stage's one instruction cmd.
+func (s dockerStage) only(t *testing.T, cmd string) string {
+	t.Helper()
+	var found []string
+	for _, in := range s.instrs {
+		if in.cmd == cmd {
+			found = append(found, in.args)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("Dockerfile: the final stage has %d %s instructions, want 1: %q", len(found), cmd, found)
+	}
+	return found[0]
+}
+
+// image is what the Dockerfile says about the container it builds.
+type image struct {
+	uid, gid   uint32
+	workdir    string
+	entrypoint []string
+	// binaries maps each file scripts/build-static.sh made to its path in
+	// the image.
+	binaries map[string]string
+}
+
+// readDockerfile checks the Dockerfile against the binaries
+// scripts/build-static.sh made (built, the names in it): the final stage is
+// FROM scratch with a numeric non-root USER that owns its WORKDIR, it
+// holds exactly those binaries, copied from the stage that ran the script,
+// and its ENTRYPOINT is netsy among them.
+func readDockerfile(t *testing.T, built []string) image {
+	t.Helper()
+	stages := dockerStages(t, string(repoFile(t, "Dockerfile")))
+	if len(stages) == 0 {
+		t.Fatal("Dockerfile: no FROM")
+	}
+	final := stages[len(stages)-1]
+	if final.base != "scratch" {
+		t.Fatalf("Dockerfile: the final stage is FROM %s, want scratch (static binaries in an empty image)", final.base)
+	}
+	var img image
+	user := final.only(t, "USER")
+	u, g, ok := strings.Cut(user, ":")
+	uid, uerr := strconv.ParseUint(u, 10, 32)
+	gid, gerr := strconv.ParseUint(g, 10, 32)
+	if !ok || uerr != nil || gerr != nil || uid == 0 || gid == 0 {
+		t.Fatalf("Dockerfile: USER %s, want a numeric non-root uid:gid (scratch has no /etc/passwd to look a name up in)", user)
+	}
+	img.uid, img.gid = uint32(uid), uint32(gid)
+	img.workdir = final.only(t, "WORKDIR")
+	if err := json.Unmarshal([]byte(final.only(t, "ENTRYPOINT")), &img.entrypoint); err != nil || len(img.entrypoint) == 0 {
+		t.Fatalf("Dockerfile: ENTRYPOINT %s is not a JSON list (%v)", final.only(t, "ENTRYPOINT"), err)
+	}
+
+	// COPY --from=STAGE SRC DST puts the stage's SRC at DST in the image.
+	f := strings.Fields(final.only(t, "COPY"))
+	from, ok := strings.CutPrefix(f[0], "--from=")
+	if !ok || len(f) != 3 {
+		t.Fatalf("Dockerfile: COPY %s, want COPY --from=STAGE SRC DST", strings.Join(f, " "))
+	}
+	src, dst := f[1], f[2]
+	var run string
+	for _, s := range stages {
+		if s.name != from {
+			continue
+		}
+		for _, in := range s.instrs {
+			if in.cmd == "RUN" && strings.Contains(in.args, "scripts/build-static.sh") {
+				run = in.args
+			}
+		}
+	}
+	m := regexp.MustCompile(`scripts/build-static\.sh\s+(\S+)`).FindStringSubmatch(run)
+	if m == nil {
+		t.Fatalf("Dockerfile: stage %q has no RUN scripts/build-static.sh DIR", from)
+	}
+	out := m[1]
+	img.binaries = map[string]string{}
+	chowned := false
+	for _, cmd := range strings.Split(run, "&&") {
+		args := strings.Fields(cmd)
+		switch {
+		case len(args) >= 3 && args[0] == "cp":
+			into := args[len(args)-1]
+			for _, a := range args[1 : len(args)-1] {
+				name, ok := strings.CutPrefix(a, out+"/")
+				if !ok {
+					continue
+				}
+				rel, ok := strings.CutPrefix(path.Clean(into)+"/", path.Clean(src)+"/")
+				if !ok {
+					t.Fatalf("Dockerfile: %s is copied to %s, outside %s that COPY --from=%s takes", a, into, src, from)
+				}
+				img.binaries[name] = path.Join(dst, rel, name)
+			}
+		case len(args) == 3 && args[0] == "chown":
+			chowned = chowned || args[1] == user && path.Clean(args[2]) == path.Join(src, img.workdir)
+		}
+	}
+	if got := sortedKeys(img.binaries); !slices.Equal(got, built) {
+		t.Fatalf("Dockerfile: copies %v from %s, scripts/build-static.sh made %v", got, out, built)
+	}
+	if !chowned {
+		t.Fatalf("Dockerfile: no chown %s %s: the image's user cannot write its WORKDIR %s", user, path.Join(src, img.workdir), img.workdir)
+	}
+	if img.entrypoint[0] != img.binaries["netsy"] {
+		t.Fatalf("Dockerfile: ENTRYPOINT %q, want netsy (%s)", img.entrypoint, img.binaries["netsy"])
+	}
+	return img
+}
+
+// TestContainerImage runs scripts/build-static.sh, which the Dockerfile
+// builds the image with, and checks what it makes: every binary is static
+// (no interpreter, no dynamic section: it runs in an empty image) and
+// reports the commit it was given; the Dockerfile ships exactly these
+// binaries (readDockerfile). There is no container runtime here, so the
+// image is laid out as the Dockerfile says in a directory, and, as root,
+// netsy runs chrooted there as the image's user with the image's working
+// directory and an empty environment: it serves a write, netsyctl reaches
+// it, it stops cleanly on SIGTERM, and everything it wrote belongs to that
+// user.
+func TestContainerImage(t *testing.T) {
+	skipUnlessNetsy(t)
+	root, err := procutil.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+	defer cancel()
+	build := exec.CommandContext(ctx, "bash", filepath.Join(root, "scripts", "build-static.sh"), out, "e2e-static")
+	if msg, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("scripts/build-static.sh: %v\n%s", err, msg)
+	}
+	entries, err := os.ReadDir(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var built []string
+	for _, e := range entries {
+		built = append(built, e.Name())
+	}
+	if !slices.Contains(built, "netsy") || !slices.Contains(built, "netsyctl") {
+		t.Fatalf("scripts/build-static.sh made %v, want netsy and netsyctl", built)
+	}
+
+	for _, name := range built {
+		f, err := elf.Open(filepath.Join(out, name))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		for _, p := range f.Progs {
+			if p.Type == elf.PT_INTERP || p.Type == elf.PT_DYNAMIC {
+				t.Errorf("%s has a %s program header: not static", name, p.Type)
+			}
+		}
+		if s := f.SectionByType(elf.SHT_DYNAMIC); s != nil {
+			t.Errorf("%s has a dynamic section %s: not static", name, s.Name)
+		}
+		if libs, err := f.ImportedLibraries(); err != nil || len(libs) > 0 {
+			t.Errorf("%s needs shared libraries %v (%v)", name, libs, err)
+		}
+		f.Close()
+	}
+	if v, err := exec.Command(filepath.Join(out, "netsy"), "--version").Output(); err != nil || !strings.Contains(string(v), "git commit: e2e-static\n") {
+		t.Errorf("netsy --version of the static build: %v\n%s", err, v)
+	}
+
+	img := readDockerfile(t, built)
+
+	t.Run("runs as the image user", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			t.Skip("chroot and switching to the image's user need root (CI runs as root)")
+		}
+		rootfs := t.TempDir()
+		if err := os.Chmod(rootfs, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for name, at := range img.binaries {
+			data, err := os.ReadFile(filepath.Join(out, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			dst := filepath.Join(rootfs, at)
+			if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(dst, data, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		workdir := filepath.Join(rootfs, img.workdir)
+		if err := os.MkdirAll(workdir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(workdir, int(img.uid), int(img.gid)); err != nil {
+			t.Fatal(err)
+		}
+		inImage := func(argv ...string) *exec.Cmd {
+			cmd := exec.Command(argv[0], argv[1:]...)
+			cmd.Dir = img.workdir
+			// What a container runtime sets in an image that sets nothing.
+			cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+			cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: rootfs,
+				Credential: &syscall.Credential{Uid: img.uid, Gid: img.gid, Groups: []uint32{}}}
+			return cmd
+		}
+
+		clientAddr, peerAddr, httpAddr := procutil.FreeAddr(t), procutil.FreeAddr(t), procutil.FreeAddr(t)
+		node := inImage(append(img.entrypoint, "--client-addr", clientAddr, "--peer-addr", peerAddr, "--http-addr", httpAddr)...)
+		logFile := filepath.Join(t.TempDir(), "netsy.log")
+		log, err := os.Create(logFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer log.Close()
+		node.Stdout, node.Stderr = log, log
+		done, err := procutil.StartTied(node)
+		if err != nil {
+			t.Fatalf("start %v in the image: %v", img.entrypoint, err)
+		}
+		exited := false
+		t.Cleanup(func() {
+			if !exited {
+				_ = node.Process.Kill()
+				<-done
+			}
+		})
+		logTail := func() string { b, _ := os.ReadFile(logFile); return string(b) }
+		hc := &http.Client{Timeout: 2 * time.Second}
+		for start := time.Now(); ; time.Sleep(50 * time.Millisecond) {
+			if ready, _ := procutil.Probe(t.Context(), hc, "http://"+httpAddr+"/readyz", procutil.KindNetsy); ready {
+				break
+			}
+			select {
+			case err := <-done:
+				exited = true
+				t.Fatalf("netsy exited in the image: %v\n%s", err, logTail())
+			default:
+			}
+			if time.Since(start) > time.Minute {
+				t.Fatalf("netsy in the image not ready after a minute:\n%s", logTail())
+			}
+		}
+
+		cli := newClientEndpoints(t, []string{clientAddr})
+		mustPut(t, cli, "image/key", "value")
+		if resp, err := cli.Get(opCtx(t), "image/key"); err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "value" {
+			t.Fatalf("get image/key: %v %v", resp, err)
+		}
+		if ctl, ok := img.binaries["netsyctl"]; ok {
+			state, err := inImage(ctl, "cluster-state", "--peer-endpoints", peerAddr, "-o", "json").CombinedOutput()
+			var v clusterview.View
+			if err != nil || json.Unmarshal(state, &v) != nil || v.Primary == nil {
+				t.Fatalf("netsyctl cluster-state in the image: %v\n%s", err, state)
+			}
+		}
+
+		if err := node.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-done:
+			exited = true
+			if err != nil {
+				t.Fatalf("netsy in the image after SIGTERM: %v\n%s", err, logTail())
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("netsy in the image still running 30 s after SIGTERM:\n%s", logTail())
+		}
+
+		files := 0
+		err = filepath.WalkDir(workdir, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			if st := info.Sys().(*syscall.Stat_t); st.Uid != img.uid || st.Gid != img.gid {
+				t.Errorf("%s belongs to %d:%d, not the image's user %d:%d", p, st.Uid, st.Gid, img.uid, img.gid)
+			}
+			files++
+			return nil
+		})
+		if err != nil || files < 2 {
+			t.Fatalf("walking the image's %s: %v, %d entries", img.workdir, err, files)
+		}
+	})
+}
+
+// sortedKeys returns m's keys in order.
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
