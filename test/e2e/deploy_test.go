@@ -7,7 +7,11 @@ import (
 	"context"
 	"debug/elf"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
 	"io/fs"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -530,6 +534,261 @@ func TestContainerImage(t *testing.T) {
 			t.Fatalf("walking the image's %s: %v, %d entries", img.workdir, err, files)
 		}
 	})
+}
+
+// k8sObject is the part of a deploy/kubernetes manifest the test reads.
+type k8sObject struct {
+	Kind     string  `yaml:"kind"`
+	Metadata k8sMeta `yaml:"metadata"`
+	// Data and StringData: a ConfigMap's or a Secret's keys.
+	Data       map[string]string `yaml:"data"`
+	StringData map[string]string `yaml:"stringData"`
+	Spec       struct {
+		Replicas int `yaml:"replicas"`
+		Template struct {
+			Spec struct {
+				Containers []k8sContainer `yaml:"containers"`
+				Volumes    []struct {
+					Name      string `yaml:"name"`
+					ConfigMap *struct {
+						Name string `yaml:"name"`
+					} `yaml:"configMap"`
+					Secret *struct {
+						SecretName string `yaml:"secretName"`
+					} `yaml:"secret"`
+				} `yaml:"volumes"`
+			} `yaml:"spec"`
+		} `yaml:"template"`
+		VolumeClaimTemplates []struct {
+			Metadata k8sMeta `yaml:"metadata"`
+		} `yaml:"volumeClaimTemplates"`
+	} `yaml:"spec"`
+}
+
+type k8sMeta struct {
+	Name string `yaml:"name"`
+}
+
+type k8sContainer struct {
+	Name string   `yaml:"name"`
+	Args []string `yaml:"args"`
+	Env  []struct {
+		Name      string `yaml:"name"`
+		Value     string `yaml:"value"`
+		ValueFrom *struct {
+			FieldRef *struct {
+				FieldPath string `yaml:"fieldPath"`
+			} `yaml:"fieldRef"`
+		} `yaml:"valueFrom"`
+	} `yaml:"env"`
+	Ports []struct {
+		Name          string `yaml:"name"`
+		ContainerPort int    `yaml:"containerPort"`
+	} `yaml:"ports"`
+	VolumeMounts []struct {
+		Name      string `yaml:"name"`
+		MountPath string `yaml:"mountPath"`
+		SubPath   string `yaml:"subPath"`
+	} `yaml:"volumeMounts"`
+}
+
+// port returns the number of the container port called name, or 0.
+func (c k8sContainer) port(name string) int {
+	for _, p := range c.Ports {
+		if p.Name == name {
+			return p.ContainerPort
+		}
+	}
+	return 0
+}
+
+// k8sObjects reads every manifest of deploy/kubernetes, by "Kind/name".
+func k8sObjects(t *testing.T) map[string]k8sObject {
+	t.Helper()
+	root, err := procutil.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := filepath.Glob(filepath.Join(root, "deploy", "kubernetes", "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no deploy/kubernetes/*.yaml: %v", err)
+	}
+	objs := map[string]k8sObject{}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := yaml.NewDecoder(bytes.NewReader(data))
+		for {
+			var o k8sObject
+			if err := dec.Decode(&o); errors.Is(err, io.EOF) {
+				break
+			} else if err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			objs[o.Kind+"/"+o.Metadata.Name] = o
+		}
+	}
+	return objs
+}
+
+// k8sVar is a $(NAME) reference as Kubernetes expands it in args and env.
+var k8sVar = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
+
+// TestKubernetesConfig runs netsy --print-config as each pod of
+// deploy/kubernetes/statefulset.yaml would start netsy: its args and
+// environment with $(POD_NAME) and $(POD_NAMESPACE) expanded as Kubernetes
+// does (namespace default), and --config-file the netsy.yaml the
+// ConfigMap mounted there holds. netsy must accept the configuration; every
+// key of the file must be in force (a flag of the same name would make the
+// file's line dead); the node id is the pod name; every certificate file is
+// a key of the Secret mounted where it points; the data directory is the
+// pod's volume claim and each listener's port is the container port of its
+// name.
+func TestKubernetesConfig(t *testing.T) {
+	skipUnlessNetsy(t)
+	objs := k8sObjects(t)
+	sts, ok := objs["StatefulSet/netsy"]
+	if !ok {
+		t.Fatalf("deploy/kubernetes has no StatefulSet netsy: %v", sortedKeys(objs))
+	}
+	var c k8sContainer
+	for _, ct := range sts.Spec.Template.Spec.Containers {
+		if ct.Name == "netsy" {
+			c = ct
+		}
+	}
+	if c.Name == "" {
+		t.Fatal("the StatefulSet has no container netsy")
+	}
+	// mounted returns the object (ConfigMap or Secret) and key the file at p
+	// comes from.
+	mounted := func(t *testing.T, p string) (obj k8sObject, key string) {
+		t.Helper()
+		for _, m := range c.VolumeMounts {
+			var ok bool
+			if m.SubPath != "" {
+				key, ok = m.SubPath, p == m.MountPath
+			} else {
+				key, ok = strings.CutPrefix(p, strings.TrimSuffix(m.MountPath, "/")+"/")
+			}
+			if !ok {
+				continue
+			}
+			for _, v := range sts.Spec.Template.Spec.Volumes {
+				switch {
+				case v.Name != m.Name:
+				case v.ConfigMap != nil:
+					return objs["ConfigMap/"+v.ConfigMap.Name], key
+				case v.Secret != nil:
+					return objs["Secret/"+v.Secret.SecretName], key
+				}
+			}
+			t.Fatalf("%s is mounted from volume %s, which is no ConfigMap or Secret", p, m.Name)
+		}
+		return k8sObject{}, ""
+	}
+	// claimAt reports whether a volume claim is mounted at p.
+	claimAt := func(p string) bool {
+		for _, m := range c.VolumeMounts {
+			for _, v := range sts.Spec.VolumeClaimTemplates {
+				if m.MountPath == p && m.Name == v.Metadata.Name {
+					return true
+				}
+			}
+		}
+		return false
+	}
+
+	for i := range sts.Spec.Replicas {
+		pod := fmt.Sprintf("%s-%d", sts.Metadata.Name, i)
+		t.Run(pod, func(t *testing.T) {
+			vars := map[string]string{}
+			expand := func(s string) string {
+				s = k8sVar.ReplaceAllStringFunc(s, func(ref string) string {
+					if v, ok := vars[ref[2:len(ref)-1]]; ok {
+						return v
+					}
+					return ref
+				})
+				if strings.Contains(s, "$(") {
+					t.Fatalf("%q: a $(...) Kubernetes leaves as it is", s)
+				}
+				return s
+			}
+			var env []string
+			for _, e := range c.Env {
+				v := expand(e.Value)
+				if e.ValueFrom != nil {
+					fieldRef := map[string]string{"metadata.name": pod, "metadata.namespace": "default"}
+					if e.ValueFrom.FieldRef == nil || fieldRef[e.ValueFrom.FieldRef.FieldPath] == "" {
+						t.Fatalf("env %s: only metadata.name and metadata.namespace fieldRefs are known to the test", e.Name)
+					}
+					v = fieldRef[e.ValueFrom.FieldRef.FieldPath]
+				}
+				vars[e.Name] = v
+				env = append(env, e.Name+"="+v)
+			}
+			// envFrom brings the S3 credentials, which are no setting.
+			args := make([]string, len(c.Args))
+			var file string
+			for j, a := range c.Args {
+				args[j] = expand(a)
+				if p, ok := strings.CutPrefix(args[j], "--config-file="); ok {
+					cm, key := mounted(t, p)
+					content, ok := cm.Data[key]
+					if cm.Kind != "ConfigMap" || !ok {
+						t.Fatalf("--config-file=%s: no ConfigMap key is mounted there (%s %q, key %q)", p, cm.Kind, cm.Metadata.Name, key)
+					}
+					file = filepath.Join(t.TempDir(), "netsy.yaml")
+					if err := os.WriteFile(file, []byte(content), 0o644); err != nil {
+						t.Fatal(err)
+					}
+					args[j] = "--config-file=" + file
+				}
+			}
+			if file == "" {
+				t.Fatalf("the container's args have no --config-file=: %q", c.Args)
+			}
+
+			settings := printConfig(t, env, args...)
+			var keys map[string]any
+			data, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := yaml.Unmarshal(data, &keys); err != nil || len(keys) == 0 {
+				t.Fatalf("netsy.yaml: %v, %d keys", err, len(keys))
+			}
+			for _, k := range sortedKeys(keys) {
+				if s := settings[k]; !strings.HasPrefix(s.source, "file ") {
+					t.Errorf("netsy.yaml's %s is not in force: %s = %q from %s", k, k, s.value, s.source)
+				}
+			}
+			if s := settings["node-id"]; s.value != pod {
+				t.Errorf("node-id %q (%s), want the pod name %s", s.value, s.source, pod)
+			}
+			for _, name := range sortedKeys(settings) {
+				if p := settings[name].value; strings.HasSuffix(name, "-file") && p != "" {
+					secret, key := mounted(t, p)
+					_, inData := secret.Data[key]
+					_, inStringData := secret.StringData[key]
+					if secret.Kind != "Secret" || !inData && !inStringData {
+						t.Errorf("--%s %s: no Secret key is mounted there (%s %q, key %q)", name, p, secret.Kind, secret.Metadata.Name, key)
+					}
+				}
+			}
+			if !claimAt(settings["data-dir"].value) {
+				t.Errorf("--data-dir %s is not where a volume claim is mounted", settings["data-dir"].value)
+			}
+			for flag, port := range map[string]string{"client-addr": "client", "peer-addr": "peer", "http-addr": "http"} {
+				if _, p, err := net.SplitHostPort(settings[flag].value); err != nil || p != strconv.Itoa(c.port(port)) {
+					t.Errorf("--%s %s: not on the container port named %s (%d)", flag, settings[flag].value, port, c.port(port))
+				}
+			}
+		})
+	}
 }
 
 // sortedKeys returns m's keys in order.
