@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds static netsy and netsyctl binaries (no cgo, no libc: they run in an
-# empty image) into DIR. The Dockerfile runs it; the e2e suite checks its
-# binaries are static and run as a non-root user.
+# empty image) into DIR. The Dockerfile runs it; the e2e suite
+# (TestContainerImage) checks its binaries are static, are the ones the
+# Dockerfile ships, and run as the image's non-root user.
 #   scripts/build-static.sh DIR [COMMIT]
 set -euo pipefail
 out=${1:?usage: build-static.sh DIR [COMMIT]}
