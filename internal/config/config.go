@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -199,8 +200,10 @@ func (c Config) Validate() error {
 	if c.AdvertisePeer == "" && unspecifiedHost(c.PeerAddr) {
 		return fmt.Errorf("--advertise-peer: required when --peer-addr listens on every interface (%s): give the host:port other nodes reach this node at", c.PeerAddr)
 	}
-	if c.AdvertiseClient != "" && !strings.HasPrefix(c.AdvertiseClient, "http://") && !strings.HasPrefix(c.AdvertiseClient, "https://") {
-		return fmt.Errorf("--advertise-client: %q is not an http:// or https:// URL", c.AdvertiseClient)
+	if c.AdvertiseClient != "" {
+		if err := checkClientURL(c.AdvertiseClient); err != nil {
+			return fmt.Errorf("--advertise-client: %w", err)
+		}
 	}
 	if c.AdvertisePeer != "" {
 		if err := checkHostPort(c.AdvertisePeer); err != nil {
@@ -210,7 +213,10 @@ func (c Config) Validate() error {
 	if err := checkClusterID(c.ClusterID); err != nil {
 		return fmt.Errorf("--cluster-id: %w", err)
 	}
-	if c.ElectorLease <= 0 || c.ElectorRenew <= 0 || c.ElectorRenew > c.ElectorLease/2 {
+	if c.ElectorLease <= 0 {
+		return fmt.Errorf("--elector-lease: must be positive, got %s", c.ElectorLease)
+	}
+	if c.ElectorRenew <= 0 || c.ElectorRenew > c.ElectorLease/2 {
 		return fmt.Errorf("--elector-renew: must be positive and at most half of --elector-lease (%s), got %s", c.ElectorLease, c.ElectorRenew)
 	}
 	if c.QuorumTimeout <= 0 {
@@ -256,6 +262,16 @@ func checkClusterID(id string) error {
 		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '-' || r == '_') {
 			return fmt.Errorf("%q may hold only letters, digits, '.', '-' and '_'", id)
 		}
+	}
+	return nil
+}
+
+// checkClientURL accepts what an etcd client dials: http:// or https://
+// and a host.
+func checkClientURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil || !strings.HasPrefix(s, "http://") && !strings.HasPrefix(s, "https://") || u.Host == "" {
+		return fmt.Errorf("%q is not an http:// or https:// URL with a host", s)
 	}
 	return nil
 }
