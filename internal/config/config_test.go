@@ -163,6 +163,9 @@ func TestClusterFlagErrors(t *testing.T) {
 		{name: "negative deregistration timeout", args: []string{"--deregistration-timeout=-1m"}, want: "--deregistration-timeout:"},
 		{name: "negative deregistration timeout env", env: map[string]string{"NETSY_DEREGISTRATION_TIMEOUT": "-3m"}, want: "--deregistration-timeout:"},
 		{name: "zero quorum timeout", args: []string{"--quorum-timeout=0"}, want: "--quorum-timeout:"},
+		{name: "name with a newline", args: []string{"--name", "a\nb"}, want: "--name:"},
+		{name: "name not UTF-8", args: []string{"--name", "a\xffb"}, want: "--name:"},
+		{name: "long name", env: map[string]string{"NETSY_NAME": strings.Repeat("n", MaxNameLen+1)}, want: "--name:"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -193,6 +196,10 @@ func TestClusterFlagsAccepted(t *testing.T) {
 			check: func(c Config) bool { return c.ClusterID == "a" }},
 		{name: "elector lease flag beats env", args: []string{"--elector-lease=20s"}, env: map[string]string{"NETSY_ELECTOR_LEASE": "0s"},
 			check: func(c Config) bool { return c.ElectorLease == 20*time.Second }},
+		{name: "member name defaults to the node id", args: []string{"--node-id", "n1"},
+			check: func(c Config) bool { return c.Name == "" && c.MemberName() == "n1" }},
+		{name: "member name", args: []string{"--node-id", "n1", "--name", "etcd member één"},
+			check: func(c Config) bool { return c.MemberName() == "etcd member één" }},
 		{name: "elector renew exactly half the lease", args: []string{"--elector-lease=10s", "--elector-renew=5s"},
 			check: func(c Config) bool { return c.ElectorRenew == 5*time.Second }},
 		{name: "primary handshake timeout zero waits only the lease", args: []string{"--primary-handshake-timeout=0"},
