@@ -3,7 +3,9 @@ package node
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -36,11 +38,12 @@ type testCluster struct {
 	nodes map[string]*Node
 	dirs  map[string]string
 	addrs map[string][2]string // client and HTTP addresses, kept across restarts
+	names map[string]string    // --name of a node started after it is set
 }
 
 func newTestCluster(t *testing.T, quorum int, ids ...string) *testCluster {
 	c := &testCluster{t: t, net: memnet.New(), faults: faulty.New(mem.New(clock.Real()), clock.Real()), quorum: quorum,
-		nodes: map[string]*Node{}, dirs: map[string]string{}, addrs: map[string][2]string{}}
+		nodes: map[string]*Node{}, dirs: map[string]string{}, addrs: map[string][2]string{}, names: map[string]string{}}
 	c.store = c.faults
 	t.Cleanup(func() {
 		c.mu.Lock()
@@ -71,9 +74,11 @@ func (c *testCluster) start(id string) *Node {
 		c.addrs[id] = [2]string{freePeerAddr(c.t), freePeerAddr(c.t)}
 	}
 	addrs := c.addrs[id]
+	name := c.names[id]
 	c.mu.Unlock()
 	cfg := config.Default()
 	cfg.NodeID = id
+	cfg.Name = name
 	cfg.DataDir = dir
 	cfg.ClientAddr, cfg.HTTPAddr, cfg.PeerAddr = addrs[0], addrs[1], id+":2380"
 	// memnet's peer addresses are names, not loopback addresses.
@@ -190,9 +195,14 @@ func (c *testCluster) elector() string {
 
 // Three nodes on one bucket form one cluster: one Elector, one Primary,
 // every node serves writes, linearizable reads and watches, MemberList
-// names every node and Status names the Primary as leader.
+// lists every node with its member id, name and URLs on every node, and
+// Status names the Primary as leader.
 func TestClusterServesOnEveryNode(t *testing.T) {
-	c := newTestCluster(t, 0, "n1", "n2", "n3")
+	c := newTestCluster(t, 0)
+	c.names["n2"] = "etcd-2" // n1 and n3 are named by their node ids
+	for _, id := range []string{"n1", "n2", "n3"} {
+		c.start(id)
+	}
 	primary := c.ready(10 * time.Second)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -234,16 +244,33 @@ func TestClusterServesOnEveryNode(t *testing.T) {
 	}
 	// Membership reaches every node with the Elector's next push or
 	// heartbeat answer.
-	var members *clientv3.MemberListResponse
-	var err error
-	for range 200 {
-		if members, err = c.client(replica).MemberList(ctx); err == nil && len(members.Members) == 3 {
-			break
+	want := map[uint64]string{}
+	for _, id := range c.ids() {
+		n, name := c.node(id), c.names[id]
+		if name == "" {
+			name = id
 		}
-		time.Sleep(10 * time.Millisecond)
+		want[n.roles.memberID.Load()] = fmt.Sprintf("%s http://%s:2380 http://%s", name, id, n.ClientAddr())
 	}
-	if err != nil || len(members.Members) != 3 {
-		t.Fatalf("member list: %d members, %v: %v", len(members.Members), err, members)
+	for _, id := range c.ids() {
+		var got map[uint64]string
+		for range 200 {
+			members, err := c.client(id).MemberList(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = map[uint64]string{}
+			for _, m := range members.Members {
+				got[m.ID] = fmt.Sprintf("%s %s %s", m.Name, strings.Join(m.PeerURLs, ","), strings.Join(m.ClientURLs, ","))
+			}
+			if maps.Equal(got, want) {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if !maps.Equal(got, want) {
+			t.Fatalf("member list on %s:\n got %v\nwant %v", id, got, want)
+		}
 	}
 	st, err := c.client(replica).Status(ctx, c.node(replica).ClientAddr())
 	if err != nil {

@@ -423,13 +423,18 @@ func (b *Backend) Snapshot(ctx context.Context, w io.Writer) (int64, error) {
 	return b.l.Snapshot(ctx, w)
 }
 
-// MemberList lists every registered node with its member id and URLs.
+// MemberList lists every registered node with its member id, name (its
+// --name, else its node id) and URLs.
 func (b *Backend) MemberList(context.Context) (*pb.MemberListResponse, error) {
 	resp := &pb.MemberListResponse{Header: &pb.ResponseHeader{Revision: b.l.CurrentRevision()}}
 	for _, m := range b.cfg.Roles.Members() {
+		name := m.Name
+		if name == "" {
+			name = m.NodeId
+		}
 		resp.Members = append(resp.Members, &pb.Member{
 			ID:         m.MemberId,
-			Name:       m.NodeId,
+			Name:       name,
 			PeerURLs:   []string{"http://" + m.PeerAddr},
 			ClientURLs: m.ClientUrls,
 		})
