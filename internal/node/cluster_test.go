@@ -179,6 +179,26 @@ func (c *testCluster) separated(timeout time.Duration) string {
 	}
 }
 
+// checkStatus checks that every node's Status names the Primary's member
+// id as leader and its term as raft term, the term the header carries too,
+// and returns that term.
+func (c *testCluster) checkStatus(ctx context.Context, primary string) uint64 {
+	c.t.Helper()
+	leader := c.node(primary).roles.memberID.Load()
+	_, term := c.node(primary).roles.prim.State()
+	for _, id := range c.ids() {
+		st, err := c.client(id).Status(ctx, c.node(id).ClientAddr())
+		if err != nil {
+			c.t.Fatalf("status of %s: %v", id, err)
+		}
+		if st.Leader == 0 || st.Leader != leader || st.RaftTerm != term || st.Header.RaftTerm != term {
+			c.t.Fatalf("status of %s: leader %x, raft term %d, header raft term %d; want the Primary %s's member id %x and term %d",
+				id, st.Leader, st.RaftTerm, st.Header.RaftTerm, primary, leader, term)
+		}
+	}
+	return term
+}
+
 func (c *testCluster) client(id string) *clientv3.Client {
 	return newTestClient(c.t, c.node(id))
 }
@@ -272,13 +292,7 @@ func TestClusterServesOnEveryNode(t *testing.T) {
 			t.Fatalf("member list on %s:\n got %v\nwant %v", id, got, want)
 		}
 	}
-	st, err := c.client(replica).Status(ctx, c.node(replica).ClientAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.Leader != c.node(primary).roles.memberID.Load() || st.Leader == 0 {
-		t.Fatalf("Status leader %x, want the Primary's member id %x", st.Leader, c.node(primary).roles.memberID.Load())
-	}
+	c.checkStatus(ctx, primary)
 }
 
 // A crashed Primary is replaced; writes through a surviving node succeed
@@ -327,6 +341,9 @@ func TestClusterPrimaryCrash(t *testing.T) {
 			c.start(primary)
 			if p := c.ready(10 * time.Second); p != newPrimary {
 				t.Fatalf("Primary after the old one came back: %s, want %s", p, newPrimary)
+			}
+			if term := c.checkStatus(ctx, newPrimary); term < 2 {
+				t.Fatalf("the new Primary's term is %d, want a later one than the first's", term)
 			}
 			got, err := c.client(primary).Get(ctx, "after")
 			if err != nil || len(got.Kvs) != 1 {
