@@ -11,7 +11,8 @@ import (
 
 // WriteTable prints v for people: a header block with the roles and
 // terms, one row per node (ordered by node id, the Elector and the Primary
-// marked in the ROLE column), and with events the event log, oldest first.
+// marked in the ROLE column, its peer address and client URLs last), and
+// with events the event log, oldest first.
 // A "-" stands for a value nobody reported.
 func WriteTable(out io.Writer, v View, events bool) error {
 	w := &errWriter{w: out}
@@ -35,7 +36,7 @@ func WriteTable(out io.Writer, v View, events bool) error {
 	tw.Flush()
 
 	fmt.Fprintln(w)
-	fmt.Fprintln(tw, "NODE\tMEMBER ID\tROLE\tHEALTH\tSTATE\tLATEST REV\tCOMMITTED REV\tLAG\tREPLICATION\tLAST HEARTBEAT\tDEGRADED FOR\tPEER ADDR")
+	fmt.Fprintln(tw, "NODE\tMEMBER ID\tROLE\tHEALTH\tSTATE\tLATEST REV\tCOMMITTED REV\tLAG\tREPLICATION\tLAST HEARTBEAT\tDEGRADED FOR\tPEER ADDR\tCLIENT URLS")
 	for _, r := range v.Nodes {
 		latest, committed := "-", "-"
 		if r.known {
@@ -49,9 +50,9 @@ func WriteTable(out io.Writer, v View, events bool) error {
 		if r.Source == SourceSelf {
 			heartbeat = "(self-reported)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
 			r.NodeID, dash(r.MemberID), role(r), r.Health, r.PrimaryState, latest, committed, lag,
-			replication(r.Replica), dash(heartbeat), dash(r.DegradedFor), dash(r.PeerAddr))
+			replication(r.Replica), dash(heartbeat), dash(r.DegradedFor), dash(r.PeerAddr), dash(strings.Join(r.ClientURLs, ",")))
 	}
 	if len(v.Nodes) == 0 {
 		fmt.Fprintln(tw, "(none)")

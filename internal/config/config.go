@@ -5,10 +5,13 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/netsy-io/netsy/internal/discovery"
 	"github.com/netsy-io/netsy/internal/etcdapi"
@@ -30,7 +33,8 @@ type Config struct {
 	LogLevel string
 	// LogFormat is text or json.
 	LogFormat string
-	// Name is the member name reported by MemberList.
+	// Name is the etcd member name MemberList reports for this node;
+	// empty means NodeID (see MemberName).
 	Name string
 
 	// Storage is the permanent store: file:///abs/path or
@@ -132,6 +136,14 @@ func defaultNodeID() string {
 	return h
 }
 
+// MemberName is the etcd member name of this node: --name, else --node-id.
+func (c Config) MemberName() string {
+	if c.Name != "" {
+		return c.Name
+	}
+	return c.NodeID
+}
+
 // AdvertiseClientURL is the client URL other nodes and clients are given.
 func (c Config) AdvertiseClientURL() string {
 	if c.AdvertiseClient != "" {
@@ -190,6 +202,9 @@ func (c Config) Validate() error {
 	if err := discovery.ValidateNodeID(c.NodeID); err != nil {
 		return fmt.Errorf("--node-id: %w", err)
 	}
+	if err := checkName(c.Name); err != nil {
+		return fmt.Errorf("--name: %w", err)
+	}
 	if err := checkHostPort(c.PeerAddr); err != nil {
 		return fmt.Errorf("--peer-addr: %w", err)
 	}
@@ -199,8 +214,10 @@ func (c Config) Validate() error {
 	if c.AdvertisePeer == "" && unspecifiedHost(c.PeerAddr) {
 		return fmt.Errorf("--advertise-peer: required when --peer-addr listens on every interface (%s): give the host:port other nodes reach this node at", c.PeerAddr)
 	}
-	if c.AdvertiseClient != "" && !strings.HasPrefix(c.AdvertiseClient, "http://") && !strings.HasPrefix(c.AdvertiseClient, "https://") {
-		return fmt.Errorf("--advertise-client: %q is not an http:// or https:// URL", c.AdvertiseClient)
+	if c.AdvertiseClient != "" {
+		if err := checkClientURL(c.AdvertiseClient); err != nil {
+			return fmt.Errorf("--advertise-client: %w", err)
+		}
 	}
 	if c.AdvertisePeer != "" {
 		if err := checkHostPort(c.AdvertisePeer); err != nil {
@@ -210,7 +227,10 @@ func (c Config) Validate() error {
 	if err := checkClusterID(c.ClusterID); err != nil {
 		return fmt.Errorf("--cluster-id: %w", err)
 	}
-	if c.ElectorLease <= 0 || c.ElectorRenew <= 0 || c.ElectorRenew > c.ElectorLease/2 {
+	if c.ElectorLease <= 0 {
+		return fmt.Errorf("--elector-lease: must be positive, got %s", c.ElectorLease)
+	}
+	if c.ElectorRenew <= 0 || c.ElectorRenew > c.ElectorLease/2 {
 		return fmt.Errorf("--elector-renew: must be positive and at most half of --elector-lease (%s), got %s", c.ElectorLease, c.ElectorRenew)
 	}
 	if c.QuorumTimeout <= 0 {
@@ -260,6 +280,36 @@ func checkClusterID(id string) error {
 	return nil
 }
 
+// MaxNameLen is the longest --name in bytes.
+const MaxNameLen = 255
+
+// checkName accepts any printable UTF-8 text, as etcd does, within a
+// bound; it travels in nodes/{node_id}.json and the peer protocol.
+func checkName(name string) error {
+	if len(name) > MaxNameLen {
+		return fmt.Errorf("longer than %d bytes", MaxNameLen)
+	}
+	if !utf8.ValidString(name) {
+		return fmt.Errorf("%q is not valid UTF-8", name)
+	}
+	for _, r := range name {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("%q holds a control character", name)
+		}
+	}
+	return nil
+}
+
+// checkClientURL accepts what an etcd client dials: http:// or https://
+// and a host.
+func checkClientURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil || !strings.HasPrefix(s, "http://") && !strings.HasPrefix(s, "https://") || u.Host == "" {
+		return fmt.Errorf("%q is not an http:// or https:// URL with a host", s)
+	}
+	return nil
+}
+
 func unspecifiedHost(hostPort string) bool {
 	host, _, err := net.SplitHostPort(hostPort)
 	if err != nil {
@@ -296,7 +346,7 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ProgressNotifyInterval, "progress-notify-interval", c.ProgressNotifyInterval, "interval of watch progress notifications")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level: trace, debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log format: text or json")
-	fs.StringVar(&c.Name, "name", c.Name, "member name reported by MemberList (default: --node-id)")
+	fs.StringVar(&c.Name, "name", c.Name, "this node's etcd member name, reported by MemberList (default: --node-id)")
 	fs.StringVar(&c.Storage, "storage", c.Storage, "permanent store: file:///abs/path or s3://bucket[/prefix] (default file://<data-dir>/objects)")
 	fs.StringVar(&c.S3Endpoint, "s3-endpoint", c.S3Endpoint, "S3 endpoint URL, e.g. http://127.0.0.1:9000 (default: AWS)")
 	fs.StringVar(&c.S3Region, "s3-region", c.S3Region, "S3 region (default from the AWS environment, else us-east-1)")

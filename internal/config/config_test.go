@@ -3,9 +3,12 @@ package config
 import (
 	"flag"
 	"io"
+	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/netsy-io/netsy/internal/discovery"
 )
 
 func parse(args []string, env map[string]string) (Config, error) {
@@ -108,5 +111,131 @@ func TestCallerFlagsGetNoEnvFallback(t *testing.T) {
 	}
 	if c.Name != "fromenv" {
 		t.Errorf("NETSY_NAME did not set --name: %q", c.Name)
+	}
+}
+
+// Every cluster flag's bad value is refused with an error that starts with
+// that flag's name.
+func TestClusterFlagErrors(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string // the error's prefix
+	}{
+		{name: "empty node id", args: []string{"--node-id="}, want: "--node-id:"},
+		{name: "node id with slash", args: []string{"--node-id", "a/b"}, want: "--node-id:"},
+		{name: "node id starting with dash", args: []string{"--node-id", "-n1"}, want: "--node-id:"},
+		{name: "long node id", args: []string{"--node-id", strings.Repeat("n", 64)}, want: "--node-id:"},
+		{name: "bad node id env", env: map[string]string{"NETSY_NODE_ID": "n 1"}, want: "--node-id:"},
+		{name: "peer addr not host:port", args: []string{"--peer-addr", "nonsense"}, want: "--peer-addr:"},
+		{name: "peer addr without host", args: []string{"--peer-addr", ":2380"}, want: "--peer-addr:"},
+		{name: "peer addr bad port", args: []string{"--peer-addr", "127.0.0.1:http2"}, want: "--peer-addr:"},
+		{name: "client on every interface", args: []string{"--client-addr", "0.0.0.0:2379"}, want: "--advertise-client:"},
+		{name: "client on every ipv6 interface", args: []string{"--client-addr", "[::]:2379"}, want: "--advertise-client:"},
+		{name: "peer on every interface", args: []string{"--peer-addr", "0.0.0.0:2380"}, want: "--advertise-peer:"},
+		{name: "advertise client not a URL", args: []string{"--advertise-client", "10.0.0.1:2379"}, want: "--advertise-client:"},
+		{name: "advertise client other scheme", args: []string{"--advertise-client", "unix:///run/netsy.sock"}, want: "--advertise-client:"},
+		{name: "advertise client without host", args: []string{"--advertise-client", "http://"}, want: "--advertise-client:"},
+		{name: "advertise client https without TLS", args: []string{"--advertise-client", "https://10.0.0.1:2379"}, want: "--advertise-client:"},
+		{name: "advertise peer a URL", args: []string{"--advertise-peer", "http://10.0.0.1:2380"}, want: "--advertise-peer:"},
+		{name: "advertise peer without host", args: []string{"--advertise-peer", ":2380"}, want: "--advertise-peer:"},
+		{name: "empty cluster id", args: []string{"--cluster-id="}, want: "--cluster-id:"},
+		{name: "cluster id with slash", args: []string{"--cluster-id", "a/b"}, want: "--cluster-id:"},
+		{name: "long cluster id", args: []string{"--cluster-id", strings.Repeat("c", 64)}, want: "--cluster-id:"},
+		{name: "bad cluster id env", env: map[string]string{"NETSY_CLUSTER_ID": "my cluster"}, want: "--cluster-id:"},
+		{name: "zero elector lease", args: []string{"--elector-lease=0"}, want: "--elector-lease:"},
+		{name: "negative elector lease", args: []string{"--elector-lease=-15s"}, want: "--elector-lease:"},
+		{name: "elector lease not a duration", args: []string{"--elector-lease=15"}, want: "invalid value \"15\" for flag -elector-lease"},
+		{name: "zero elector lease env", env: map[string]string{"NETSY_ELECTOR_LEASE": "0s"}, want: "--elector-lease:"},
+		{name: "elector lease env not a duration", env: map[string]string{"NETSY_ELECTOR_LEASE": "long"}, want: "--elector-lease (from NETSY_ELECTOR_LEASE="},
+		{name: "zero elector renew", args: []string{"--elector-renew=0"}, want: "--elector-renew:"},
+		{name: "negative elector renew", args: []string{"--elector-renew=-1s"}, want: "--elector-renew:"},
+		{name: "elector renew above half the lease", args: []string{"--elector-lease=10s", "--elector-renew=5001ms"}, want: "--elector-renew:"},
+		{name: "elector renew equal to the lease", args: []string{"--elector-lease=10s", "--elector-renew=10s"}, want: "--elector-renew:"},
+		{name: "elector renew above the lease", args: []string{"--elector-lease=10s", "--elector-renew=20s"}, want: "--elector-renew:"},
+		{name: "default renew above half a short lease", args: []string{"--elector-lease=8s"}, want: "--elector-renew:"},
+		{name: "zero heartbeat interval", args: []string{"--heartbeat-interval=0"}, want: "--heartbeat-interval:"},
+		{name: "negative heartbeat interval", args: []string{"--heartbeat-interval=-500ms"}, want: "--heartbeat-interval:"},
+		{name: "heartbeat interval env not a duration", env: map[string]string{"NETSY_HEARTBEAT_INTERVAL": "fast"}, want: "--heartbeat-interval (from NETSY_HEARTBEAT_INTERVAL="},
+		{name: "negative primary handshake timeout", args: []string{"--primary-handshake-timeout=-1s"}, want: "--primary-handshake-timeout:"},
+		{name: "primary handshake timeout not a duration", args: []string{"--primary-handshake-timeout=3"}, want: "invalid value \"3\" for flag -primary-handshake-timeout"},
+		{name: "negative deregistration timeout", args: []string{"--deregistration-timeout=-1m"}, want: "--deregistration-timeout:"},
+		{name: "negative deregistration timeout env", env: map[string]string{"NETSY_DEREGISTRATION_TIMEOUT": "-3m"}, want: "--deregistration-timeout:"},
+		{name: "zero quorum timeout", args: []string{"--quorum-timeout=0"}, want: "--quorum-timeout:"},
+		{name: "name with a newline", args: []string{"--name", "a\nb"}, want: "--name:"},
+		{name: "name not UTF-8", args: []string{"--name", "a\xffb"}, want: "--name:"},
+		{name: "long name", env: map[string]string{"NETSY_NAME": strings.Repeat("n", MaxNameLen+1)}, want: "--name:"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parse(tc.args, tc.env)
+			if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want one starting with %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestClusterFlagsAccepted(t *testing.T) {
+	cases := []struct {
+		name  string
+		args  []string
+		env   map[string]string
+		check func(Config) bool
+	}{
+		{name: "node id env", env: map[string]string{"NETSY_NODE_ID": "n1"},
+			check: func(c Config) bool { return c.NodeID == "n1" }},
+		{name: "cluster id env", env: map[string]string{"NETSY_CLUSTER_ID": "prod-1"},
+			check: func(c Config) bool { return c.ClusterID == "prod-1" }},
+		{name: "elector lease env", env: map[string]string{"NETSY_ELECTOR_LEASE": "30s"},
+			check: func(c Config) bool { return c.ElectorLease == 30*time.Second }},
+		{name: "node id flag beats env", args: []string{"--node-id", "from-flag"}, env: map[string]string{"NETSY_NODE_ID": "from-env"},
+			check: func(c Config) bool { return c.NodeID == "from-flag" }},
+		{name: "cluster id flag beats env", args: []string{"--cluster-id=a"}, env: map[string]string{"NETSY_CLUSTER_ID": "b"},
+			check: func(c Config) bool { return c.ClusterID == "a" }},
+		{name: "elector lease flag beats env", args: []string{"--elector-lease=20s"}, env: map[string]string{"NETSY_ELECTOR_LEASE": "0s"},
+			check: func(c Config) bool { return c.ElectorLease == 20*time.Second }},
+		{name: "member name defaults to the node id", args: []string{"--node-id", "n1"},
+			check: func(c Config) bool { return c.Name == "" && c.MemberName() == "n1" }},
+		{name: "member name", args: []string{"--node-id", "n1", "--name", "etcd member één"},
+			check: func(c Config) bool { return c.MemberName() == "etcd member één" }},
+		{name: "elector renew exactly half the lease", args: []string{"--elector-lease=10s", "--elector-renew=5s"},
+			check: func(c Config) bool { return c.ElectorRenew == 5*time.Second }},
+		{name: "primary handshake timeout zero waits only the lease", args: []string{"--primary-handshake-timeout=0"},
+			check: func(c Config) bool { return c.PrimaryHandshakeTimeout == 0 }},
+		{name: "deregistration timeout zero is never", args: []string{"--deregistration-timeout=0"},
+			check: func(c Config) bool { return c.DeregistrationTimeout == 0 }},
+		{name: "every interface with advertised addresses", args: []string{
+			"--client-addr", "0.0.0.0:2379", "--advertise-client", "http://10.0.0.1:2379",
+			"--peer-addr", "0.0.0.0:2380", "--advertise-peer", "10.0.0.1:2380", "--insecure-plaintext"},
+			check: func(c Config) bool {
+				return c.AdvertiseClientURL() == "http://10.0.0.1:2379" && c.AdvertisePeerAddr() == "10.0.0.1:2380"
+			}},
+		{name: "advertised addresses default to the listen addresses", args: []string{"--client-addr", "127.0.0.1:12379", "--peer-addr", "127.0.0.1:12380"},
+			check: func(c Config) bool {
+				return c.AdvertiseClientURL() == "http://127.0.0.1:12379" && c.AdvertisePeerAddr() == "127.0.0.1:12380"
+			}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := parse(tc.args, tc.env)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.check(c) {
+				t.Fatalf("unexpected config %+v", c)
+			}
+		})
+	}
+}
+
+func TestClusterDefaults(t *testing.T) {
+	c := Default()
+	if c.PeerAddr != "127.0.0.1:2380" || c.ClusterID != "netsy" {
+		t.Fatalf("peer addr %q, cluster id %q", c.PeerAddr, c.ClusterID)
+	}
+	if h, err := os.Hostname(); err == nil && discovery.ValidateNodeID(h) == nil && c.NodeID != h {
+		t.Fatalf("default node id %q, want the host name %q", c.NodeID, h)
 	}
 }

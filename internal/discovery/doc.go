@@ -13,11 +13,14 @@
 //
 // # Registrations
 //
-// A node creates its file with PutIfAbsent and never overwrites it. Finding
-// its own file with the same cluster id and addresses is a restart and
-// succeeds; finding other addresses is an error that stops start-up, because
-// either two processes claim one --node-id or the node moved and the old
-// entry must be removed on purpose (netsyctl deregister). Deregistering is an
+// A node creates its file with PutIfAbsent. Finding its own file with the
+// same cluster id and addresses is a restart and succeeds; finding other
+// addresses is an error that stops start-up, because either two processes
+// claim one --node-id or the node moved and the old entry must be removed
+// on purpose (netsyctl deregister). The one field a node may change in
+// place is its member name (--name, absent meaning the node id), with
+// PutIfMatch on the ETag it read, so a name never replaces another node's
+// addresses. Deregistering is an
 // unconditional Delete; the node's member id survives in members.json. Node
 // ids are restricted (ValidateNodeID) so each is one safe key segment.
 //

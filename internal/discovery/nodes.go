@@ -50,6 +50,9 @@ type Registration struct {
 	PeerAddr   string
 	ClientURLs []string
 	HTTPAddr   string
+	// Name is the node's etcd member name (--name); empty means NodeID.
+	// A node may change it at the same addresses (see Register).
+	Name string
 	// RegisteredAt is informational (written if non-zero, never compared);
 	// the caller fills it from its clock.
 	RegisteredAt time.Time
@@ -60,6 +63,14 @@ type Registration struct {
 func (r Registration) sameAddresses(o Registration) bool {
 	return r.NodeID == o.NodeID && r.ClusterID == o.ClusterID && r.PeerAddr == o.PeerAddr &&
 		slices.Equal(r.ClientURLs, o.ClientURLs) && r.HTTPAddr == o.HTTPAddr
+}
+
+// MemberName is the etcd member name: Name, else the node id.
+func (r Registration) MemberName() string {
+	if r.Name != "" {
+		return r.Name
+	}
+	return r.NodeID
 }
 
 // addrs renders the advertised addresses for error messages.
@@ -123,6 +134,7 @@ type registrationJSON struct {
 	PeerAddr     string   `json:"peer_addr"`
 	ClientURLs   []string `json:"client_urls"`
 	HTTPAddr     string   `json:"http_addr"`
+	Name         string   `json:"name,omitempty"`
 	RegisteredAt string   `json:"registered_at,omitempty"`
 }
 
@@ -134,6 +146,7 @@ func encodeRegistration(r Registration) []byte {
 		PeerAddr:   r.PeerAddr,
 		ClientURLs: r.ClientURLs,
 		HTTPAddr:   r.HTTPAddr,
+		Name:       r.Name,
 	}
 	if j.ClientURLs == nil {
 		j.ClientURLs = []string{}
@@ -167,6 +180,7 @@ func decodeRegistration(key string, body []byte) (Registration, error) {
 		PeerAddr:   j.PeerAddr,
 		ClientURLs: j.ClientURLs,
 		HTTPAddr:   j.HTTPAddr,
+		Name:       j.Name,
 	}
 	if err := r.validate(); err != nil {
 		return Registration{}, corrupt(err.Error())
@@ -200,9 +214,11 @@ func decodeJSON(body []byte, v any, strict bool) error {
 }
 
 // Register makes sure nodes/{r.NodeID}.json advertises r. It creates the
-// file if absent and accepts an existing one with the same node, cluster and
-// addresses as a no-op; anything else is an error and the file is left as
-// it is. Register never overwrites a registration.
+// file if absent and accepts an existing one with the same node, cluster,
+// addresses and member name as a no-op. An existing one that differs only
+// in the member name is replaced, on the ETag it was read with: the node
+// was restarted with another --name. Anything else is an error and the
+// file is left as it is.
 func Register(ctx context.Context, s objstore.Store, r Registration) error {
 	if err := r.validate(); err != nil {
 		return fmt.Errorf("register: %w", err)
@@ -219,7 +235,7 @@ func Register(ctx context.Context, s objstore.Store, r Registration) error {
 		}
 		// The file exists: it is ours (a restart, or our own create whose
 		// answer was lost) or somebody else's.
-		got, _, err := s.Get(ctx, key)
+		got, etag, err := s.Get(ctx, key)
 		if errors.Is(err, objstore.ErrNotFound) {
 			continue // deregistered between the two calls: try again
 		}
@@ -242,9 +258,19 @@ func Register(ctx context.Context, s objstore.Store, r Registration) error {
 				"or the node moved: deregister it with \"netsyctl deregister %s\" first",
 				ErrConflict, key, old.NodeID, old.addrs(), r.addrs(), r.NodeID, r.NodeID)
 		}
-		return nil
+		if old.MemberName() == r.MemberName() {
+			return nil
+		}
+		_, err = s.PutIfMatch(ctx, key, body, etag)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, objstore.ErrPreconditionFailed) {
+			return fmt.Errorf("register %s: rename %q to %q: %w", key, old.MemberName(), r.MemberName(), err)
+		}
+		// Changed or deregistered since the read: look again.
 	}
-	return fmt.Errorf("register %s: the file keeps appearing and disappearing; is another process registering and deregistering node %s?",
+	return fmt.Errorf("register %s: the file keeps changing under this node; is another process registering and deregistering node %s?",
 		key, r.NodeID)
 }
 

@@ -124,6 +124,107 @@ func TestRegisterConflictingAddresses(t *testing.T) {
 	}
 }
 
+func TestRegisterMemberName(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newStore()
+	named := reg("n1")
+	named.Name = "etcd-1"
+	if err := Register(ctx, s, named); err != nil {
+		t.Fatal(err)
+	}
+	if got := string(mustGet(t, s, "nodes/n1.json")); !strings.Contains(got, `"http_addr":"10.0.0.1:2381","name":"etcd-1",`) {
+		t.Fatalf("body %s lacks the name", got)
+	}
+	regs, _, err := List(ctx, s)
+	if err != nil || len(regs) != 1 || regs[0].Name != "etcd-1" || regs[0].MemberName() != "etcd-1" {
+		t.Fatalf("List = %+v, %v", regs, err)
+	}
+
+	// A file written without a name (before --name was carried, or
+	// without --name) names the member by its node id.
+	if err := Register(ctx, s, reg("n2")); err != nil {
+		t.Fatal(err)
+	}
+	if got := string(mustGet(t, s, "nodes/n2.json")); strings.Contains(got, `"name"`) {
+		t.Fatalf("body %s names a member without --name", got)
+	}
+	regs, _, _ = List(ctx, s)
+	if len(regs) != 2 || regs[1].Name != "" || regs[1].MemberName() != "n2" {
+		t.Fatalf("List = %+v", regs)
+	}
+	// --name equal to the node id is the same member name: no rewrite.
+	before := mustGet(t, s, "nodes/n2.json")
+	same := reg("n2")
+	same.Name = "n2"
+	if err := Register(ctx, s, same); err != nil {
+		t.Fatal(err)
+	}
+	if after := mustGet(t, s, "nodes/n2.json"); string(after) != string(before) {
+		t.Fatalf("the same member name rewrote the file:\n%s\n%s", before, after)
+	}
+}
+
+// A restart with another --name at the same addresses renames the member
+// in place; other addresses are still a conflict, whatever the name.
+func TestRegisterRename(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newStore()
+	if err := Register(ctx, s, reg("n1")); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"etcd-1", "etcd-one", ""} {
+		r := reg("n1")
+		r.Name = name
+		if err := Register(ctx, s, r); err != nil {
+			t.Fatalf("rename to %q: %v", name, err)
+		}
+		regs, _, err := List(ctx, s)
+		if err != nil || len(regs) != 1 || regs[0].Name != name {
+			t.Fatalf("after renaming to %q: List = %+v, %v", name, regs, err)
+		}
+	}
+	before := mustGet(t, s, "nodes/n1.json")
+	moved := reg("n1")
+	moved.Name = "etcd-2"
+	moved.PeerAddr = "10.0.0.9:2380"
+	wantErr(t, Register(ctx, s, moved), ErrConflict, "nodes/n1.json")
+	if after := mustGet(t, s, "nodes/n1.json"); string(after) != string(before) {
+		t.Fatalf("a conflicting register changed the file")
+	}
+}
+
+func TestRegisterRenameFaults(t *testing.T) {
+	ctx := context.Background()
+	renamed := reg("n1")
+	renamed.Name = "etcd-1"
+
+	// The rename's answer is lost: the read-back shows the new name.
+	inner, clk := newStore()
+	s := faulty.New(inner, clk)
+	if err := Register(ctx, s, reg("n1")); err != nil {
+		t.Fatal(err)
+	}
+	s.Inject(faulty.Rule{Ops: faulty.PutIfMatch, Err: objstore.ErrPreconditionFailed, AfterCall: true, Count: 1})
+	if err := Register(ctx, s, renamed); err != nil {
+		t.Fatalf("rename after a lost answer: %v", err)
+	}
+	if got := string(mustGet(t, inner, "nodes/n1.json")); !strings.Contains(got, `"name":"etcd-1"`) {
+		t.Fatalf("body %s", got)
+	}
+
+	// The rename fails: the error says so and the file keeps the old name.
+	inner, clk = newStore()
+	s = faulty.New(inner, clk)
+	if err := Register(ctx, s, reg("n1")); err != nil {
+		t.Fatal(err)
+	}
+	s.Fail(faulty.PutIfMatch, NodesPrefix)
+	wantErr(t, Register(ctx, s, renamed), faulty.ErrInjected, "nodes/n1.json", `rename "n1" to "etcd-1"`)
+	if got := string(mustGet(t, inner, "nodes/n1.json")); strings.Contains(got, `"name"`) {
+		t.Fatalf("a failed rename changed the file: %s", got)
+	}
+}
+
 func TestRegisterOtherCluster(t *testing.T) {
 	ctx := context.Background()
 	s, _ := newStore()

@@ -358,7 +358,7 @@ func (e *Elector) load(ctx context.Context) error {
 	var wg sync.WaitGroup
 	infos := make([]*netsyv1.NodeInfo, 0, len(regs))
 	for _, r := range regs {
-		info := &netsyv1.NodeInfo{NodeId: r.NodeID, MemberId: m.IDs[r.NodeID], PeerAddr: r.PeerAddr, ClientUrls: r.ClientURLs, HttpAddr: r.HTTPAddr}
+		info := &netsyv1.NodeInfo{NodeId: r.NodeID, MemberId: m.IDs[r.NodeID], PeerAddr: r.PeerAddr, ClientUrls: r.ClientURLs, HttpAddr: r.HTTPAddr, Name: r.Name}
 		infos = append(infos, info)
 		wg.Add(1)
 		go func() {

@@ -645,3 +645,32 @@ func TestNoLeaseRenewedWhileElectingAway(t *testing.T) {
 		}
 	})
 }
+
+// A member's name comes from its registration file when the Elector loads
+// the cluster, and from its RegisterNode call after that.
+func TestMemberNames(t *testing.T) {
+	c := newCluster(t, -1, "n1", "n2")
+	named := discovery.Registration{NodeID: "n2", ClusterID: "c1", PeerAddr: "n2:2380", Name: "etcd-2"}
+	if err := discovery.Register(t.Context(), c.store, named); err != nil {
+		t.Fatal(err)
+	}
+	c.begin(-1)
+	names := func(cs *netsyv1.ClusterState) map[string]string {
+		m := map[string]string{}
+		for _, n := range cs.Members {
+			m[n.NodeId] = n.Name
+		}
+		return m
+	}
+	cs, _ := c.run(5*time.Second, primaryIs("", 0))
+	if got := names(cs); got["n1"] != "" || got["n2"] != "etcd-2" {
+		t.Fatalf("member names after load: %v", got)
+	}
+	_, cs, err := c.e.Register(t.Context(), &netsyv1.NodeInfo{NodeId: "n2", PeerAddr: "n2:2380", Name: "etcd-two"}, "c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := names(cs); got["n2"] != "etcd-two" {
+		t.Fatalf("member names after RegisterNode: %v", got)
+	}
+}

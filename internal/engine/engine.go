@@ -67,9 +67,6 @@ type Config struct {
 	// roles find the new Primary and follow it. Nil keeps the refusal
 	// (ErrDeposed) until a restart.
 	OnDeposed func(error)
-	// Leader returns the member id Status reports as leader (the
-	// Primary's); nil reports MemberID.
-	Leader func() uint64
 	// WriteTimeout bounds how long a write waits to become durable before
 	// the client gets ErrTimeout (default 7 s, etcd's request timeout).
 	// The write may still commit later, as with etcd. The loop checks the

@@ -22,10 +22,13 @@ const Version = "3.6.10"
 const storageVersion = "3.6.0"
 
 // Status reports the node's state in etcd's terms: the log index stands in
-// for the raft index.
+// for the raft index and the primary term for the raft term, as in the
+// header (Identity). The engine knows no other member, so it names itself
+// leader; a cluster's Backend names the Primary.
 func (e *Engine) Status(context.Context) (*pb.StatusResponse, error) {
 	st := e.store.Stats()
 	idx := e.committedIdx.Load()
+	_, _, term := e.Identity()
 	resp := &pb.StatusResponse{
 		Header:           &pb.ResponseHeader{Revision: e.committedRev.Load()},
 		Version:          Version,
@@ -33,7 +36,7 @@ func (e *Engine) Status(context.Context) (*pb.StatusResponse, error) {
 		DbSizeInUse:      st.Bytes,
 		Leader:           e.cfg.MemberID,
 		RaftIndex:        idx,
-		RaftTerm:         1,
+		RaftTerm:         term,
 		RaftAppliedIndex: idx,
 		StorageVersion:   storageVersion,
 	}

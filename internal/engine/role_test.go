@@ -74,6 +74,9 @@ func TestFollowThenPromote(t *testing.T) {
 	if _, _, term := f.e.Identity(); term != 3 {
 		t.Fatalf("follower reports raft term %d, want the followed 3", term)
 	}
+	if st, err := f.e.Status(ctx(t)); err != nil || st.RaftTerm != 3 {
+		t.Fatalf("follower's Status raft term %d (%v), want the followed 3", st.GetRaftTerm(), err)
+	}
 
 	prepared := false
 	if err := f.e.Promote(ctx(t), 4, func(context.Context) error { prepared = true; return nil }); err != nil {
@@ -88,6 +91,12 @@ func TestFollowThenPromote(t *testing.T) {
 	}
 	if ents := f.st.Entries(5); len(ents) != 1 || ents[0].Term != 4 {
 		t.Fatalf("new Primary's entry: %+v, want one at term 4", ents)
+	}
+	if st, err := f.e.Status(ctx(t)); err != nil || st.RaftTerm != 4 {
+		t.Fatalf("promoted engine's Status raft term %d (%v), want 4", st.GetRaftTerm(), err)
+	}
+	if _, _, term := f.e.Identity(); term != 4 {
+		t.Fatalf("promoted engine reports raft term %d, want 4", term)
 	}
 	if _, err := f.e.LeaseRenew(ctx(t), lease.ID); err != nil {
 		t.Fatalf("renewal on the promoted engine: %v", err)

@@ -18,12 +18,15 @@ import (
 	"github.com/netsy-io/netsy/internal/engine/enginetest"
 )
 
+// engineTerm is the term the served engine writes at.
+const engineTerm = 7
+
 // newEngineEnv serves the real engine, to check the Backend contract as
 // the engine implements it, not only as the fake reads it.
 func newEngineEnv(t *testing.T, mod func(*Config)) (*testEnv, *engine.Engine) {
 	t.Helper()
 	log := &enginetest.MemStorage{}
-	eng, err := engine.Open(engine.Config{Storage: log, Clock: clock.Real(), ClusterID: testClusterID, MemberID: testMemberID})
+	eng, err := engine.Open(engine.Config{Storage: log, Clock: clock.Real(), ClusterID: testClusterID, MemberID: testMemberID, Term: engineTerm})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +111,7 @@ func TestEngineKVLeaseAndWatch(t *testing.T) {
 	}
 
 	st, err := cli.Status(ctx, e.addr)
-	if err != nil || st.Header.MemberId != testMemberID {
+	if err != nil || st.Header.MemberId != testMemberID || st.Leader != testMemberID || st.RaftTerm != engineTerm || st.Header.RaftTerm != engineTerm {
 		t.Fatalf("status %+v %v", st, err)
 	}
 	cfg := clientv3.Config{Endpoints: []string{e.addr}, Logger: zap.NewNop(), DialTimeout: 5 * time.Second}

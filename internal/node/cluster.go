@@ -101,6 +101,7 @@ func newRoles(cfg config.Config, logger hclog.Logger, clk clock.Clock, store obj
 			PeerAddr:   cfg.AdvertisePeerAddr(),
 			ClientUrls: []string{cfg.AdvertiseClientURL()},
 			HttpAddr:   cfg.HTTPAddr,
+			Name:       cfg.Name,
 		},
 		start:     clk.Now(),
 		view:      view.New(logger.Named("view")),
@@ -530,7 +531,7 @@ func (r *roles) nodeState() *netsyv1.NodeState {
 	r.eventsMu.Lock()
 	evs := slices.Clone(r.events)
 	r.eventsMu.Unlock()
-	info := &netsyv1.NodeInfo{NodeId: r.self.NodeId, MemberId: r.memberID.Load(), PeerAddr: r.self.PeerAddr, ClientUrls: r.self.ClientUrls, HttpAddr: r.self.HttpAddr}
+	info := &netsyv1.NodeInfo{NodeId: r.self.NodeId, MemberId: r.memberID.Load(), PeerAddr: r.self.PeerAddr, ClientUrls: r.self.ClientUrls, HttpAddr: r.self.HttpAddr, Name: r.self.Name}
 	return &netsyv1.NodeState{State: r.state(), Info: info, ClusterState: r.view.Current(), Events: evs}
 }
 
@@ -595,7 +596,7 @@ func (r *roles) registerPeerServices(g *grpc.Server) {
 func registration(cfg config.Config, now time.Time) discovery.Registration {
 	return discovery.Registration{
 		NodeID: cfg.NodeID, ClusterID: cfg.ClusterID, PeerAddr: cfg.AdvertisePeerAddr(),
-		ClientURLs: []string{cfg.AdvertiseClientURL()}, HTTPAddr: cfg.HTTPAddr, RegisteredAt: now,
+		ClientURLs: []string{cfg.AdvertiseClientURL()}, HTTPAddr: cfg.HTTPAddr, Name: cfg.Name, RegisteredAt: now,
 	}
 }
 

@@ -3,7 +3,9 @@ package node
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -36,11 +38,12 @@ type testCluster struct {
 	nodes map[string]*Node
 	dirs  map[string]string
 	addrs map[string][2]string // client and HTTP addresses, kept across restarts
+	names map[string]string    // --name of a node started after it is set
 }
 
 func newTestCluster(t *testing.T, quorum int, ids ...string) *testCluster {
 	c := &testCluster{t: t, net: memnet.New(), faults: faulty.New(mem.New(clock.Real()), clock.Real()), quorum: quorum,
-		nodes: map[string]*Node{}, dirs: map[string]string{}, addrs: map[string][2]string{}}
+		nodes: map[string]*Node{}, dirs: map[string]string{}, addrs: map[string][2]string{}, names: map[string]string{}}
 	c.store = c.faults
 	t.Cleanup(func() {
 		c.mu.Lock()
@@ -71,9 +74,11 @@ func (c *testCluster) start(id string) *Node {
 		c.addrs[id] = [2]string{freePeerAddr(c.t), freePeerAddr(c.t)}
 	}
 	addrs := c.addrs[id]
+	name := c.names[id]
 	c.mu.Unlock()
 	cfg := config.Default()
 	cfg.NodeID = id
+	cfg.Name = name
 	cfg.DataDir = dir
 	cfg.ClientAddr, cfg.HTTPAddr, cfg.PeerAddr = addrs[0], addrs[1], id+":2380"
 	// memnet's peer addresses are names, not loopback addresses.
@@ -174,6 +179,26 @@ func (c *testCluster) separated(timeout time.Duration) string {
 	}
 }
 
+// checkStatus checks that every node's Status names the Primary's member
+// id as leader and its term as raft term, the term the header carries too,
+// and returns that term.
+func (c *testCluster) checkStatus(ctx context.Context, primary string) uint64 {
+	c.t.Helper()
+	leader := c.node(primary).roles.memberID.Load()
+	_, term := c.node(primary).roles.prim.State()
+	for _, id := range c.ids() {
+		st, err := c.client(id).Status(ctx, c.node(id).ClientAddr())
+		if err != nil {
+			c.t.Fatalf("status of %s: %v", id, err)
+		}
+		if st.Leader == 0 || st.Leader != leader || st.RaftTerm != term || st.Header.RaftTerm != term {
+			c.t.Fatalf("status of %s: leader %x, raft term %d, header raft term %d; want the Primary %s's member id %x and term %d",
+				id, st.Leader, st.RaftTerm, st.Header.RaftTerm, primary, leader, term)
+		}
+	}
+	return term
+}
+
 func (c *testCluster) client(id string) *clientv3.Client {
 	return newTestClient(c.t, c.node(id))
 }
@@ -190,9 +215,14 @@ func (c *testCluster) elector() string {
 
 // Three nodes on one bucket form one cluster: one Elector, one Primary,
 // every node serves writes, linearizable reads and watches, MemberList
-// names every node and Status names the Primary as leader.
+// lists every node with its member id, name and URLs on every node, and
+// Status names the Primary as leader.
 func TestClusterServesOnEveryNode(t *testing.T) {
-	c := newTestCluster(t, 0, "n1", "n2", "n3")
+	c := newTestCluster(t, 0)
+	c.names["n2"] = "etcd-2" // n1 and n3 are named by their node ids
+	for _, id := range []string{"n1", "n2", "n3"} {
+		c.start(id)
+	}
 	primary := c.ready(10 * time.Second)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -234,24 +264,35 @@ func TestClusterServesOnEveryNode(t *testing.T) {
 	}
 	// Membership reaches every node with the Elector's next push or
 	// heartbeat answer.
-	var members *clientv3.MemberListResponse
-	var err error
-	for range 200 {
-		if members, err = c.client(replica).MemberList(ctx); err == nil && len(members.Members) == 3 {
-			break
+	want := map[uint64]string{}
+	for _, id := range c.ids() {
+		n, name := c.node(id), c.names[id]
+		if name == "" {
+			name = id
 		}
-		time.Sleep(10 * time.Millisecond)
+		want[n.roles.memberID.Load()] = fmt.Sprintf("%s http://%s:2380 http://%s", name, id, n.ClientAddr())
 	}
-	if err != nil || len(members.Members) != 3 {
-		t.Fatalf("member list: %d members, %v: %v", len(members.Members), err, members)
+	for _, id := range c.ids() {
+		var got map[uint64]string
+		for range 200 {
+			members, err := c.client(id).MemberList(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = map[uint64]string{}
+			for _, m := range members.Members {
+				got[m.ID] = fmt.Sprintf("%s %s %s", m.Name, strings.Join(m.PeerURLs, ","), strings.Join(m.ClientURLs, ","))
+			}
+			if maps.Equal(got, want) {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if !maps.Equal(got, want) {
+			t.Fatalf("member list on %s:\n got %v\nwant %v", id, got, want)
+		}
 	}
-	st, err := c.client(replica).Status(ctx, c.node(replica).ClientAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.Leader != c.node(primary).roles.memberID.Load() || st.Leader == 0 {
-		t.Fatalf("Status leader %x, want the Primary's member id %x", st.Leader, c.node(primary).roles.memberID.Load())
-	}
+	c.checkStatus(ctx, primary)
 }
 
 // A crashed Primary is replaced; writes through a surviving node succeed
@@ -300,6 +341,9 @@ func TestClusterPrimaryCrash(t *testing.T) {
 			c.start(primary)
 			if p := c.ready(10 * time.Second); p != newPrimary {
 				t.Fatalf("Primary after the old one came back: %s, want %s", p, newPrimary)
+			}
+			if term := c.checkStatus(ctx, newPrimary); term < 2 {
+				t.Fatalf("the new Primary's term is %d, want a later one than the first's", term)
 			}
 			got, err := c.client(primary).Get(ctx, "after")
 			if err != nil || len(got.Kvs) != 1 {

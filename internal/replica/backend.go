@@ -402,14 +402,16 @@ func (b *Backend) Events(from, to int64, limit int) ([]*mvccpb.Event, int64, err
 func (b *Backend) CommitNotify() <-chan struct{} { return b.l.CommitNotify() }
 func (b *Backend) WatchErr() error               { return b.l.WatchErr() }
 
-// Status reports this node, with the Primary as leader.
+// Status reports this node, with the Primary as leader and its term as
+// the raft term (what Identity puts in the header).
 func (b *Backend) Status(ctx context.Context) (*pb.StatusResponse, error) {
 	st, err := b.l.Status(ctx)
 	if err != nil {
 		return nil, err
 	}
-	st.Leader = 0
-	if p, _ := b.cfg.Roles.Primary(); p != nil {
+	p, term := b.cfg.Roles.Primary()
+	st.Leader, st.RaftTerm = 0, max(term, 1)
+	if p != nil {
 		st.Leader = p.MemberId
 	}
 	return st, nil
@@ -423,13 +425,18 @@ func (b *Backend) Snapshot(ctx context.Context, w io.Writer) (int64, error) {
 	return b.l.Snapshot(ctx, w)
 }
 
-// MemberList lists every registered node with its member id and URLs.
+// MemberList lists every registered node with its member id, name (its
+// --name, else its node id) and URLs.
 func (b *Backend) MemberList(context.Context) (*pb.MemberListResponse, error) {
 	resp := &pb.MemberListResponse{Header: &pb.ResponseHeader{Revision: b.l.CurrentRevision()}}
 	for _, m := range b.cfg.Roles.Members() {
+		name := m.Name
+		if name == "" {
+			name = m.NodeId
+		}
 		resp.Members = append(resp.Members, &pb.Member{
 			ID:         m.MemberId,
-			Name:       m.NodeId,
+			Name:       name,
 			PeerURLs:   []string{"http://" + m.PeerAddr},
 			ClientURLs: m.ClientUrls,
 		})

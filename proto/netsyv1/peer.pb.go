@@ -147,10 +147,12 @@ type NodeInfo struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	// member_id is the stable etcd member id from members.json.
-	MemberId      uint64   `protobuf:"varint,2,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
-	PeerAddr      string   `protobuf:"bytes,3,opt,name=peer_addr,json=peerAddr,proto3" json:"peer_addr,omitempty"`
-	ClientUrls    []string `protobuf:"bytes,4,rep,name=client_urls,json=clientUrls,proto3" json:"client_urls,omitempty"`
-	HttpAddr      string   `protobuf:"bytes,5,opt,name=http_addr,json=httpAddr,proto3" json:"http_addr,omitempty"`
+	MemberId   uint64   `protobuf:"varint,2,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
+	PeerAddr   string   `protobuf:"bytes,3,opt,name=peer_addr,json=peerAddr,proto3" json:"peer_addr,omitempty"`
+	ClientUrls []string `protobuf:"bytes,4,rep,name=client_urls,json=clientUrls,proto3" json:"client_urls,omitempty"`
+	HttpAddr   string   `protobuf:"bytes,5,opt,name=http_addr,json=httpAddr,proto3" json:"http_addr,omitempty"`
+	// name is the etcd member name (--name); empty means node_id.
+	Name          string `protobuf:"bytes,6,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -216,6 +218,13 @@ func (x *NodeInfo) GetClientUrls() []string {
 func (x *NodeInfo) GetHttpAddr() string {
 	if x != nil {
 		return x.HttpAddr
+	}
+	return ""
+}
+
+func (x *NodeInfo) GetName() string {
+	if x != nil {
+		return x.Name
 	}
 	return ""
 }
@@ -2341,14 +2350,15 @@ var File_netsy_v1_peer_proto protoreflect.FileDescriptor
 
 const file_netsy_v1_peer_proto_rawDesc = "" +
 	"\n" +
-	"\x13netsy/v1/peer.proto\x12\bnetsy.v1\x1a\x12netsy/v1/log.proto\"\x9b\x01\n" +
+	"\x13netsy/v1/peer.proto\x12\bnetsy.v1\x1a\x12netsy/v1/log.proto\"\xaf\x01\n" +
 	"\bNodeInfo\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\tmember_id\x18\x02 \x01(\x04R\bmemberId\x12\x1b\n" +
 	"\tpeer_addr\x18\x03 \x01(\tR\bpeerAddr\x12\x1f\n" +
 	"\vclient_urls\x18\x04 \x03(\tR\n" +
 	"clientUrls\x12\x1b\n" +
-	"\thttp_addr\x18\x05 \x01(\tR\bhttpAddr\"\xfc\x04\n" +
+	"\thttp_addr\x18\x05 \x01(\tR\bhttpAddr\x12\x12\n" +
+	"\x04name\x18\x06 \x01(\tR\x04name\"\xfc\x04\n" +
 	"\tHeartbeat\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12-\n" +
 	"\x06health\x18\x02 \x01(\x0e2\x15.netsy.v1.HealthStateR\x06health\x12;\n" +
