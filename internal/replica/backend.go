@@ -77,8 +77,10 @@ type BackendConfig struct {
 	// known or to take over (default 5 s).
 	PrimaryWait time.Duration
 	// ReadIndexWait bounds how long a linearizable read waits for this
-	// node to apply the confirmed commit point before it is forwarded
-	// (default 1 s).
+	// node to apply the confirmed commit point (default 1 s); past it the
+	// read fails with engine.ErrTimeout, it is never forwarded. It also
+	// bounds a forwarded write's wait to apply the Primary's commit index,
+	// after which the write is answered anyway.
 	ReadIndexWait time.Duration
 	Clock         clock.Clock
 }

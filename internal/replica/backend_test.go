@@ -1,0 +1,574 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"path"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc"
+
+	"github.com/netsy-io/netsy/internal/clock"
+	"github.com/netsy-io/netsy/internal/engine"
+	"github.com/netsy-io/netsy/internal/engine/enginetest"
+	"github.com/netsy-io/netsy/internal/peer"
+	"github.com/netsy-io/netsy/proto/netsyv1"
+)
+
+// The Backend tests run a replica's Backend over a real follower engine
+// (whose applied index the test moves with CommitTo) and fake Primaries
+// on the in-memory network: each answers ReadIndex and the etcd KV
+// service as the test says and counts every call it receives. Nothing
+// sleeps; the read-index wait runs on the world's fake clock.
+
+// fakeRoles is the cluster as the Backend sees it: this node ("r",
+// member 2) is never the Active Primary; the test names the Primary.
+type fakeRoles struct {
+	mu      sync.Mutex
+	primary *netsyv1.NodeInfo
+	term    uint64
+	changed chan struct{}
+}
+
+func newFakeRoles(p *netsyv1.NodeInfo, term uint64) *fakeRoles {
+	return &fakeRoles{primary: p, term: term, changed: make(chan struct{})}
+}
+
+// set names another Primary and wakes whoever waits for a change.
+func (r *fakeRoles) set(p *netsyv1.NodeInfo, term uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.primary, r.term = p, term
+	close(r.changed)
+	r.changed = make(chan struct{})
+}
+
+func (r *fakeRoles) Primary() (*netsyv1.NodeInfo, uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.primary, r.term
+}
+
+func (r *fakeRoles) Changed() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.changed
+}
+
+func (r *fakeRoles) Active() bool                              { return false }
+func (r *fakeRoles) ConfirmLinearizable(context.Context) error { return engine.ErrNotPrimary }
+func (r *fakeRoles) Members() []*netsyv1.NodeInfo              { return nil }
+func (r *fakeRoles) Identity() (uint64, uint64)                { return 1, 2 }
+
+// fakePrimary is a Primary's peer port: Node.ReadIndex and the etcd KV
+// service answer through the funcs the test sets (nil: Unimplemented),
+// and every call to any method is counted before it is answered.
+type fakePrimary struct {
+	netsyv1.UnimplementedNodeServer
+	pb.UnimplementedKVServer
+	info      *netsyv1.NodeInfo
+	readIndex func(ctx context.Context, call int) (*netsyv1.ReadIndexResponse, error)
+	put       func(ctx context.Context, call int, r *pb.PutRequest) (*pb.PutResponse, error)
+
+	mu    sync.Mutex
+	calls map[string]int // by method name
+}
+
+type callKey struct{}
+
+func (w *world) servePrimary(id string, memberID uint64) *fakePrimary {
+	w.t.Helper()
+	p := &fakePrimary{info: &netsyv1.NodeInfo{NodeId: id, MemberId: memberID, PeerAddr: id + ":2380"}, calls: map[string]int{}}
+	g := peer.NewServer(grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		p.mu.Lock()
+		m := path.Base(info.FullMethod)
+		p.calls[m]++
+		n := p.calls[m]
+		p.mu.Unlock()
+		return h(context.WithValue(ctx, callKey{}, n), req)
+	}))
+	netsyv1.RegisterNodeServer(g, p)
+	pb.RegisterKVServer(g, p)
+	l, err := w.net.Host(id).Listen(p.info.PeerAddr)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	srv := peer.Serve(g, l)
+	w.t.Cleanup(srv.Close)
+	return p
+}
+
+// count is how many calls of method (or of any method, for "") arrived.
+func (p *fakePrimary) count(method string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if method != "" {
+		return p.calls[method]
+	}
+	n := 0
+	for _, c := range p.calls {
+		n += c
+	}
+	return n
+}
+
+func (p *fakePrimary) ReadIndex(ctx context.Context, _ *netsyv1.ReadIndexRequest) (*netsyv1.ReadIndexResponse, error) {
+	if p.readIndex == nil {
+		return p.UnimplementedNodeServer.ReadIndex(ctx, nil)
+	}
+	return p.readIndex(ctx, ctx.Value(callKey{}).(int))
+}
+
+func (p *fakePrimary) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error) {
+	if p.put == nil {
+		return p.UnimplementedKVServer.Put(ctx, r)
+	}
+	return p.put(ctx, ctx.Value(callKey{}).(int), r)
+}
+
+// readIndexAt is a Primary that confirms index at once.
+func readIndexAt(index uint64) func(context.Context, int) (*netsyv1.ReadIndexResponse, error) {
+	return func(context.Context, int) (*netsyv1.ReadIndexResponse, error) {
+		return &netsyv1.ReadIndexResponse{Index: index, PrimaryTerm: 5}, nil
+	}
+}
+
+// watchedLocal is the local engine, noting each time the Backend takes a
+// commit notification: a linearizable read does so only once it waits
+// for the engine to apply further.
+type watchedLocal struct {
+	Local
+	waits atomic.Int32
+}
+
+func (l *watchedLocal) CommitNotify() <-chan struct{} {
+	l.waits.Add(1)
+	return l.Local.CommitNotify()
+}
+
+// backendNode is the node under test: host "r" on the world's network.
+type backendNode struct {
+	eng   *engine.Engine
+	local *watchedLocal
+	roles *fakeRoles
+	conns atomic.Int32 // connections the Backend asked for
+	net   *dialLog
+	b     *Backend
+}
+
+// dialLog is the node's network, counting dials that were refused.
+type dialLog struct {
+	peer.Network
+	refused atomic.Int32
+}
+
+func (d *dialLog) Dial(ctx context.Context, addr string) (net.Conn, error) {
+	c, err := d.Network.Dial(ctx, addr)
+	if peer.Refused(err) {
+		d.refused.Add(1)
+	}
+	return c, err
+}
+
+// startBackend runs a Backend over a follower engine that holds and has
+// applied entries 1..applied (entry i writes g<i>, at revision i+1), with
+// p named Primary.
+func (w *world) startBackend(p *netsyv1.NodeInfo, applied uint64) *backendNode {
+	w.t.Helper()
+	n := &backendNode{roles: newFakeRoles(p, 5)}
+	var err error
+	n.eng, err = engine.Open(engine.Config{Storage: &enginetest.MemStorage{}, Clock: w.clk, Logger: testLogger(w.t, "r"), ClusterID: 1, MemberID: 2, Follower: true})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	n.local = &watchedLocal{Local: n.eng}
+	n.net = &dialLog{Network: w.net.Host("r")}
+	pool := peer.NewPool(n.net)
+	w.t.Cleanup(func() {
+		pool.Close()
+		n.eng.Close()
+	})
+	n.b = NewBackend(BackendConfig{
+		Local: n.local, Roles: n.roles, Clock: w.clk,
+		Conn: func(addr string) (*grpc.ClientConn, error) { n.conns.Add(1); return pool.Conn(addr) },
+	})
+	n.hold(w.t, applied)
+	n.apply(w.t, applied)
+	return n
+}
+
+// hold appends entries up to index to the local log without applying them.
+func (n *backendNode) hold(t *testing.T, index uint64) {
+	t.Helper()
+	last, _, _ := n.eng.LastAppended()
+	var es []*netsyv1.Entry
+	for i := last + 1; i <= index; i++ {
+		es = append(es, ent(i, 5))
+	}
+	if err := n.eng.Follow(context.Background(), 5, es); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// apply lets the local engine apply through index.
+func (n *backendNode) apply(t *testing.T, index uint64) {
+	t.Helper()
+	if err := n.eng.CommitTo(context.Background(), index); err != nil {
+		t.Fatal(err)
+	}
+	if got := n.eng.CommittedIndex(); got != index {
+		t.Fatalf("the local engine applied through %d, want %d", got, index)
+	}
+}
+
+// queued is how many reads wait for the next ReadIndex call.
+func (n *backendNode) queued() int {
+	n.b.readIdx.mu.Lock()
+	defer n.b.readIdx.mu.Unlock()
+	return len(n.b.readIdx.waiting)
+}
+
+type outcome[T any] struct {
+	v   T
+	err error
+}
+
+// async runs f in a goroutine the test owns: every test receives its
+// outcome before it ends.
+func async[T any](f func() (T, error)) <-chan outcome[T] {
+	ch := make(chan outcome[T], 1)
+	go func() {
+		v, err := f()
+		ch <- outcome[T]{v, err}
+	}()
+	return ch
+}
+
+// await receives an outcome; the wall-clock bound only turns a hang into
+// a failure.
+func await[T any](t *testing.T, what string, ch <-chan outcome[T]) outcome[T] {
+	t.Helper()
+	select {
+	case o := <-ch:
+		return o
+	case <-clock.Real().After(20 * time.Second):
+		t.Fatalf("waiting for %s", what)
+		panic("unreachable")
+	}
+}
+
+func get(key string) *pb.RangeRequest { return &pb.RangeRequest{Key: []byte(key)} }
+
+// wantValue fails unless o is a successful read of value at revision rev.
+func wantValue(t *testing.T, what string, o outcome[*pb.RangeResponse], value string, rev int64) {
+	t.Helper()
+	if o.err != nil {
+		t.Fatalf("%s: %v", what, o.err)
+	}
+	if len(o.v.Kvs) != 1 || string(o.v.Kvs[0].Value) != value || o.v.Header.GetRevision() != rev {
+		t.Fatalf("%s: got %v at revision %d, want %q at revision %d", what, o.v.Kvs, o.v.Header.GetRevision(), value, rev)
+	}
+}
+
+// Linearizable reads that arrive while a ReadIndex call is in flight do
+// not take its answer (the call began before them, so its commit point
+// may predate a write they must see); they share exactly one call that
+// begins after it.
+func TestBackendReadIndexBatching(t *testing.T) {
+	w := newWorld(t)
+	p := w.servePrimary("p", 10)
+	release := make(chan struct{})
+	p.readIndex = func(ctx context.Context, _ int) (*netsyv1.ReadIndexResponse, error) {
+		select {
+		case <-release:
+			return &netsyv1.ReadIndexResponse{Index: 2, PrimaryTerm: 5}, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	n := w.startBackend(p.info, 2)
+	ctx := context.Background()
+	read := func() (*pb.RangeResponse, error) { return n.b.Range(ctx, get("g2")) }
+
+	first := async(read)
+	waitFor(t, "the first ReadIndex call", func() bool { return p.count("ReadIndex") == 1 })
+	const later = 5
+	var reads []<-chan outcome[*pb.RangeResponse]
+	for range later {
+		reads = append(reads, async(read))
+	}
+	waitFor(t, "the later reads to queue", func() bool { return n.queued() >= later || p.count("ReadIndex") > 1 })
+	if c := p.count("ReadIndex"); c != 1 {
+		t.Fatalf("%d ReadIndex calls while the first was in flight, want 1", c)
+	}
+
+	release <- struct{}{}
+	wantValue(t, "the first read", await(t, "the first read", first), "v", 3)
+	answered := func() int {
+		k := 0
+		for _, ch := range reads {
+			k += len(ch)
+		}
+		return k
+	}
+	waitFor(t, "a second ReadIndex call (or a later read answered by the first)", func() bool {
+		return p.count("ReadIndex") == 2 || answered() > 0
+	})
+	if k := answered(); k > 0 {
+		t.Fatalf("%d reads were answered by the ReadIndex call that began before they arrived", k)
+	}
+
+	release <- struct{}{}
+	for i, ch := range reads {
+		wantValue(t, fmt.Sprintf("later read %d", i), await(t, "a later read", ch), "v", 3)
+	}
+	if c := p.count("ReadIndex"); c != 2 {
+		t.Fatalf("%d ReadIndex calls for two batches, want 2", c)
+	}
+	if c := p.count(""); c != 2 {
+		t.Fatalf("the Primary got %d calls, want only the 2 ReadIndex calls", c)
+	}
+}
+
+// A linearizable read is not answered until the local engine has applied
+// the commit point the Primary confirmed; then it sees that state.
+func TestBackendLinearizableReadWaitsForApply(t *testing.T) {
+	w := newWorld(t)
+	p := w.servePrimary("p", 10)
+	p.readIndex = readIndexAt(3)
+	n := w.startBackend(p.info, 1)
+	n.hold(t, 3) // held, not applied: g3 is not readable here yet
+
+	res := async(func() (*pb.RangeResponse, error) { return n.b.Range(context.Background(), get("g3")) })
+	waitFor(t, "the read to wait for apply", func() bool { return n.local.waits.Load() > 0 || len(res) > 0 })
+	if len(res) > 0 {
+		t.Fatalf("a linearizable read was answered at applied index 1 before reaching the read index 3: %+v", <-res)
+	}
+
+	n.apply(t, 2)
+	waitFor(t, "the read to wait again", func() bool { return n.local.waits.Load() > 1 || len(res) > 0 })
+	if len(res) > 0 {
+		t.Fatalf("a linearizable read was answered at applied index 2 before reaching the read index 3: %+v", <-res)
+	}
+
+	n.apply(t, 3)
+	wantValue(t, "the read", await(t, "the read", res), "v", 4)
+	if c := p.count(""); c != 1 {
+		t.Fatalf("the Primary got %d calls, want the one ReadIndex", c)
+	}
+}
+
+// Serializable reads (Range and read-only Txn) are answered from local
+// state at once, even behind the Primary, without a word to it.
+func TestBackendSerializableReadsAreLocal(t *testing.T) {
+	w := newWorld(t)
+	p := w.servePrimary("p", 10)
+	p.readIndex = readIndexAt(3) // what a linearizable read would wait for
+	n := w.startBackend(p.info, 1)
+	n.hold(t, 3)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel) // a read that went to the Primary ends with the test
+
+	// Each read runs aside, so one that waited for a read index (which
+	// this node never applies) fails the test instead of hanging it.
+	local := func(what string, read func() (*pb.RangeResponse, error)) *pb.RangeResponse {
+		t.Helper()
+		res := async(read)
+		waitFor(t, what, func() bool { return len(res) > 0 || p.count("") > 0 })
+		if c := p.count(""); c > 0 {
+			t.Fatalf("%s: asked the Primary (%d calls)", what, c)
+		}
+		o := <-res
+		if o.err != nil {
+			t.Fatalf("%s: %v", what, o.err)
+		}
+		return o.v
+	}
+	for _, k := range []string{"g1", "g3"} {
+		resp := local("serializable Range "+k, func() (*pb.RangeResponse, error) {
+			return n.b.Range(ctx, &pb.RangeRequest{Key: []byte(k), Serializable: true})
+		})
+		if want := map[string]int{"g1": 1, "g3": 0}[k]; len(resp.Kvs) != want || resp.Header.GetRevision() != 2 {
+			t.Fatalf("serializable Range %s: %d kvs at revision %d, want %d at the local revision 2", k, len(resp.Kvs), resp.Header.GetRevision(), want)
+		}
+	}
+	txn := local("serializable Txn", func() (*pb.RangeResponse, error) {
+		resp, err := n.b.Txn(ctx, &pb.TxnRequest{Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestRange{
+			RequestRange: &pb.RangeRequest{Key: []byte("g1"), Serializable: true}}}}})
+		if err != nil {
+			return nil, err
+		}
+		return resp.Responses[0].GetResponseRange(), nil
+	})
+	if len(txn.Kvs) != 1 || string(txn.Kvs[0].Value) != "v" {
+		t.Fatalf("serializable Txn: %v", txn.Kvs)
+	}
+	if c, k := p.count(""), n.conns.Load(); c != 0 || k != 0 {
+		t.Fatalf("serializable reads made %d calls to the Primary over %d connections, want none", c, k)
+	}
+}
+
+// A linearizable read whose read index this node does not apply within
+// ReadIndexWait fails with ErrTimeout (etcd's "request timed out"); it is
+// neither forwarded to the Primary nor asked again.
+func TestBackendReadIndexWaitTimesOut(t *testing.T) {
+	w := newWorld(t)
+	p := w.servePrimary("p", 10)
+	p.readIndex = readIndexAt(3)
+	n := w.startBackend(p.info, 1) // the default ReadIndexWait: 1 s
+	n.hold(t, 3)
+
+	res := async(func() (*pb.RangeResponse, error) { return n.b.Range(context.Background(), get("g3")) })
+	waitFor(t, "the read to wait for apply", func() bool { return n.local.waits.Load() > 0 || len(res) > 0 })
+	// The read armed its ReadIndexWait timer before it began to wait; the
+	// engine's lease ticker is the only other timer and never disarms.
+	armed := w.clk.Pending()
+	w.clk.Advance(time.Second - time.Millisecond)
+	if w.clk.Pending() != armed || len(res) > 0 {
+		t.Fatal("the read's wait ended before ReadIndexWait")
+	}
+	w.clk.Advance(time.Millisecond)
+	if w.clk.Pending() != armed-1 {
+		t.Fatal("the read's wait did not end at ReadIndexWait")
+	}
+	o := await(t, "the read to time out", res)
+	if !errors.Is(o.err, engine.ErrTimeout) {
+		t.Fatalf("a read that never reached its read index: %v, %v; want ErrTimeout", o.v, o.err)
+	}
+	if c, ri := p.count(""), p.count("ReadIndex"); c != 1 || ri != 1 {
+		t.Fatalf("the Primary got %d calls (%d ReadIndex), want exactly the one ReadIndex: the read is not forwarded", c, ri)
+	}
+}
+
+// A write the target refused without evaluating it (it is not, or no
+// longer, the Primary; or nothing listens at its address) waits for the
+// next Primary and is sent there exactly once.
+func TestBackendForwardRefusedWriteGoesToNextPrimary(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		listen bool // the old Primary's process is alive and answers "not leader"
+	}{
+		{"not leader", true},
+		{"connection refused", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t)
+			old := &fakePrimary{info: &netsyv1.NodeInfo{NodeId: "p1", MemberId: 10, PeerAddr: "p1:2380"}, calls: map[string]int{}}
+			if tc.listen {
+				old = w.servePrimary("p1", 10)
+				old.put = func(context.Context, int, *pb.PutRequest) (*pb.PutResponse, error) {
+					return nil, rpctypes.ErrGRPCNotLeader
+				}
+			}
+			next := w.servePrimary("p2", 11)
+			next.put = func(_ context.Context, _ int, r *pb.PutRequest) (*pb.PutResponse, error) {
+				if string(r.Key) != "k" {
+					return nil, fmt.Errorf("unexpected key %q", r.Key)
+				}
+				return &pb.PutResponse{Header: &pb.ResponseHeader{Revision: 42}}, nil
+			}
+			n := w.startBackend(old.info, 1)
+			base := w.clk.Pending()
+
+			res := async(func() (*pb.PutResponse, error) {
+				return n.b.Put(context.Background(), &pb.PutRequest{Key: []byte("k"), Value: []byte("v")})
+			})
+			// Once the refusal is out, the only timer the Backend can arm is
+			// its 50 ms retry: armed, the Backend waits for the roles to
+			// change (or that timer).
+			if tc.listen {
+				waitFor(t, "the old Primary's refusal", func() bool { return old.count("Put") == 1 || len(res) > 0 })
+			} else {
+				waitFor(t, "the refused dial", func() bool { return n.net.refused.Load() > 0 || len(res) > 0 })
+			}
+			waitFor(t, "the Backend to wait", func() bool { return w.clk.Pending() > base || len(res) > 0 })
+			if len(res) > 0 {
+				t.Fatalf("the refused write returned instead of waiting for the next Primary: %+v", <-res)
+			}
+			n.roles.set(next.info, 6)
+			o := await(t, "the write", res)
+			if o.err != nil || o.v.Header.GetRevision() != 42 {
+				t.Fatalf("the write: %v, %v; want the next Primary's answer", o.v, o.err)
+			}
+			if a, b := old.count(""), next.count(""); a != btoi(tc.listen) || b != 1 {
+				t.Fatalf("the old Primary got %d calls, the next %d; want %d and exactly 1", a, b, btoi(tc.listen))
+			}
+		})
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// A write whose outcome is unknown (the connection broke after the
+// Primary received it; the Primary timed it out) is never sent twice,
+// whoever is Primary by then: the client gets the error.
+func TestBackendForwardUnknownOutcomeIsNotResent(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		answer    func(context.Context) error // the first call's answer
+		brokeConn bool
+	}{
+		{"connection broke", func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }, true},
+		{"request timed out", func(context.Context) error { return rpctypes.ErrGRPCTimeout }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t)
+			entered := make(chan struct{}, 1)
+			ok := func(context.Context, int, *pb.PutRequest) (*pb.PutResponse, error) {
+				return &pb.PutResponse{Header: &pb.ResponseHeader{Revision: 42}}, nil
+			}
+			p1 := w.servePrimary("p1", 10)
+			p1.put = func(ctx context.Context, call int, r *pb.PutRequest) (*pb.PutResponse, error) {
+				if call > 1 {
+					return ok(ctx, call, r)
+				}
+				entered <- struct{}{}
+				return nil, tc.answer(ctx)
+			}
+			p2 := w.servePrimary("p2", 11)
+			p2.put = ok
+			n := w.startBackend(p1.info, 1)
+
+			res := async(func() (*pb.PutResponse, error) {
+				return n.b.Put(context.Background(), &pb.PutRequest{Key: []byte("k"), Value: []byte("v")})
+			})
+			waitFor(t, "the write to reach p1", func() bool { return len(entered) > 0 || len(res) > 0 })
+			if len(entered) == 0 {
+				t.Fatalf("the write returned before reaching the Primary: %+v", <-res)
+			}
+			// Both a resend to p1 and one to the Primary named next
+			// would be answered, and counted.
+			n.roles.set(p2.info, 6)
+			if tc.brokeConn {
+				w.net.Partition("r", "p1")
+				w.net.Heal("r", "p1")
+			}
+			// A Backend that (wrongly) waited to resend would wait on the
+			// clock for the next Primary: time runs until the write ends.
+			waitFor(t, "the write", func() bool { w.clk.Advance(50 * time.Millisecond); return len(res) > 0 })
+			o := <-res
+			t.Logf("the client's error: %v", o.err)
+			if o.err == nil {
+				t.Fatalf("a write whose outcome is unknown was answered %v, want an error", o.v)
+			}
+			if peer.Refused(o.err) {
+				t.Fatalf("the error reads as a refused connection (nothing sent): %v", o.err)
+			}
+			if a, b := p1.count(""), p2.count(""); a != 1 || b != 0 {
+				t.Fatalf("the write was sent %d times to p1 and %d to p2, want once in all", a, b)
+			}
+		})
+	}
+}
