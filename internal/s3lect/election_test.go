@@ -258,7 +258,7 @@ func TestElectionHungRenewStillLosesOnTime(t *testing.T) {
 	l1, _ := leadership(t, n1.Election)
 	hang := n1.store.Delay(faulty.PutIfMatch, "", time.Hour)
 	defer hang.Stop()
-	c.settle() // the loop's renewal timer is armed
+	c.settle()           // the loop's renewal timer is armed
 	c.clk.Advance(renew) // the renewal goes out and hangs
 	// The loop's timer (the validity deadline) and the hanging call's.
 	if err := c.clk.BlockUntil(t.Context(), 2); err != nil {
