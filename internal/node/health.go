@@ -3,9 +3,11 @@ package node
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -67,4 +69,49 @@ func warnQuorum(cfg config.Config, log hclog.Logger) {
 		log.Warn("--quorum asks for replicas this node does not have: every write is acknowledged only once it is in object storage, as with --quorum 0",
 			"quorum", cfg.Quorum, "replicas", 0)
 	}
+}
+
+// deposition is the fence a Primary lost: another writer took the next
+// wal seq in object storage, so this node's state may be behind the
+// bucket's.
+type deposition struct {
+	err  error
+	at   time.Time
+	term uint64 // the primary term it lost
+}
+
+// noteDeposed records that the engine stepped down because another writer
+// took over object storage.
+func (n *Node) noteDeposed(err error) {
+	_, term := n.roles.prim.State()
+	n.deposed.Store(&deposition{err: err, at: n.clock.Now(), term: term})
+}
+
+// depositionReason says why a node that lost its fence cannot serve yet,
+// or nil: until it is the Active Primary again at a later term (its
+// Starting step caught up with the bucket) or follows another Primary,
+// /healthz and /readyz give the deposition as their reason. Linearizable
+// reads and watches wait for the same thing meanwhile: a deposed Primary
+// is a Replica whose Primary is not known.
+func (n *Node) depositionReason() error {
+	d := n.deposed.Load()
+	if d == nil {
+		return nil
+	}
+	r := n.roles
+	serving := false
+	if p, _ := r.Primary(); p != nil {
+		if p.NodeId == n.cfg.NodeID {
+			_, term := r.prim.State()
+			serving = r.prim.Active() && term > d.term
+		} else {
+			serving, _, _ = r.follower.Connected()
+		}
+	}
+	if serving {
+		n.deposed.CompareAndSwap(d, nil)
+		return nil
+	}
+	return fmt.Errorf("deposed %s ago as Primary (term %d): another writer took over object storage (%v); stepped down until the Elector names a Primary and this node has caught up with the bucket",
+		n.clock.Since(d.at).Round(time.Millisecond), d.term, d.err)
 }

@@ -64,6 +64,9 @@ type Node struct {
 	client      net.Listener
 	httpL       net.Listener
 	ready       atomic.Bool
+	// deposed is the fence this node lost as Primary, until it serves
+	// again (see depositionReason).
+	deposed atomic.Pointer[deposition]
 
 	wg        sync.WaitGroup
 	closeOnce sync.Once
@@ -200,7 +203,10 @@ func StartWith(ctx context.Context, cfg config.Config, logger hclog.Logger, deps
 		Logger:          logger,
 		ClusterID:       clusterIDHash(cfg.ClusterID),
 		Follower:        true,
-		OnDeposed:       func(err error) { r.prim.Deposed(err) },
+		OnDeposed: func(err error) {
+			n.noteDeposed(err)
+			r.prim.Deposed(err)
+		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open engine: %w", err)
@@ -438,7 +444,11 @@ func (n *Node) httpHandler() http.Handler {
 	mux.Handle("/cluster/state", clusterview.StateHandler(n.clusterState))
 	mux.Handle("/cluster/leader", clusterview.LeaderHandler(n.clusterState))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
-		if err := n.eng.Failed(); err != nil {
+		err := n.eng.Failed()
+		if err == nil {
+			err = n.depositionReason()
+		}
+		if err != nil {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprintf(w, "unhealthy: %v\n", err)
 			return
@@ -488,6 +498,8 @@ func (n *Node) notReady() error {
 		return errors.New("starting or stopping")
 	case n.eng.Deposed() != nil:
 		return n.eng.Deposed()
+	case n.depositionReason() != nil:
+		return n.depositionReason()
 	case !r.registered.Load():
 		return errors.New("not registered with an Elector yet")
 	}

@@ -94,6 +94,10 @@ type Primary struct {
 
 	// Readable from any goroutine.
 	state      atomic.Int32  // netsyv1.PrimaryState
+	// stepping is set from the moment an Active Primary decides to step
+	// down until it is a Replica: it no longer counts as Active, so it
+	// answers no linearizable read and takes no write meanwhile.
+	stepping atomic.Bool
 	term       atomic.Uint64 // the term held (Starting, Active, Draining) or last held
 	leaseUntil atomic.Int64  // unix nanos by this node's clock
 
@@ -203,7 +207,7 @@ func (p *Primary) State() (netsyv1.PrimaryState, uint64) {
 
 // Active reports whether this node is the Active Primary.
 func (p *Primary) Active() bool {
-	return netsyv1.PrimaryState(p.state.Load()) == netsyv1.PrimaryState_ACTIVE
+	return netsyv1.PrimaryState(p.state.Load()) == netsyv1.PrimaryState_ACTIVE && !p.stepping.Load()
 }
 
 func (p *Primary) setState(s netsyv1.PrimaryState, term uint64) {
@@ -336,6 +340,7 @@ func (p *Primary) stepDown(why string) {
 		return
 	}
 	p.busy = true
+	p.stepping.Store(true)
 	_, term := p.State()
 	p.stopQuorum()
 	p.goOwned(func() {
@@ -349,6 +354,7 @@ func (p *Primary) stepDown(why string) {
 				p.log.Error("stepping down", "why", why, "error", err)
 			}
 			p.setState(netsyv1.PrimaryState_REPLICA, term)
+			p.stepping.Store(false)
 			p.replayPending()
 		})
 	})
