@@ -93,11 +93,11 @@ type Primary struct {
 	wg     sync.WaitGroup
 
 	// Readable from any goroutine.
-	state      atomic.Int32  // netsyv1.PrimaryState
+	state atomic.Int32 // netsyv1.PrimaryState
 	// stepping is set from the moment an Active Primary decides to step
 	// down until it is a Replica: it no longer counts as Active, so it
 	// answers no linearizable read and takes no write meanwhile.
-	stepping atomic.Bool
+	stepping   atomic.Bool
 	term       atomic.Uint64 // the term held (Starting, Active, Draining) or last held
 	leaseUntil atomic.Int64  // unix nanos by this node's clock
 
