@@ -61,13 +61,19 @@ func (r *recorder) Header() http.Header         { return r.header }
 func (r *recorder) Write(b []byte) (int, error) { return r.body.Write(b) }
 func (r *recorder) WriteHeader(code int)        { r.code = code }
 
-// warnQuorum says at start-up what durability a --quorum the node cannot
-// meet really gives: it has no replicas, so a static quorum falls back to
-// acknowledging once the entry is in object storage, as --quorum 0.
-func warnQuorum(cfg config.Config, log hclog.Logger) {
-	if cfg.Quorum > 0 {
+// warnQuorum says at start-up what durability a static --quorum the
+// cluster cannot meet really gives: with fewer other nodes registered than
+// the replicas it asks for, writes fall back to acknowledging once the
+// entry is in object storage, as --quorum 0, until enough replicas follow.
+func warnQuorum(cfg config.Config, others int, log hclog.Logger) {
+	switch {
+	case cfg.Quorum <= 0 || cfg.Quorum <= others:
+	case others == 0:
 		log.Warn("--quorum asks for replicas this node does not have: every write is acknowledged only once it is in object storage, as with --quorum 0",
 			"quorum", cfg.Quorum, "replicas", 0)
+	default:
+		log.Warn("--quorum asks for more replicas than other nodes are registered: until enough of them follow, every write is acknowledged only once it is in object storage, as with --quorum 0",
+			"quorum", cfg.Quorum, "other_nodes", others)
 	}
 }
 

@@ -48,14 +48,20 @@ func TestEtcdHealthFollowsHealthz(t *testing.T) {
 }
 
 func TestWarnQuorum(t *testing.T) {
-	for _, q := range []int{-1, 0, 1, 3} {
+	for _, tc := range []struct {
+		quorum, others int
+		warn           bool
+	}{
+		{-1, 0, false}, {0, 0, false}, {1, 0, true}, {3, 0, true},
+		{1, 2, false}, {2, 2, false}, {3, 2, true}, {-1, 2, false},
+	} {
 		var logged []string
 		log := &capture{Logger: hclog.NewNullLogger(), lines: &logged}
 		cfg := config.Default()
-		cfg.Quorum = q
-		warnQuorum(cfg, log)
-		if want := q > 0; (len(logged) > 0) != want {
-			t.Errorf("--quorum %d: warned %v, want a warning %v", q, logged, want)
+		cfg.Quorum = tc.quorum
+		warnQuorum(cfg, tc.others, log)
+		if (len(logged) > 0) != tc.warn {
+			t.Errorf("--quorum %d with %d other nodes: warned %v, want a warning %v", tc.quorum, tc.others, logged, tc.warn)
 		}
 	}
 }

@@ -107,7 +107,6 @@ func StartWith(ctx context.Context, cfg config.Config, logger hclog.Logger, deps
 		clk = clock.Real()
 	}
 	n := &Node{cfg: cfg, log: logger, clock: clk}
-	warnQuorum(cfg, logger)
 	defer func() {
 		if err != nil {
 			n.Close()
@@ -159,10 +158,12 @@ func StartWith(ctx context.Context, cfg config.Config, logger hclog.Logger, deps
 		}
 		n.ownStore = true
 	}
-	alone, err := checkRegistration(ctx, cfg, n.store, clk)
+	others, err := checkRegistration(ctx, cfg, n.store, clk)
 	if err != nil {
 		return nil, fmt.Errorf("register node %s in %s: %w", cfg.NodeID, storageURL, err)
 	}
+	alone := others == 0
+	warnQuorum(cfg, others, logger)
 	ackOnFsync := cfg.Quorum == -1 && alone
 	n.objlog, err = objwal.Open(ctx, objwal.Options{
 		Store:    n.store,
