@@ -2,7 +2,7 @@ GO ?= go
 PROTOC ?= protoc
 GOBIN := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: all build run test soak test-unit test-e2e test-e2e-etcd test-k8s test-k8s-etcd fuzz proto vet fmt bench bench-cluster tools clean cluster cluster-status cluster-stop
+.PHONY: all build run test soak test-unit test-e2e test-e2e-etcd test-k8s test-k8s-etcd fuzz proto proto-check vet fmt bench bench-cluster tools clean cluster cluster-status cluster-stop
 
 # Unit and protocol tests get the race detector; process-level suites run
 # the built binary and do not need it.
@@ -43,6 +43,18 @@ proto:
 		--go-grpc_out=proto --go-grpc_opt=paths=source_relative proto/netsy/v1/*.proto
 	mkdir -p proto/netsyv1 && mv proto/netsy/v1/*.pb.go proto/netsyv1/
 
+# proto-check regenerates the peer protocol's code in a scratch copy and
+# fails if it differs from what is committed (make proto was not run, or
+# the generators' versions drifted).
+proto-check:
+	@rm -rf .cache/proto-check && mkdir -p .cache/proto-check && cp -r proto .cache/proto-check/
+	@GOFLAGS= GOBIN=$(CURDIR)/.cache/proto-check/bin $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+	@GOFLAGS= GOBIN=$(CURDIR)/.cache/proto-check/bin $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.5.1
+	@cd .cache/proto-check && PATH="$(CURDIR)/.cache/proto-check/bin:$$PATH" $(PROTOC) -I proto --go_out=proto --go_opt=paths=source_relative \
+		--go-grpc_out=proto --go-grpc_opt=paths=source_relative proto/netsy/v1/*.proto && mv proto/netsy/v1/*.pb.go proto/netsyv1/
+	@diff -r proto/netsyv1 .cache/proto-check/proto/netsyv1 || { echo "proto/netsyv1 differs from a fresh make proto"; exit 1; }
+	@echo "proto: generated code matches proto/"
+
 vet:
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./test/e2e/
@@ -62,12 +74,14 @@ tools:
 	bash scripts/build-kube.sh >/dev/null
 	@command -v systemd-analyze >/dev/null || { echo "installing systemd-analyze: apt-get install systemd"; \
 		apt-get update -qq && apt-get install -y -qq --no-install-recommends systemd >/dev/null; }
+	@command -v $(PROTOC) >/dev/null || { echo "installing protoc: apt-get install protobuf-compiler"; \
+		apt-get update -qq && apt-get install -y -qq --no-install-recommends protobuf-compiler >/dev/null; }
 
 test: tools
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./test/e2e/
-	$(MAKE) test-unit fuzz test-e2e test-k8s
+	$(MAKE) proto-check test-unit fuzz test-e2e test-k8s
 
 test-unit:
 	NETSY_REQUIRE_MINIO=1 $(GO) test -race -count=1 -timeout 15m $(UNIT_PKGS)
