@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/anishathalye/porcupine"
-
 	"github.com/netsy-io/netsy/internal/testutil/lincheck"
 )
 
@@ -55,30 +53,4 @@ func TestLinearizability(t *testing.T) {
 		<-done
 	}
 	lincheck.Check(t, h.Ops())
-}
-
-// TestKVModelRejectsStaleRead proves the model can fail: a read that
-// returns an overwritten value after the overwrite completed is illegal.
-func TestKVModelRejectsStaleRead(t *testing.T) {
-	put := func(c int, v string, call, ret int64) porcupine.Operation {
-		return porcupine.Operation{ClientId: c, Input: lincheck.Input{Op: lincheck.Put, Key: "k", Value: v}, Call: call, Output: lincheck.Output{}, Return: ret}
-	}
-	get := func(c int, v string, call, ret int64) porcupine.Operation {
-		return porcupine.Operation{ClientId: c, Input: lincheck.Input{Op: lincheck.Get, Key: "k"}, Call: call, Output: lincheck.Output{Value: v}, Return: ret}
-	}
-	stale := []porcupine.Operation{put(0, "a", 0, 10), put(0, "b", 20, 30), get(1, "a", 40, 50)}
-	if porcupine.CheckOperations(lincheck.Model, stale) {
-		t.Fatal("stale read accepted")
-	}
-	concurrent := []porcupine.Operation{put(0, "a", 0, 10), put(0, "b", 20, 30), get(1, "a", 25, 50)}
-	if !porcupine.CheckOperations(lincheck.Model, concurrent) {
-		t.Fatal("read concurrent with the overwrite rejected")
-	}
-	lostCAS := []porcupine.Operation{
-		put(0, "a", 0, 10),
-		{ClientId: 1, Input: lincheck.Input{Op: lincheck.CAS, Key: "k", Old: "a", Value: "c"}, Call: 20, Output: lincheck.Output{OK: false}, Return: 30},
-	}
-	if porcupine.CheckOperations(lincheck.Model, lostCAS) {
-		t.Fatal("failed cas on a matching value accepted")
-	}
 }
