@@ -311,10 +311,11 @@ func (h *History) Ops() []porcupine.Operation {
 // written as a visualization into the test's artifact directory.
 func Check(t testing.TB, ops []porcupine.Operation) {
 	t.Helper()
+	start := time.Now()
 	res, info := porcupine.CheckOperationsVerbose(Model, ops, time.Minute)
 	switch res {
 	case porcupine.Ok:
-		t.Logf("%d operations linearizable", len(ops))
+		t.Logf("%d operations linearizable (checked in %v)", len(ops), time.Since(start).Round(time.Millisecond))
 	case porcupine.Illegal:
 		path := filepath.Join(t.ArtifactDir(), "linearizability.html")
 		if err := porcupine.VisualizePath(Model, info, path); err != nil {
