@@ -497,15 +497,23 @@ func clusterLinearizable(t *testing.T, quorum string) {
 		ctx, cancel := context.WithDeadline(t.Context(), lifted.Add(linRecover))
 		defer cancel()
 		for _, id := range nodes {
-			for {
+			var last error
+			for n := 1; ; n++ {
 				pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
 				_, err := probes[id].Put(pctx, "progress/"+id, "v")
+				timedOut := pctx.Err() != nil && ctx.Err() == nil
 				pcancel()
 				if err == nil {
 					break
 				}
+				if timedOut {
+					err = fmt.Errorf("no answer within 2s: %w", err)
+				}
+				if ctx.Err() == nil || last == nil {
+					last = err
+				}
 				if ctx.Err() != nil {
-					return 0, fmt.Errorf("no write through %s succeeded within %v: %w", id, linRecover, err)
+					return 0, fmt.Errorf("no write through %s succeeded within %v (%d attempts, the last complete one: %v)", id, linRecover, n, last)
 				}
 				time.Sleep(50 * time.Millisecond)
 			}
