@@ -323,6 +323,13 @@ func Check(t testing.TB, ops []porcupine.Operation) {
 		}
 		t.Fatalf("history of %d operations is not linearizable; visualization: %s (kept with go test -artifacts)", len(ops), path)
 	default:
-		t.Fatalf("linearizability check inconclusive (%s) for %d operations", res, len(ops))
+		open := 0
+		for _, op := range ops {
+			if op.Output.(Output).Unknown {
+				open++
+			}
+		}
+		t.Fatalf("linearizability check inconclusive (%s) after %v for %d operations, %d of them writes of unknown outcome (each may take effect at any later time, which is what makes the search long)",
+			res, time.Since(start).Round(time.Millisecond), len(ops), open)
 	}
 }
