@@ -363,6 +363,9 @@ const (
 	// linBudget bounds TestClusterLinearizable's default plan, both
 	// quorum modes together.
 	linBudget = 5 * time.Minute
+	// A client's pause after a failed call, doubling up to linMaxBackoff
+	// while its calls keep failing.
+	linBackoff, linMaxBackoff = 250 * time.Millisecond, 2 * time.Second
 )
 
 // linFault is one fault: after pause, kind is injected and lifted after
@@ -455,7 +458,7 @@ func clusterLinearizable(t *testing.T, quorum string) {
 	h := lincheck.NewHistory()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	const keys = 16
+	const keys = 32 // 16 pairs: each partition of the check has few open writes
 	var failed atomic.Int64
 	for i, id := range []string{"n1", "n2", "n3", "n1", "n2", "n3"} {
 		cli := c.client(id)
@@ -463,6 +466,7 @@ func clusterLinearizable(t *testing.T, quorum string) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			backoff := linBackoff
 			for n := 0; ; n++ {
 				select {
 				case <-stop:
@@ -475,13 +479,16 @@ func clusterLinearizable(t *testing.T, quorum string) {
 				out, err := h.Run(t.Context(), i, cli, in, 5*time.Second)
 				if err == nil {
 					lc.saw(in, out)
+					backoff = linBackoff
 					continue
 				}
 				// An unacknowledged write stays open in the history for
-				// good: back off, so an outage leaves few of them for the
-				// checker.
+				// good, and each one multiplies the checker's work on its
+				// keys: back off longer while calls keep failing, so an
+				// outage leaves few of them.
 				failed.Add(1)
-				time.Sleep(250 * time.Millisecond)
+				time.Sleep(backoff)
+				backoff = min(2*backoff, linMaxBackoff)
 			}
 		}()
 	}
