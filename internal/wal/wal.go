@@ -87,6 +87,9 @@ type hooks struct {
 	beforeSync func() error
 	// beforeSpareFill runs on the spare goroutine before it writes zeros.
 	beforeSpareFill func()
+	// afterCommit runs on the writer goroutine after each batch it
+	// committed, with the newest index written but not fsync'd (0: none).
+	afterCommit func(unsynced uint64)
 }
 
 // WAL is the local log. Append is meant to be called by one goroutine (the
@@ -613,7 +616,7 @@ func (w *WAL) WaitSynced(ctx context.Context, index uint64) error {
 
 // SetSyncOnRequest changes Options.SyncOnRequest on a running log (objwal
 // switches between its durability modes). Turning it off fsyncs whatever
-// is written at the next batch.
+// is written at once.
 func (w *WAL) SetSyncOnRequest(on bool) {
 	if w.lazy.Swap(on) && !on {
 		w.wake()
@@ -696,8 +699,10 @@ func (w *WAL) run() {
 		want := closing || w.syncTo > w.synced
 		w.mu.Unlock()
 		if len(meta) == 0 {
-			if w.unsynced != 0 && want {
-				// A request for entries an earlier batch wrote.
+			if w.unsynced != 0 && (want || !w.lazy.Load()) {
+				// A request for entries an earlier batch wrote, or
+				// SetSyncOnRequest turned off after a batch written
+				// lazily: no later batch may come to fsync it.
 				if err := w.commit(nil, nil, true); err != nil {
 					return
 				}
@@ -775,6 +780,9 @@ func (w *WAL) commit(buf []byte, meta []frameMeta, want bool) error {
 	w.sealedTo = max(w.sealedTo, sealedTo)
 	w.broadcast()
 	w.mu.Unlock()
+	if w.hooks.afterCommit != nil {
+		w.hooks.afterCommit(w.unsynced)
+	}
 	return nil
 }
 

@@ -357,6 +357,38 @@ func TestSyncOnRequest(t *testing.T) {
 	checkReplay(t, w, 1, 3000)
 }
 
+// Turning SyncOnRequest off fsyncs what was written lazily at once, with
+// no further append: objwal leaves sync mode during an object-storage
+// outage with entries written but never asked for, and refuses new
+// appends until those are durable and uploaded.
+func TestSyncOnRequestTurnedOff(t *testing.T) {
+	var log syncLog
+	written := make(chan uint64, 1000)
+	w := open(t, Options{Dir: t.TempDir(), OnSync: log.onSync, SyncOnRequest: true,
+		hooks: &hooks{afterCommit: func(unsynced uint64) { written <- unsynced }}})
+	defer w.Close()
+	appendRange(t, w, 1, 100)
+	for u := range written {
+		if u == 100 {
+			break
+		}
+	}
+	if calls, _ := log.snapshot(); len(calls) != 0 {
+		t.Fatalf("OnSync %v before any fsync was asked for", calls)
+	}
+	w.SetSyncOnRequest(false)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if calls, _ := log.snapshot(); len(calls) > 0 && calls[len(calls)-1] == 100 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("entries written lazily were not fsync'd after SetSyncOnRequest(false)")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func TestCloseFlushesQueue(t *testing.T) {
 	dir := t.TempDir()
 	var log syncLog

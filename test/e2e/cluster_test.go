@@ -13,6 +13,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -352,18 +353,32 @@ const (
 	faultReplicaKill = "replica SIGKILL"
 	faultReplicaStop = "replica SIGSTOP"
 	faultMinIOFreeze = "MinIO SIGSTOP"
+	faultMinIOKill   = "MinIO SIGKILL"
+)
+
+const (
+	// linRecover bounds how long after a fault is lifted (the restart
+	// or SIGCONT begins) a write through every node must succeed again.
+	linRecover = 15 * time.Second
+	// linBudget bounds TestClusterLinearizable's default plan, both
+	// quorum modes together.
+	linBudget = 5 * time.Minute
+	// A client's pause after a failed call, doubling up to linMaxBackoff
+	// while its calls keep failing.
+	linBackoff, linMaxBackoff = 250 * time.Millisecond, 2 * time.Second
 )
 
 // linFault is one fault: after pause, kind is injected and lifted after
-// hold (a killed node restarts after hold).
+// hold (a killed node or MinIO restarts after hold).
 type linFault struct {
 	kind        string
 	pause, hold time.Duration
 }
 
-// linFaults is the fault plan: each fault once, or with NETSY_SOAK_ROUNDS
-// (make soak) that many drawn at random, with random pauses and holds,
-// from NETSY_SOAK_SEED or a seed the test logs, which replays the plan.
+// linFaults is the fault plan: every kind, the Primary SIGKILL twice, MinIO
+// frozen and then stopped for 10 s each; or with NETSY_SOAK_ROUNDS (make
+// soak) that many drawn at random, with random pauses and holds, from
+// NETSY_SOAK_SEED or a seed the test logs, which replays the plan.
 func linFaults(t *testing.T) []linFault {
 	rounds, _ := strconv.Atoi(os.Getenv("NETSY_SOAK_ROUNDS"))
 	if rounds <= 0 {
@@ -373,6 +388,8 @@ func linFaults(t *testing.T) []linFault {
 			{faultReplicaKill, time.Second, 2 * time.Second},
 			{faultReplicaStop, time.Second, 3 * time.Second},
 			{faultMinIOFreeze, time.Second, 10 * time.Second},
+			{faultPrimaryKill, time.Second, 2 * time.Second},
+			{faultMinIOKill, time.Second, 10 * time.Second},
 		}
 	}
 	seed, err := strconv.ParseUint(os.Getenv("NETSY_SOAK_SEED"), 10, 64)
@@ -381,7 +398,7 @@ func linFaults(t *testing.T) []linFault {
 	}
 	t.Logf("soak: %d faults from seed %d (NETSY_SOAK_SEED=%d replays the plan)", rounds, seed, seed)
 	rng := rand.New(rand.NewPCG(seed, 0))
-	kinds := []string{faultPrimaryKill, faultElectorKill, faultReplicaKill, faultReplicaStop, faultMinIOFreeze}
+	kinds := []string{faultPrimaryKill, faultElectorKill, faultReplicaKill, faultReplicaStop, faultMinIOFreeze, faultMinIOKill}
 	between := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rng.Int64N(int64(hi-lo))) }
 	plan := make([]linFault, rounds)
 	for i := range plan {
@@ -389,7 +406,7 @@ func linFaults(t *testing.T) []linFault {
 		switch f.kind {
 		case faultReplicaStop:
 			f.hold = between(500*time.Millisecond, 8*time.Second)
-		case faultMinIOFreeze:
+		case faultMinIOFreeze, faultMinIOKill:
 			f.hold = between(time.Second, 15*time.Second)
 		default:
 			f.hold = between(0, 5*time.Second)
@@ -399,114 +416,185 @@ func linFaults(t *testing.T) []linFault {
 	return plan
 }
 
-// TestClusterLinearizable records a history of get, put and cas through
-// every node of a 3-node cluster on MinIO while the harness injects, one at
-// a time, a SIGKILL of the Primary, of the Elector and of a replica (each
-// restarted), a SIGSTOP of a replica and a 10 s freeze of MinIO, and
-// checks it with porcupine. A final read of every key through every node
+// TestClusterLinearizable records a history of get, put, cas, delete and
+// two-key transactions through every node of a 3-node cluster on MinIO
+// while the harness injects, one at a time, SIGKILLs of the Primary (twice),
+// of the Elector and of a replica (each restarted), a SIGSTOP of a replica,
+// and MinIO frozen (SIGSTOP) and stopped (SIGKILL, restarted on the same
+// data) for 10 s each, and checks it with porcupine. After each fault is
+// lifted a write through every node must succeed within linRecover (the
+// time it took is logged). A final read of every key through every node
 // joins the history, so an acknowledged write that was lost fails it too.
-// make soak runs it with a long random fault plan (linFaults).
+// Both quorum modes together must finish within linBudget. make soak runs
+// it with a long random fault plan (linFaults).
 func TestClusterLinearizable(t *testing.T) {
 	skipUnlessNetsy(t)
+	start := time.Now()
+	var took []string
 	for _, q := range []string{"-1", "0"} {
 		t.Run("quorum"+q, func(t *testing.T) {
-			srv := miniotest.Start(t)
-			t.Cleanup(func() { syscall.Kill(srv.PID, syscall.SIGCONT) })
-			c := startCluster(t, 3, srv, "--quorum", q)
-			h := lincheck.NewHistory()
-			stop := make(chan struct{})
-			var wg sync.WaitGroup
-			const keys = 16
-			var failed atomic.Int64
-			for i, id := range []string{"n1", "n2", "n3", "n1", "n2", "n3"} {
-				cli := c.client(id)
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					rng := rand.New(rand.NewPCG(uint64(i), 7))
-					last := map[string]string{}
-					for n := 0; ; n++ {
-						select {
-						case <-stop:
-							return
-						default:
-						}
-						in := lincheck.Input{Key: fmt.Sprintf("lin/%d", rng.IntN(keys)), Value: fmt.Sprintf("c%d-%d", i, n)}
-						switch r := rng.IntN(10); {
-						case r < 4:
-							in.Op = lincheck.Get
-						case r < 8:
-							in.Op = lincheck.Put
-						default:
-							in.Op = lincheck.CAS
-							in.Old = last[in.Key]
-						}
-						out, err := h.Run(t.Context(), i, cli, in, 5*time.Second)
-						if err == nil && in.Op == lincheck.Get {
-							last[in.Key] = out.Value
-						}
-						if err != nil {
-							// An unacknowledged write stays open in the
-							// history for good: back off, so an outage
-							// leaves few of them for the checker.
-							failed.Add(1)
-							time.Sleep(250 * time.Millisecond)
-						}
-					}
-				}()
-			}
-			settled := func() clusterview.View {
-				return c.waitState(60*time.Second, func(v clusterview.View) bool {
-					return v.Primary != nil && v.Elector != nil && v.Primary.NodeID != v.Elector.NodeID && v.RegisteredNodes == 3
-				})
-			}
-			for _, f := range linFaults(t) {
-				time.Sleep(f.pause)
-				v := settled()
-				elector, primary := v.Elector.NodeID, v.Primary.NodeID
-				replica := c.other(elector, primary)
-				before, ops := failed.Load(), h.Len()
-				t.Logf("%s for %v (elector %s, primary %s, replica %s)", f.kind, f.hold, elector, primary, replica)
-				switch f.kind {
-				case faultPrimaryKill, faultElectorKill, faultReplicaKill:
-					victim := map[string]string{faultPrimaryKill: primary, faultElectorKill: elector, faultReplicaKill: replica}[f.kind]
-					if err := c.nodes[victim].Kill(); err != nil {
-						t.Fatal(err)
-					}
-					time.Sleep(f.hold)
-					if err := c.nodes[victim].Restart(); err != nil {
-						t.Fatal(err)
-					}
-				case faultReplicaStop, faultMinIOFreeze:
-					pid := srv.PID
-					if f.kind == faultReplicaStop {
-						pid = c.nodes[replica].PID()
-					}
-					if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-						t.Fatal(err)
-					}
-					time.Sleep(f.hold)
-					if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
-						t.Fatal(err)
-					}
-				}
-				settled()
-				t.Logf("%s: %d operations, %d failed or timed out", f.kind, h.Len()-ops, failed.Load()-before)
-			}
-			time.Sleep(time.Second)
-			close(stop)
-			wg.Wait()
-			// Every key, read through every node at the end.
-			for k := range keys {
-				for n, id := range c.running() {
-					in := lincheck.Input{Op: lincheck.Get, Key: fmt.Sprintf("lin/%d", k)}
-					if _, err := h.Run(t.Context(), 100+n, c.client(id), in, 10*time.Second); err != nil {
-						t.Errorf("final read of %s through %s: %v", in.Key, id, err)
-					}
-				}
-			}
-			t.Logf("%d operations, %d failed or timed out", h.Len(), failed.Load())
-			lincheck.Check(t, h.Ops())
+			began := time.Now()
+			clusterLinearizable(t, q)
+			took = append(took, fmt.Sprintf("quorum %s: %v", q, time.Since(began).Round(100*time.Millisecond)))
 		})
 	}
+	total := time.Since(start)
+	t.Logf("took %v (%s)", total.Round(100*time.Millisecond), strings.Join(took, ", "))
+	if soak, _ := strconv.Atoi(os.Getenv("NETSY_SOAK_ROUNDS")); soak <= 0 && total > linBudget {
+		t.Errorf("took %v, over the budget of %v", total, linBudget)
+	}
+}
+
+// clusterLinearizable is one quorum mode of TestClusterLinearizable.
+func clusterLinearizable(t *testing.T, quorum string) {
+	srv := miniotest.Start(t)
+	t.Cleanup(func() { syscall.Kill(srv.PID, syscall.SIGCONT) })
+	c := startCluster(t, 3, srv, "--quorum", quorum)
+	nodes := c.running()
+	probes := map[string]*clientv3.Client{}
+	for _, id := range nodes {
+		probes[id] = c.client(id)
+	}
+	h := lincheck.NewHistory()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	const keys = 32 // 16 pairs: each partition of the check has few open writes
+	var failed atomic.Int64
+	for i, id := range []string{"n1", "n2", "n3", "n1", "n2", "n3"} {
+		cli := c.client(id)
+		lc := newLinClient(uint64(i), "lin", keys)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			backoff := linBackoff
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				case <-t.Context().Done(): // a Fatal elsewhere
+					return
+				default:
+				}
+				in := lc.next(fmt.Sprintf("c%d-%d", i, n))
+				out, err := h.Run(t.Context(), i, cli, in, 5*time.Second)
+				if err == nil {
+					lc.saw(in, out)
+					backoff = linBackoff
+					continue
+				}
+				// An unacknowledged write stays open in the history for
+				// good, and each one multiplies the checker's work on its
+				// keys: back off longer while calls keep failing, so an
+				// outage leaves few of them.
+				failed.Add(1)
+				time.Sleep(backoff)
+				backoff = min(2*backoff, linMaxBackoff)
+			}
+		}()
+	}
+	settled := func() clusterview.View {
+		return c.waitState(60*time.Second, func(v clusterview.View) bool {
+			return v.Primary != nil && v.Elector != nil && v.Primary.NodeID != v.Elector.NodeID && v.RegisteredNodes == 3
+		})
+	}
+	// writable waits until a put through each node succeeds, at most
+	// linRecover after lifted, and returns how long after lifted the
+	// last of them did.
+	writable := func(lifted time.Time) (time.Duration, error) {
+		ctx, cancel := context.WithDeadline(t.Context(), lifted.Add(linRecover))
+		defer cancel()
+		for _, id := range nodes {
+			var last error
+			for n := 1; ; n++ {
+				pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+				_, err := probes[id].Put(pctx, "progress/"+id, "v")
+				timedOut := pctx.Err() != nil && ctx.Err() == nil
+				pcancel()
+				if err == nil {
+					break
+				}
+				if timedOut {
+					err = fmt.Errorf("no answer within 2s: %w", err)
+				}
+				if ctx.Err() == nil || last == nil {
+					last = err
+				}
+				if ctx.Err() != nil {
+					return 0, fmt.Errorf("no write through %s succeeded within %v (%d attempts, the last complete one: %v)", id, linRecover, n, last)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
+		return time.Since(lifted), nil
+	}
+	var recovered []string
+	for _, f := range linFaults(t) {
+		time.Sleep(f.pause)
+		v := settled()
+		elector, primary := v.Elector.NodeID, v.Primary.NodeID
+		replica := c.other(elector, primary)
+		before, ops := failed.Load(), h.Len()
+		t.Logf("%s for %v (elector %s, primary %s, replica %s)", f.kind, f.hold, elector, primary, replica)
+		injected := time.Now()
+		var lifted time.Time
+		switch f.kind {
+		case faultPrimaryKill, faultElectorKill, faultReplicaKill:
+			victim := map[string]string{faultPrimaryKill: primary, faultElectorKill: elector, faultReplicaKill: replica}[f.kind]
+			if err := c.nodes[victim].Kill(); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(f.hold)
+			lifted = time.Now()
+			if err := c.nodes[victim].Restart(); err != nil {
+				t.Fatal(err)
+			}
+		case faultReplicaStop, faultMinIOFreeze:
+			pid := srv.PID
+			if f.kind == faultReplicaStop {
+				pid = c.nodes[replica].PID()
+			}
+			if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(f.hold)
+			lifted = time.Now()
+			if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+		case faultMinIOKill:
+			srv.Kill()
+			time.Sleep(f.hold)
+			lifted = time.Now()
+			if err := srv.Restart(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rec, err := writable(lifted)
+		if err != nil {
+			t.Errorf("%s: not recovered: %v", f.kind, err)
+			break
+		}
+		rec, all := rec.Round(time.Millisecond), (rec + lifted.Sub(injected)).Round(time.Millisecond)
+		recovered = append(recovered, fmt.Sprintf("%s %v", f.kind, rec))
+		t.Logf("%s: a write through every node %v after the fault was lifted (%v after it was injected); %d operations, %d failed or timed out",
+			f.kind, rec, all, h.Len()-ops, failed.Load()-before)
+		settled()
+	}
+	time.Sleep(time.Second)
+	close(stop)
+	wg.Wait()
+	// Every key, read through every node at the end; a node that fails
+	// one is not asked again, so a dead cluster fails in seconds.
+	for n, id := range nodes {
+		for k := range keys {
+			in := lincheck.Input{Op: lincheck.Get, Key: fmt.Sprintf("lin/%d", k)}
+			if _, err := h.Run(t.Context(), 100+n, probes[id], in, 10*time.Second); err != nil {
+				t.Errorf("final read of %s through %s: %v", in.Key, id, err)
+				break
+			}
+		}
+	}
+	t.Logf("recovery after the fault was lifted: %s", strings.Join(recovered, ", "))
+	t.Logf("%d operations, %d failed or timed out", h.Len(), failed.Load())
+	lincheck.Check(t, h.Ops())
 }

@@ -12,7 +12,8 @@
 // The server listens on 127.0.0.1 at a random port in 20000–32000, keeps its
 // data in t.TempDir(), and is killed by PID in t.Cleanup — and by the kernel
 // if the test binary dies first (Linux parent-death signal), so a timed-out
-// test run never leaves a MinIO behind.
+// test run never leaves a MinIO behind. Stop or Kill and then Restart make an
+// outage: the server comes back on the same address with its data.
 //
 // This package must never be imported by non-test code.
 package miniotest

@@ -53,12 +53,15 @@ type Server struct {
 	Region string
 	// Dir holds the data directory, minio.log and minio.pid.
 	Dir string
-	// PID is the MinIO process id.
+	// PID is the MinIO process id; Restart changes it.
 	PID int
 
-	cmd      *exec.Cmd
-	exited   chan struct{} // closed when cmd.Wait returns
-	stopOnce sync.Once
+	bin     string
+	console string // the console's host:port, kept across restarts
+
+	mu     sync.Mutex    // serializes Stop, Kill and Restart
+	cmd    *exec.Cmd     // the current process
+	exited chan struct{} // closed when cmd.Wait returns
 }
 
 // Start runs MinIO for t and returns it with a fresh bucket; see the package
@@ -164,19 +167,38 @@ func launch(bin, dir, user, password string) (*Server, error) {
 		return nil, err
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	logPath := filepath.Join(dir, "minio.log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
+	s := &Server{
+		Endpoint:  "http://" + addr,
+		Addr:      addr,
+		AccessKey: user,
+		SecretKey: password,
+		Region:    Region,
+		Dir:       dir,
+		bin:       bin,
+		console:   net.JoinHostPort("127.0.0.1", strconv.Itoa(console)),
+	}
+	if err := s.run(); err != nil {
 		return nil, err
 	}
+	return s, nil
+}
+
+// run starts MinIO on s's addresses and data directory and waits until it
+// is ready; the caller holds s.mu or owns s alone.
+func (s *Server) run() error {
+	logPath := filepath.Join(s.Dir, "minio.log")
+	logFile, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
 	defer logFile.Close() // the child keeps its own descriptor
-	cmd := exec.Command(bin, "server", "--quiet",
-		"--address", addr,
-		"--console-address", net.JoinHostPort("127.0.0.1", strconv.Itoa(console)),
-		filepath.Join(dir, "data"))
+	cmd := exec.Command(s.bin, "server", "--quiet",
+		"--address", s.Addr,
+		"--console-address", s.console,
+		filepath.Join(s.Dir, "data"))
 	cmd.Env = append(os.Environ(),
-		"MINIO_ROOT_USER="+user,
-		"MINIO_ROOT_PASSWORD="+password,
+		"MINIO_ROOT_USER="+s.AccessKey,
+		"MINIO_ROOT_PASSWORD="+s.SecretKey,
 		"MINIO_BROWSER=off", // the console is never used by tests; it only costs memory
 		"MINIO_UPDATE=off",
 	)
@@ -187,35 +209,26 @@ func launch(bin, dir, user, password string) (*Server, error) {
 	// fires when the runtime retires that thread, killing MinIO mid-test.
 	waited, err := procutil.StartTied(cmd)
 	if err != nil {
-		return nil, fmt.Errorf("exec %s: %w", bin, err)
+		return fmt.Errorf("exec %s: %w", s.bin, err)
 	}
-	s := &Server{
-		Endpoint:  "http://" + addr,
-		Addr:      addr,
-		AccessKey: user,
-		SecretKey: password,
-		Region:    Region,
-		Dir:       dir,
-		PID:       cmd.Process.Pid,
-		cmd:       cmd,
-		exited:    make(chan struct{}),
-	}
+	exited := make(chan struct{})
+	s.cmd, s.exited, s.PID = cmd, exited, cmd.Process.Pid
 	go func() {
 		// Owned by s: ends when the process does, which Stop guarantees.
 		<-waited
-		close(s.exited)
+		close(exited)
 	}()
 	// Same file minio.sh writes, so `minio.sh stop DIR` works on it too.
-	if err := os.WriteFile(filepath.Join(dir, "minio.pid"), []byte(strconv.Itoa(s.PID)+"\n"), 0o644); err != nil {
-		s.Stop()
-		return nil, err
+	if err := os.WriteFile(filepath.Join(s.Dir, "minio.pid"), []byte(strconv.Itoa(s.PID)+"\n"), 0o644); err != nil {
+		s.stop(syscall.SIGTERM)
+		return err
 	}
 	if err := s.waitReady(); err != nil {
-		s.Stop()
+		s.stop(syscall.SIGTERM)
 		log, _ := os.ReadFile(logPath)
-		return nil, fmt.Errorf("%w; log:\n%s", err, bytes.TrimSpace(log))
+		return fmt.Errorf("%w; log:\n%s", err, bytes.TrimSpace(log))
 	}
-	return s, nil
+	return nil
 }
 
 func (s *Server) waitReady() error {
@@ -250,16 +263,59 @@ func (s *Server) waitReady() error {
 // waits for it to exit. It is idempotent and registered with t.Cleanup, so
 // tests call it only to simulate an outage.
 func (s *Server) Stop() {
-	s.stopOnce.Do(func() {
-		_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stop(syscall.SIGTERM)
+}
+
+// Kill SIGKILLs MinIO (a crash) and waits for it to exit.
+func (s *Server) Kill() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stop(syscall.SIGKILL)
+}
+
+// stop sends sig unless MinIO has exited, SIGKILLs it after the grace
+// period, and waits; the caller holds s.mu or owns s alone.
+func (s *Server) stop(sig syscall.Signal) {
+	select {
+	case <-s.exited:
+	default:
+		_ = s.cmd.Process.Signal(sig)
 		select {
 		case <-s.exited:
 		case <-clock.Real().After(stopGrace):
 			_ = s.cmd.Process.Kill()
 			<-s.exited
 		}
-		_ = os.Remove(filepath.Join(s.Dir, "minio.pid"))
-	})
+	}
+	_ = os.Remove(filepath.Join(s.Dir, "minio.pid"))
+}
+
+// Restart starts MinIO again after Stop or Kill, on the same address and
+// data directory, and waits until it is ready: to its clients, the same
+// server back after an outage. It fails if MinIO is running, or if its
+// port stays taken (a port below 32768 is not handed to outgoing
+// connections, so only another listener can take it meanwhile).
+func (s *Server) Restart() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-s.exited:
+	default:
+		return fmt.Errorf("miniotest: restart: minio pid %d is running", s.PID)
+	}
+	var err error
+	for range startAttempts {
+		if err = s.run(); err == nil || !strings.Contains(err.Error(), "address already in use") {
+			break
+		}
+		<-clock.Real().After(time.Second)
+	}
+	if err != nil {
+		return fmt.Errorf("miniotest: restart minio on %s: %w", s.Addr, err)
+	}
+	return nil
 }
 
 // Client returns a minio-go client with root credentials, for setting up or

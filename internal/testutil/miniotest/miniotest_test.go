@@ -48,3 +48,37 @@ func TestStartServesAndStops(t *testing.T) {
 	}
 	s.Stop() // idempotent; t.Cleanup calls it again too
 }
+
+// TestKillRestart: a killed server comes back on the same endpoint with
+// its objects, under a new pid; Restart refuses a running server.
+func TestKillRestart(t *testing.T) {
+	s := miniotest.Start(t)
+	c := s.Client(t)
+	ctx := t.Context()
+	if _, err := c.PutObject(ctx, s.Bucket, "hello", bytes.NewReader([]byte("world")), 5, minio.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Restart(); err == nil {
+		t.Fatal("Restart of a running server succeeded")
+	}
+	old := s.PID
+	s.Kill()
+	if err := syscall.Kill(old, 0); err == nil {
+		t.Fatalf("minio pid %d still alive after Kill", old)
+	}
+	if err := s.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if s.PID == old {
+		t.Fatalf("pid %d unchanged by Restart", s.PID)
+	}
+	obj, err := c.GetObject(ctx, s.Bucket, "hello", minio.GetObjectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(obj)
+	obj.Close()
+	if err != nil || string(body) != "world" {
+		t.Fatalf("get after restart = %q, %v", body, err)
+	}
+}
