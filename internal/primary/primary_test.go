@@ -510,7 +510,7 @@ func TestPrimaryLease(t *testing.T) {
 
 // ConfirmLinearizable: a refusal when not Active, nil from the lease
 // while it holds, else the answer of a fence check; ReadIndex answers
-// the commit point it read on arrival, confirmed.
+// the commit point, revision and term, confirmed.
 func TestPrimaryConfirmLinearizable(t *testing.T) {
 	h := newPrimary(t, nil)
 	if err := h.confirmNow(); !errors.Is(err, ErrNotActive) {
