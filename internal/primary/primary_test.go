@@ -1,0 +1,788 @@
+package primary
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/netsy-io/netsy/internal/clock"
+	"github.com/netsy-io/netsy/internal/engine"
+	"github.com/netsy-io/netsy/internal/objwal"
+	"github.com/netsy-io/netsy/proto/netsyv1"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// The life-cycle tests drive a Primary through its loop with fakes for
+// the engine and the log. Time is a fake clock; a test that would hang
+// fails on the guard instead.
+
+// recorder keeps, in order, what the fakes were asked to do.
+type recorder struct {
+	mu     sync.Mutex
+	events []string
+}
+
+func (r *recorder) add(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, fmt.Sprintf(format, args...))
+}
+
+func (r *recorder) get() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.events)
+}
+
+// hold keeps a fake call running until the test releases it (or the
+// call's context ends); entered says it is being held.
+type hold struct {
+	entered chan struct{}
+	release chan struct{}
+}
+
+func newHold() *hold {
+	return &hold{entered: make(chan struct{}, 1), release: make(chan struct{})}
+}
+
+func (h *hold) wait(ctx context.Context) error {
+	if h == nil {
+		return nil
+	}
+	h.entered <- struct{}{}
+	select {
+	case <-h.release:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// lcEngine is the engine as the life cycle uses it.
+type lcEngine struct {
+	*fakeEngine
+	rec      *recorder
+	log      *lcLog
+	termFile string
+	appendCh chan struct{} // never closed: no appends
+
+	hmu         sync.Mutex
+	promoteHold *hold
+	demoteHold  *hold
+}
+
+func (e *lcEngine) AppendNotify() <-chan struct{} { return e.appendCh }
+func (e *lcEngine) CurrentRevision() int64        { return int64(e.CommittedIndex()) + 100 }
+
+// Promote records what Starting had done when the engine was promoted:
+// the term on disk and the log's mode. The claim is its Starting step.
+func (e *lcEngine) Promote(ctx context.Context, term int64, prepare func(context.Context) error) error {
+	e.hmu.Lock()
+	h := e.promoteHold
+	e.hmu.Unlock()
+	onDisk, err := readTerm(e.termFile)
+	if err != nil {
+		return err
+	}
+	mode, _ := e.log.get()
+	e.rec.add("promote %d (term file %d, log %s)", term, onDisk, mode)
+	if err := h.wait(ctx); err != nil {
+		return err
+	}
+	return prepare(ctx)
+}
+
+func (e *lcEngine) Demote(ctx context.Context, flush bool) (uint64, error) {
+	e.hmu.Lock()
+	h := e.demoteHold
+	e.hmu.Unlock()
+	e.rec.add("demote flush=%v", flush)
+	if err := h.wait(ctx); err != nil {
+		return 0, err
+	}
+	return e.CommittedIndex(), nil
+}
+
+func (e *lcEngine) LeaseRenew(ctx context.Context, id int64) (int64, error) {
+	e.rec.add("lease renew %d", id)
+	return 10, nil
+}
+
+func (e *lcEngine) holdPromote() *hold {
+	e.hmu.Lock()
+	defer e.hmu.Unlock()
+	e.promoteHold = newHold()
+	return e.promoteHold
+}
+
+func (e *lcEngine) holdDemote() *hold {
+	e.hmu.Lock()
+	defer e.hmu.Unlock()
+	e.demoteHold = newHold()
+	return e.demoteHold
+}
+
+// lcLog is object storage as the life cycle uses it. Every StillWriter
+// call is handed to the test, which answers it.
+type lcLog struct {
+	*fakeLog
+	rec    *recorder
+	checks chan fenceCall
+
+	hmu         sync.Mutex
+	claimErr    error
+	releaseHold *hold
+}
+
+// fenceCall is one StillWriter call waiting for the test's answer.
+type fenceCall struct{ reply chan error }
+
+func (l *lcLog) Claim(ctx context.Context) error {
+	l.hmu.Lock()
+	err := l.claimErr
+	l.hmu.Unlock()
+	l.rec.add("claim")
+	return err
+}
+
+func (l *lcLog) Release(ctx context.Context, flush bool, keep uint64) error {
+	l.hmu.Lock()
+	h := l.releaseHold
+	l.hmu.Unlock()
+	l.rec.add("release flush=%v keep=%d", flush, keep)
+	return h.wait(ctx)
+}
+
+func (l *lcLog) StillWriter(ctx context.Context) error {
+	c := fenceCall{reply: make(chan error, 1)}
+	select {
+	case l.checks <- c:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-c.reply:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (l *lcLog) holdRelease() *hold {
+	l.hmu.Lock()
+	defer l.hmu.Unlock()
+	l.releaseHold = newHold()
+	return l.releaseHold
+}
+
+func (l *lcLog) failClaim(err error) {
+	l.hmu.Lock()
+	defer l.hmu.Unlock()
+	l.claimErr = err
+}
+
+type change struct {
+	state netsyv1.PrimaryState
+	term  uint64
+}
+
+func (c change) String() string { return fmt.Sprintf("%s at %d", c.state, c.term) }
+
+// lharness is one Primary with its fakes.
+type lharness struct {
+	t        *testing.T
+	ctx      context.Context // the guard: a hang fails the test
+	clk      *clock.Fake
+	rec      *recorder
+	eng      *lcEngine
+	log      *lcLog
+	p        *Primary
+	cfg      Config
+	termFile string
+	changes  chan change
+}
+
+const (
+	self   = "p"
+	window = 200 * time.Millisecond // LeaseWindow
+)
+
+func newPrimary(t *testing.T, edit func(*Config)) *lharness {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	t.Cleanup(cancel)
+	h := &lharness{t: t, ctx: ctx, clk: clock.NewFake(epoch), rec: &recorder{},
+		termFile: filepath.Join(t.TempDir(), "term"), changes: make(chan change, 64)}
+	fe := &fakeEngine{committed: 4, last: 4}
+	// A follower's log may be in any mode; Starting must set sync.
+	h.log = &lcLog{fakeLog: &fakeLog{eng: fe, mode: objwal.ModeAsync}, rec: h.rec, checks: make(chan fenceCall)}
+	h.eng = &lcEngine{fakeEngine: fe, rec: h.rec, log: h.log, termFile: h.termFile, appendCh: make(chan struct{})}
+	h.cfg = Config{
+		Self: self, Engine: h.eng, Log: h.log,
+		QuorumTimeout: 300 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond,
+		LeaseWindow: window, DrainTimeout: 2 * time.Second,
+		TermFile: h.termFile,
+		StopFollowing: func(context.Context) error {
+			h.rec.add("stop following")
+			return nil
+		},
+		Changed: func(s netsyv1.PrimaryState, term uint64) { h.changes <- change{s, term} },
+		Clock:   h.clk,
+	}
+	if edit != nil {
+		edit(&h.cfg)
+	}
+	h.start()
+	return h
+}
+
+// start runs a new Primary over the same fakes and term file.
+func (h *lharness) start() {
+	h.t.Helper()
+	p, err := New(h.cfg)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	p.Start()
+	h.t.Cleanup(p.Close)
+	h.p = p
+}
+
+func clusterState(primary string, term uint64) *netsyv1.ClusterState {
+	return &netsyv1.ClusterState{Primary: &netsyv1.NodeInfo{NodeId: primary}, PrimaryTerm: term, RegisteredNodes: 3}
+}
+
+// expect takes the next state change and checks it.
+func (h *lharness) expect(state netsyv1.PrimaryState, term uint64) {
+	h.t.Helper()
+	select {
+	case c := <-h.changes:
+		if want := (change{state, term}); c != want {
+			h.t.Fatalf("state changed to %s, want %s", c, want)
+		}
+	case <-h.ctx.Done():
+		h.t.Fatalf("waiting for %s at %d", state, term)
+	}
+}
+
+// barrier returns once the loop has handled everything sent before it.
+func (h *lharness) barrier() {
+	h.t.Helper()
+	done := make(chan struct{})
+	h.p.send(func() { close(done) })
+	select {
+	case <-done:
+	case <-h.ctx.Done():
+		h.t.Fatal("waiting for the loop")
+	}
+}
+
+// noChange checks that the loop changed no state.
+func (h *lharness) noChange() {
+	h.t.Helper()
+	h.barrier()
+	select {
+	case c := <-h.changes:
+		h.t.Fatalf("unexpected state change to %s", c)
+	default:
+	}
+}
+
+// activate makes the Primary Active at term.
+func (h *lharness) activate(term uint64) {
+	h.t.Helper()
+	h.p.Observe(clusterState(self, term))
+	h.expect(netsyv1.PrimaryState_STARTING, term)
+	h.expect(netsyv1.PrimaryState_ACTIVE, term)
+}
+
+// confirmNow asks ConfirmLinearizable with a context that has already
+// ended: nil means the lease answered, ErrNotActive a refusal, and
+// context.Canceled that the call would wait for a fence check.
+func (h *lharness) confirmNow() error {
+	ctx, cancel := context.WithCancel(h.ctx)
+	cancel()
+	return h.p.ConfirmLinearizable(ctx)
+}
+
+// confirmAsync runs ConfirmLinearizable on a goroutine.
+func (h *lharness) confirmAsync() <-chan error {
+	out := make(chan error, 1)
+	go func() { out <- h.p.ConfirmLinearizable(h.ctx) }()
+	return out
+}
+
+// nextCheck returns the next fence check the Primary started.
+func (h *lharness) nextCheck() fenceCall {
+	h.t.Helper()
+	select {
+	case c := <-h.log.checks:
+		return c
+	case <-h.ctx.Done():
+		h.t.Fatal("waiting for a fence check")
+	}
+	return fenceCall{}
+}
+
+func (h *lharness) result(ch <-chan error) error {
+	h.t.Helper()
+	select {
+	case err := <-ch:
+		return err
+	case <-h.ctx.Done():
+		h.t.Fatal("waiting for an answer")
+	}
+	return nil
+}
+
+func (h *lharness) entered(hd *hold, what string) {
+	h.t.Helper()
+	select {
+	case <-hd.entered:
+	case <-h.ctx.Done():
+		h.t.Fatalf("waiting for %s", what)
+	}
+}
+
+func (h *lharness) wantEvents(want ...string) {
+	h.t.Helper()
+	if got := h.rec.get(); !slices.Equal(got, want) {
+		h.t.Fatalf("events:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+	}
+}
+
+// A Cluster State naming this node Primary runs Starting in order (the
+// replica role stops feeding the engine, the term is on disk and the log
+// in sync mode before the engine is promoted with the claim as its
+// Starting step) and makes it Active. While Starting it answers nothing
+// an Active Primary answers.
+func TestPrimaryStartingThenActive(t *testing.T) {
+	h := newPrimary(t, nil)
+	if s, term := h.p.State(); s != netsyv1.PrimaryState_REPLICA || term != 0 || h.p.Active() {
+		t.Fatalf("new Primary is %s at %d", s, term)
+	}
+	h.p.Observe(clusterState("other", 7))
+	h.noChange()
+
+	held := h.eng.holdPromote()
+	h.p.Observe(clusterState(self, 7))
+	h.expect(netsyv1.PrimaryState_STARTING, 7)
+	h.entered(held, "the promotion")
+	if h.p.Active() {
+		t.Fatal("Active while Starting")
+	}
+	if err := h.confirmNow(); !errors.Is(err, ErrNotActive) {
+		t.Fatalf("ConfirmLinearizable while Starting: %v, want ErrNotActive", err)
+	}
+	close(held.release)
+	h.expect(netsyv1.PrimaryState_ACTIVE, 7)
+	h.wantEvents("stop following", "promote 7 (term file 7, log sync)", "claim")
+	if s, term := h.p.State(); s != netsyv1.PrimaryState_ACTIVE || term != 7 || !h.p.Active() {
+		t.Fatalf("after Starting: %s at %d, Active %v", s, term, h.p.Active())
+	}
+	if got, err := readTerm(h.termFile); err != nil || got != 7 {
+		t.Fatalf("term file: %d, %v", got, err)
+	}
+	if h.p.Replication() == nil {
+		t.Fatal("an Active Primary reports no replication")
+	}
+}
+
+// A Starting step that fails (here the claim) leaves the node a Replica;
+// the term was on disk before the claim, so it is not tried again.
+func TestPrimaryFailedStartingIsReplica(t *testing.T) {
+	h := newPrimary(t, nil)
+	h.log.failClaim(fmt.Errorf("claim wal/5: %w", objwal.ErrFenced))
+	h.p.Observe(clusterState(self, 7))
+	h.expect(netsyv1.PrimaryState_STARTING, 7)
+	h.expect(netsyv1.PrimaryState_REPLICA, 7)
+	if h.p.Active() {
+		t.Fatal("Active after a failed Starting")
+	}
+	h.wantEvents("stop following", "promote 7 (term file 7, log sync)", "claim")
+
+	h.p.Observe(clusterState(self, 7))
+	h.expect(netsyv1.PrimaryState_REPLICA, 7)
+	h.wantEvents("stop following", "promote 7 (term file 7, log sync)", "claim")
+
+	h.log.failClaim(nil)
+	h.activate(8)
+}
+
+// A replica role that cannot stop following fails Starting before
+// anything is promoted.
+func TestPrimaryStopFollowingFails(t *testing.T) {
+	h := newPrimary(t, func(c *Config) {
+		c.StopFollowing = func(context.Context) error { return errors.New("stream stuck") }
+	})
+	h.p.Observe(clusterState(self, 7))
+	h.expect(netsyv1.PrimaryState_STARTING, 7)
+	h.expect(netsyv1.PrimaryState_REPLICA, 7)
+	h.wantEvents()
+	if got, _ := readTerm(h.termFile); got != 0 {
+		t.Fatalf("term file holds %d", got)
+	}
+}
+
+// A node never takes a term twice: one at or below the highest it took
+// is refused (told once, as a Replica at that term), also after a
+// restart, which reads the term file.
+func TestPrimaryRefusesATermItHeld(t *testing.T) {
+	h := newPrimary(t, nil)
+	h.p.Close()
+	if err := writeTerm(h.termFile, 7); err != nil {
+		t.Fatal(err)
+	}
+	h.start()
+	if s, term := h.p.State(); s != netsyv1.PrimaryState_REPLICA || term != 7 {
+		t.Fatalf("restarted as %s at %d", s, term)
+	}
+	h.p.Observe(clusterState(self, 7))
+	h.expect(netsyv1.PrimaryState_REPLICA, 7)
+	h.p.Observe(clusterState(self, 7))
+	h.noChange()
+	h.p.Observe(clusterState(self, 5))
+	h.expect(netsyv1.PrimaryState_REPLICA, 5)
+	h.wantEvents()
+
+	h.activate(8)
+	if got, _ := readTerm(h.termFile); got != 8 {
+		t.Fatalf("term file holds %d, want 8", got)
+	}
+	if err := h.p.Drain(h.ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.expect(netsyv1.PrimaryState_DRAINING, 8)
+	h.expect(netsyv1.PrimaryState_REPLICA, 8)
+	h.p.Observe(clusterState(self, 8)) // drained: not again
+	h.expect(netsyv1.PrimaryState_REPLICA, 8)
+	h.p.Close()
+
+	h.start()
+	h.p.Observe(clusterState(self, 8)) // restarted: not again
+	h.expect(netsyv1.PrimaryState_REPLICA, 8)
+	if n := strings.Count(strings.Join(h.rec.get(), "\n"), "promote"); n != 1 {
+		t.Fatalf("%d promotions, want 1: %q", n, h.rec.get())
+	}
+}
+
+// A damaged term file stops New: guessing could take a term twice.
+func TestPrimaryDamagedTermFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "term")
+	if err := os.WriteFile(path, []byte(`{"term":`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(Config{TermFile: path}); err == nil || !strings.Contains(err.Error(), path) {
+		t.Fatalf("New: %v", err)
+	}
+}
+
+// The lease counts from the send time of an answered heartbeat, never
+// from becoming Active; an older answer does not shorten it.
+func TestPrimaryLease(t *testing.T) {
+	h := newPrimary(t, nil)
+	h.activate(7)
+	if h.p.LeaseHeld() {
+		t.Fatal("becoming Active started a lease")
+	}
+	sent := h.clk.Now()
+	h.clk.Advance(50 * time.Millisecond)
+	h.p.Answered(sent)
+	h.p.Answered(sent.Add(-100 * time.Millisecond))
+	h.clk.Advance(window - 50*time.Millisecond - 1)
+	if !h.p.LeaseHeld() {
+		t.Fatal("lease lapsed early")
+	}
+	h.clk.Advance(1)
+	if h.p.LeaseHeld() {
+		t.Fatal("lease held a window after the heartbeat was sent")
+	}
+}
+
+// ConfirmLinearizable: a refusal when not Active, nil from the lease
+// while it holds, else the answer of a fence check; ReadIndex answers
+// the commit point, revision and term, confirmed.
+func TestPrimaryConfirmLinearizable(t *testing.T) {
+	h := newPrimary(t, nil)
+	if err := h.confirmNow(); !errors.Is(err, ErrNotActive) {
+		t.Fatalf("a Replica: %v, want ErrNotActive", err)
+	}
+	if _, err := h.p.ReadIndex(h.ctx); !errors.Is(err, ErrNotActive) {
+		t.Fatalf("ReadIndex on a Replica: %v, want ErrNotActive", err)
+	}
+	h.activate(7)
+
+	// No lease yet: a check answers.
+	r := h.confirmAsync()
+	h.nextCheck().reply <- nil
+	if err := h.result(r); err != nil {
+		t.Fatal(err)
+	}
+
+	h.p.Answered(h.clk.Now())
+	if err := h.confirmNow(); err != nil {
+		t.Fatalf("under the lease: %v", err)
+	}
+	ri, err := h.p.ReadIndex(h.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ri.Index != 4 || ri.Revision != 104 || ri.PrimaryTerm != 7 {
+		t.Fatalf("ReadIndex %v", ri)
+	}
+
+	h.clk.Advance(window)
+	r = h.confirmAsync()
+	h.nextCheck().reply <- errors.New("bucket unreachable")
+	if err := h.result(r); !errors.Is(err, engine.ErrNoLeader) || !strings.Contains(err.Error(), "bucket unreachable") {
+		t.Fatalf("failed check: %v, want ErrNoLeader", err)
+	}
+	// A check that could not tell deposes nobody.
+	h.noChange()
+	if !h.p.Active() {
+		t.Fatal("a failed check made the Primary step down")
+	}
+	h.wantEvents("stop following", "promote 7 (term file 7, log sync)", "claim")
+}
+
+// Concurrent reads on a lapsed lease share checks, and each waits for a
+// check that began after it arrived: callers that arrive while a check
+// runs are answered by the next one, all of them by that one.
+func TestPrimaryFenceChecksBatch(t *testing.T) {
+	h := newPrimary(t, nil)
+	h.activate(7)
+
+	a := h.confirmAsync()
+	first := h.nextCheck()
+	b, c := h.confirmAsync(), h.confirmAsync()
+	waitFor(t, "b and c wait", func() bool {
+		h.p.checks.mu.Lock()
+		defer h.p.checks.mu.Unlock()
+		return len(h.p.checks.waiting) == 2
+	})
+	first.reply <- nil
+	var second fenceCall
+	for aDone, started := false, false; !aDone || !started; {
+		select {
+		case err := <-a:
+			if err != nil {
+				t.Fatalf("a: %v", err)
+			}
+			aDone = true
+		case second = <-h.log.checks:
+			started = true
+		case err := <-b:
+			t.Fatalf("b was answered (%v) by a check that began before it arrived", err)
+		case err := <-c:
+			t.Fatalf("c was answered (%v) by a check that began before it arrived", err)
+		case <-h.ctx.Done():
+			t.Fatal("waiting for a's answer and the second check")
+		}
+	}
+	second.reply <- errors.New("second check")
+	for name, ch := range map[string]<-chan error{"b": b, "c": c} {
+		if err := h.result(ch); err == nil || !strings.Contains(err.Error(), "second check") {
+			t.Fatalf("%s: %v, want the second check's answer", name, err)
+		}
+	}
+	waitFor(t, "the checker stops", func() bool {
+		h.p.checks.mu.Lock()
+		defer h.p.checks.mu.Unlock()
+		return !h.p.checks.running
+	})
+	select {
+	case <-h.log.checks:
+		t.Fatal("a third check for nobody")
+	default:
+	}
+}
+
+// A check that finds the next seq taken deposes the Primary.
+func TestPrimaryFencedCheckDeposes(t *testing.T) {
+	h := newPrimary(t, nil)
+	h.activate(7)
+	r := h.confirmAsync()
+	h.nextCheck().reply <- fmt.Errorf("wal/9 exists: %w", objwal.ErrFenced)
+	if err := h.result(r); !errors.Is(err, engine.ErrNoLeader) {
+		t.Fatalf("fenced check: %v, want ErrNoLeader", err)
+	}
+	h.expect(netsyv1.PrimaryState_REPLICA, 7)
+	h.wantEvents("stop following", "promote 7 (term file 7, log sync)", "claim", "demote flush=false", "release flush=false keep=4")
+	if err := h.confirmNow(); !errors.Is(err, ErrNotActive) {
+		t.Fatalf("after stepping down: %v", err)
+	}
+}
+
+// From the moment an Active Primary decides to step down (fenced, or a
+// Cluster State names another Primary at a higher term) it is not Active:
+// it refuses linearizable reads, read indexes and lease renewals although
+// its lease holds and Demote and Release still run; it is a Replica once
+// they finish.
+func TestPrimaryStepDownIsImmediate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		why  func(p *Primary)
+	}{
+		{"deposed", func(p *Primary) { p.Deposed(fmt.Errorf("wal/9: %w", objwal.ErrFenced)) }},
+		{"superseded", func(p *Primary) { p.Observe(clusterState("other", 8)) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newPrimary(t, nil)
+			h.activate(7)
+			h.p.Answered(h.clk.Now())
+			if err := h.confirmNow(); err != nil {
+				t.Fatal(err)
+			}
+			demote, release := h.eng.holdDemote(), h.log.holdRelease()
+			tc.why(h.p)
+			refuses := func(while string) {
+				t.Helper()
+				if h.p.Active() {
+					t.Fatalf("Active while %s", while)
+				}
+				if s, _ := h.p.State(); s == netsyv1.PrimaryState_REPLICA {
+					t.Fatalf("a Replica while %s", while)
+				}
+				if err := h.confirmNow(); !errors.Is(err, ErrNotActive) {
+					t.Fatalf("ConfirmLinearizable while %s: %v, want ErrNotActive", while, err)
+				}
+				if _, err := h.p.ReadIndex(h.ctx); !errors.Is(err, ErrNotActive) {
+					t.Fatalf("ReadIndex while %s: %v, want ErrNotActive", while, err)
+				}
+				if _, err := h.p.LeaseRenew(h.ctx, 1); !errors.Is(err, engine.ErrNotPrimary) {
+					t.Fatalf("LeaseRenew while %s: %v", while, err)
+				}
+				if h.p.Replication() != nil {
+					t.Fatalf("replication reported while %s", while)
+				}
+			}
+			h.entered(demote, "Demote")
+			refuses("Demote runs")
+			close(demote.release)
+			h.entered(release, "Release")
+			refuses("Release runs")
+			h.p.Deposed(objwal.ErrFenced) // already stepping down: nothing more
+			close(release.release)
+			h.expect(netsyv1.PrimaryState_REPLICA, 7)
+			h.noChange()
+			if h.p.Active() {
+				t.Fatal("Active after stepping down")
+			}
+			h.wantEvents("stop following", "promote 7 (term file 7, log sync)", "claim", "demote flush=false", "release flush=false keep=4")
+		})
+	}
+}
+
+// Only a newer Cluster State naming another Primary supersedes: a stale
+// one does not, nor does being deposed as a Replica.
+func TestPrimaryStaleStateDoesNotStepDown(t *testing.T) {
+	h := newPrimary(t, nil)
+	h.p.Deposed(objwal.ErrFenced)
+	h.noChange()
+	h.activate(7)
+	h.p.Observe(clusterState("other", 6))
+	h.p.Observe(clusterState("other", 7))
+	h.p.Observe(clusterState(self, 7))
+	h.noChange()
+	if !h.p.Active() {
+		t.Fatal("stepped down on a stale Cluster State")
+	}
+	h.wantEvents("stop following", "promote 7 (term file 7, log sync)", "claim")
+}
+
+// A Cluster State that arrives while Starting is acted on once Starting
+// ends: superseded meanwhile, the new Primary steps down at once.
+func TestPrimarySupersededWhileStarting(t *testing.T) {
+	h := newPrimary(t, nil)
+	held := h.eng.holdPromote()
+	h.p.Observe(clusterState(self, 7))
+	h.expect(netsyv1.PrimaryState_STARTING, 7)
+	h.entered(held, "the promotion")
+	h.p.Observe(clusterState("other", 8))
+	h.barrier()
+	close(held.release)
+	h.expect(netsyv1.PrimaryState_ACTIVE, 7)
+	h.expect(netsyv1.PrimaryState_REPLICA, 7)
+	h.wantEvents("stop following", "promote 7 (term file 7, log sync)", "claim", "demote flush=false", "release flush=false keep=4")
+}
+
+// Drain: an Active Primary is Draining (no longer Active; writes go to
+// object storage at once), demotes and releases with a flush, and is a
+// Replica.
+func TestPrimaryDrain(t *testing.T) {
+	h := newPrimary(t, func(c *Config) { c.Quorum = 1 })
+	h.activate(7)
+	h.p.Answered(h.clk.Now())
+	h.p.quorum.open("r1", 7)
+	h.p.quorum.heard("r1", 7, 4, &netsyv1.Heartbeat{NodeId: "r1", Health: netsyv1.HealthState_HEALTHY})
+	if m, _ := h.log.get(); m != objwal.ModeQuorum {
+		t.Fatalf("log in %s before the drain", m)
+	}
+	demote := h.eng.holdDemote()
+	drained := make(chan error, 1)
+	go func() { drained <- h.p.Drain(h.ctx) }()
+	h.expect(netsyv1.PrimaryState_DRAINING, 7)
+	h.entered(demote, "Demote")
+	if h.p.Active() {
+		t.Fatal("Active while Draining")
+	}
+	if err := h.confirmNow(); !errors.Is(err, ErrNotActive) {
+		t.Fatalf("ConfirmLinearizable while Draining: %v", err)
+	}
+	if m, _ := h.log.get(); m != objwal.ModeSync {
+		t.Fatalf("log in %s while Draining", m)
+	}
+	close(demote.release)
+	h.expect(netsyv1.PrimaryState_REPLICA, 7)
+	if err := h.result(drained); err != nil {
+		t.Fatal(err)
+	}
+	h.wantEvents("stop following", "promote 7 (term file 7, log sync)", "claim", "demote flush=true", "release flush=true keep=4")
+}
+
+// A drain that outlasts DrainTimeout (on the clock) fails, and the node
+// is a Replica all the same.
+func TestPrimaryDrainTimeout(t *testing.T) {
+	h := newPrimary(t, nil)
+	h.activate(7)
+	demote := h.eng.holdDemote()
+	drained := make(chan error, 1)
+	go func() { drained <- h.p.Drain(h.ctx) }()
+	h.expect(netsyv1.PrimaryState_DRAINING, 7)
+	h.entered(demote, "Demote")
+	h.clk.Advance(h.cfg.DrainTimeout)
+	h.expect(netsyv1.PrimaryState_REPLICA, 7)
+	if err := h.result(drained); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Drain: %v, want the timeout", err)
+	}
+	h.wantEvents("stop following", "promote 7 (term file 7, log sync)", "claim", "demote flush=true")
+}
+
+// Drain on a Replica has nothing to do; on a Starting Primary it is
+// refused.
+func TestPrimaryDrainWhenNotActive(t *testing.T) {
+	h := newPrimary(t, nil)
+	if err := h.p.Drain(h.ctx); err != nil {
+		t.Fatalf("Drain on a Replica: %v", err)
+	}
+	held := h.eng.holdPromote()
+	h.p.Observe(clusterState(self, 7))
+	h.expect(netsyv1.PrimaryState_STARTING, 7)
+	h.entered(held, "the promotion")
+	if err := h.p.Drain(h.ctx); err == nil || !strings.Contains(err.Error(), "STARTING") {
+		t.Fatalf("Drain while Starting: %v", err)
+	}
+	close(held.release)
+	h.expect(netsyv1.PrimaryState_ACTIVE, 7)
+	h.noChange()
+	h.wantEvents("stop following", "promote 7 (term file 7, log sync)", "claim")
+}
