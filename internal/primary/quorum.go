@@ -258,11 +258,14 @@ func (q *quorum) evaluateLocked(now time.Time) {
 		// its lease holds: once it lapsed a successor may be elected
 		// (SPEC §5.4), so what this node acknowledges must be fenced by
 		// object storage, as every Primary's without the lease.
-		if !q.p.LeaseHeld() {
+		switch {
+		case q.draining:
+			q.setModeLocked(objwal.ModeSync, true, "draining")
+		case !q.p.LeaseHeld():
 			q.setModeLocked(objwal.ModeSync, true, "the Primary's lease lapsed")
-			return
+		default:
+			q.setModeLocked(objwal.ModeAsync, false, "")
 		}
-		q.setModeLocked(objwal.ModeAsync, false, "")
 		return
 	}
 	if cfg.Quorum == 0 {
