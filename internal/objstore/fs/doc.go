@@ -44,6 +44,15 @@
 // Open: a writer holds its temp file flock'd until it is installed, so a
 // temp file whose lock is free belongs to nobody.
 //
+// The store does all its file work through a vfs.FS: Open uses the real
+// disk, OpenFS any other (a test's crashfs, which keeps only what was
+// fsync'd). flock exists only on the real disk, so on any other file
+// system the Stores of one process open on the same file system and root
+// share an in-memory table in its place: the same stripe locks, and a set
+// of the temp files live writers hold for the sweep to leave alone. No
+// other process can see that table, so such a root must never be shared
+// between processes.
+//
 // This package must never be used to share one directory between machines,
 // and never write an object file in place.
 package fs

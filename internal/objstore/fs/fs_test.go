@@ -20,6 +20,8 @@ import (
 	"github.com/netsy-io/netsy/internal/objstore"
 	"github.com/netsy-io/netsy/internal/objstore/fs"
 	"github.com/netsy-io/netsy/internal/objstore/storetest"
+	"github.com/netsy-io/netsy/internal/vfs"
+	"github.com/netsy-io/netsy/internal/vfs/crashfs"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -27,6 +29,15 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func open(t *testing.T, dir string) *fs.Store {
 	t.Helper()
 	s, err := fs.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func openFS(t *testing.T, fsys vfs.FS, dir string) *fs.Store {
+	t.Helper()
+	s, err := fs.OpenFS(fsys, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,6 +55,22 @@ func TestConformanceTwoInstances(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) objstore.Store {
 		dir := t.TempDir()
 		return &alternating{stores: [2]objstore.Store{open(t, dir), open(t, dir)}}
+	})
+}
+
+// TestConformanceCrashFS runs the suite with the store on crashfs, the
+// disk the power-loss tests put under it.
+func TestConformanceCrashFS(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) objstore.Store { return openFS(t, crashfs.New(), "/data/objects") })
+}
+
+// TestConformanceTwoInstancesCrashFS is TestConformanceTwoInstances on
+// crashfs: the two Stores share no flock, only the in-memory locks of
+// their file system and root.
+func TestConformanceTwoInstancesCrashFS(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) objstore.Store {
+		disk := crashfs.New()
+		return &alternating{stores: [2]objstore.Store{openFS(t, disk, "/data/objects"), openFS(t, disk, "/data/objects")}}
 	})
 }
 
