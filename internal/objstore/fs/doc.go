@@ -8,6 +8,7 @@
 //	FORMAT                       marker naming the layout version
 //	objects/<seg>.dir/…/<last>.obj  one file per object
 //	locks/<nn>.lock              flock files, one per key stripe
+//	locks/sweep.lock             flock file keeping Open's sweep of tmp/ off new temp files
 //	tmp/                         bodies being written
 //
 // Every key segment gets a suffix — ".dir" for a directory, ".obj" for an
@@ -42,7 +43,10 @@
 // deletes because removing them would race with concurrent creates. A crash
 // mid-write leaves an orphan in tmp/, never read and removed by the next
 // Open: a writer holds its temp file flock'd until it is installed, so a
-// temp file whose lock is free belongs to nobody.
+// temp file whose lock is free belongs to nobody. (A writer holds
+// locks/sweep.lock shared from creating its temp file until it has locked
+// it, and the sweep holds it exclusively; without it a sweep could take a
+// file created a moment before for an orphan and fail that write.)
 //
 // The store does all its file work through a vfs.FS: Open uses the real
 // disk, OpenFS any other (a test's crashfs, which keeps only what was

@@ -440,15 +440,9 @@ func (s *Store) createTemp() (vfs.File, error) {
 // ETag. It takes no key lock: only install makes the file an object. The
 // header, which holds the MD5, is written last, so the body is read once.
 func (s *Store) writeTemp(ctx context.Context, r io.Reader, size int64) (_ *tempFile, etag string, err error) {
-	f, err := s.createTemp()
+	f, release, err := s.lk.createTemp(s.createTemp)
 	if err != nil {
 		return nil, "", err
-	}
-	release, err := s.lk.claim(f)
-	if err != nil {
-		f.Close()
-		s.fsys.Remove(f.Name())
-		return nil, "", fmt.Errorf("lock temp file: %w", err)
 	}
 	tmp := &tempFile{fsys: s.fsys, f: f, path: f.Name(), release: release}
 	defer func() {
@@ -499,23 +493,23 @@ func (s *Store) install(tmp *tempFile, path string) error {
 
 // sweepTemps removes the temp files no writer holds: bodies a crashed
 // process left half-written or never installed. A writer claims its temp
-// file from creation until it is installed or removed, so a file nobody
-// claims is an orphan. (A file created a moment ago and not yet claimed
-// can be swept too; its writer then fails that one write, which the
-// caller retries.)
+// file as it creates it, and keeps it claimed until it is installed or
+// removed, so a file nobody claims is an orphan.
 func (s *Store) sweepTemps() error {
 	entries, err := s.fsys.ReadDir(s.tmp)
 	if err != nil {
 		return err
 	}
+	var paths []string
 	for _, e := range entries {
 		if strings.HasPrefix(e.Name(), "put-") {
-			if err := s.lk.sweep(filepath.Join(s.tmp, e.Name())); err != nil {
-				return err
-			}
+			paths = append(paths, filepath.Join(s.tmp, e.Name()))
 		}
 	}
-	return nil
+	if len(paths) == 0 {
+		return nil
+	}
+	return s.lk.sweep(paths)
 }
 
 // ctxReader fails reads once ctx ends, so a canceled streamed write stops

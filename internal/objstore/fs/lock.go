@@ -20,11 +20,12 @@ type locker interface {
 	// lock holds a key stripe's lock until unlock is called; waiting ends
 	// with ctx's error when ctx ends first.
 	lock(ctx context.Context, stripe int) (unlock func(), err error)
-	// claim marks f, a temp file just created, as a live writer's until
-	// release is called (after f is closed).
-	claim(f vfs.File) (release func(), err error)
-	// sweep removes the temp file at path unless a live writer claims it.
-	sweep(path string) error
+	// createTemp calls create, which makes a new temp file, and claims
+	// the file as a live writer's until release is called (after it is
+	// closed). A sweep never sees the file unclaimed.
+	createTemp(create func() (vfs.File, error)) (f vfs.File, release func(), err error)
+	// sweep removes the temp files at paths that no live writer claims.
+	sweep(paths []string) error
 	close()
 }
 
@@ -53,7 +54,10 @@ func newSems() *[stripes]chan struct{} {
 
 // flockLocker locks on the real disk: flock on locks/<nn>.lock excludes
 // the writers of other processes, and a temp file is claimed by holding
-// its own flock, which closing it (or the process dying) lets go.
+// its own flock, which closing it (or the process dying) lets go. A
+// writer holds locks/sweep.lock shared from creating its temp file to
+// locking it, and a sweep holds it exclusively, so that a sweep cannot
+// take a file created a moment before for an orphan.
 type flockLocker struct {
 	dir string
 	// sems serialize writers of one stripe inside this process so waiting
@@ -73,7 +77,7 @@ func (l *flockLocker) lock(ctx context.Context, stripe int) (func(), error) {
 		<-sem
 		return nil, err
 	}
-	if err := flock(lf); err != nil {
+	if err := flockWait(lf, syscall.LOCK_EX); err != nil {
 		lf.Close()
 		<-sem
 		return nil, fmt.Errorf("lock: %w", err)
@@ -84,18 +88,45 @@ func (l *flockLocker) lock(ctx context.Context, stripe int) (func(), error) {
 	}, nil
 }
 
-func (l *flockLocker) claim(f vfs.File) (func(), error) {
+func (l *flockLocker) createTemp(create func() (vfs.File, error)) (vfs.File, func(), error) {
+	sl, err := l.holdSweepLock(syscall.LOCK_SH)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer sl.Close()
+	f, err := create()
+	if err != nil {
+		return nil, nil, err
+	}
 	of, ok := f.(*os.File)
 	if !ok {
-		return nil, fmt.Errorf("%s is a %T, not an *os.File", f.Name(), f)
+		err = fmt.Errorf("%s is a %T, not an *os.File", f.Name(), f)
+	} else {
+		err = tryFlock(of)
 	}
-	if err := tryFlock(of); err != nil {
-		return nil, err
+	if err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return nil, nil, fmt.Errorf("lock temp file: %w", err)
 	}
-	return func() {}, nil // closing f released the flock
+	return f, func() {}, nil // closing f releases its flock
 }
 
-func (l *flockLocker) sweep(path string) error {
+func (l *flockLocker) sweep(paths []string) error {
+	sl, err := l.holdSweepLock(syscall.LOCK_EX)
+	if err != nil {
+		return err
+	}
+	defer sl.Close()
+	for _, path := range paths {
+		if err := sweepOne(path); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func sweepOne(path string) error {
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil // installed or removed meanwhile
@@ -113,6 +144,20 @@ func (l *flockLocker) sweep(path string) error {
 	return nil
 }
 
+// holdSweepLock returns locks/sweep.lock flock'd as how says; closing it
+// lets go.
+func (l *flockLocker) holdSweepLock(how int) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(l.dir, "sweep.lock"), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := flockWait(f, how); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock: %w", err)
+	}
+	return f, nil
+}
+
 func (l *flockLocker) close() {}
 
 // tryFlock takes f's exclusive flock if no descriptor holds it, without
@@ -121,9 +166,11 @@ func tryFlock(f *os.File) error {
 	return syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
 }
 
-func flock(f *os.File) error {
+// flockWait takes f's flock as how says (LOCK_EX or LOCK_SH), waiting as
+// long as it takes.
+func flockWait(f *os.File, how int) error {
 	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
+		err := syscall.Flock(int(f.Fd()), how)
 		if !errors.Is(err, syscall.EINTR) {
 			return err
 		}
@@ -137,8 +184,11 @@ func flock(f *os.File) error {
 type memTable struct {
 	refs int // Stores holding it; guarded by memTables.mu
 	sems *[stripes]chan struct{}
-	mu   sync.Mutex
-	live map[string]bool // temp files claimed by a writer
+	// sweeping is held for reading from creating a temp file to claiming
+	// it, and for writing by a sweep, as flockLocker's sweep.lock is.
+	sweeping sync.RWMutex
+	mu       sync.Mutex
+	live     map[string]bool // temp files claimed by a writer
 }
 
 type memKey struct {
@@ -182,26 +232,37 @@ func (l *memLocker) lock(ctx context.Context, stripe int) (func(), error) {
 	return func() { <-sem }, nil
 }
 
-func (l *memLocker) claim(f vfs.File) (func(), error) {
+func (l *memLocker) createTemp(create func() (vfs.File, error)) (vfs.File, func(), error) {
+	l.t.sweeping.RLock()
+	defer l.t.sweeping.RUnlock()
+	f, err := create()
+	if err != nil {
+		return nil, nil, err
+	}
 	name := f.Name()
 	l.t.mu.Lock()
 	defer l.t.mu.Unlock()
 	l.t.live[name] = true
-	return func() {
+	return f, func() {
 		l.t.mu.Lock()
 		defer l.t.mu.Unlock()
 		delete(l.t.live, name)
 	}, nil
 }
 
-func (l *memLocker) sweep(path string) error {
-	l.t.mu.Lock()
-	defer l.t.mu.Unlock()
-	if l.t.live[path] {
-		return nil
-	}
-	if err := l.fsys.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
+func (l *memLocker) sweep(paths []string) error {
+	l.t.sweeping.Lock()
+	defer l.t.sweeping.Unlock()
+	for _, path := range paths {
+		l.t.mu.Lock()
+		live := l.t.live[path]
+		l.t.mu.Unlock()
+		if live {
+			continue
+		}
+		if err := l.fsys.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/netsy-io/netsy/internal/vfs"
 	"github.com/netsy-io/netsy/internal/vfs/crashfs"
@@ -94,6 +95,69 @@ func TestOpenSweepsOrphanedTemps(t *testing.T) {
 			got, _, err := s2.Get(t.Context(), "k")
 			if err != nil || string(got) != "body" {
 				t.Fatalf("Get = %q, %v", got, err)
+			}
+		})
+	}
+}
+
+// TestSweepSparesATempFileBeingCreated: a sweep that starts after a writer
+// has created its temp file but before it has claimed it leaves the file
+// alone (it once took such a file for an orphan and failed the write, as
+// TestCrossProcessRace did about once in 60 runs when a helper process
+// opened the store while another was already writing).
+func TestSweepSparesATempFileBeingCreated(t *testing.T) {
+	for name, disk := range disks() {
+		t.Run(name, func(t *testing.T) {
+			fsys, dir := disk(t)
+			s := mustOpenFS(t, fsys, dir)
+			created, resume := make(chan struct{}), make(chan struct{})
+			type result struct {
+				f       vfs.File
+				release func()
+				err     error
+			}
+			res := make(chan result, 1)
+			go func() {
+				f, release, err := s.lk.createTemp(func() (vfs.File, error) {
+					f, err := s.createTemp()
+					close(created)
+					<-resume
+					return f, err
+				})
+				res <- result{f, release, err}
+			}()
+			<-created
+			opened := make(chan error, 1)
+			go func() {
+				s2, err := OpenFS(fsys, dir) // as another process starting now
+				if err == nil {
+					s2.Close()
+				}
+				opened <- err
+			}()
+			// The sweep must wait for the claim; if it does not, it is
+			// done long before this.
+			select {
+			case err := <-opened:
+				opened <- err
+			case <-time.After(200 * time.Millisecond):
+			}
+			close(resume)
+			r := <-res
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			if err := <-opened; err != nil {
+				t.Fatal(err)
+			}
+			path := r.f.Name()
+			tmp := &tempFile{fsys: fsys, f: r.f, path: path, release: r.release}
+			defer tmp.close()
+			if _, err := fsys.Stat(path); err != nil {
+				t.Fatalf("the sweep removed a temp file being created: %v", err)
+			}
+			if err := s.install(tmp, s.objectPath("k")); err != nil {
+				t.Fatal(err)
 			}
 		})
 	}
