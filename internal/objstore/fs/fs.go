@@ -110,16 +110,25 @@ func (s *Store) open() error {
 
 // claimFormat writes the FORMAT marker into an empty root or checks the one
 // already there. O_EXCL makes two processes opening a fresh root agree.
+// The marker is durable, and its name too, before anything else is made
+// under the root: a root that holds more than a marker always has a whole
+// one.
 func claimFormat(fsys vfs.FS, root string) error {
 	marker := filepath.Join(root, formatFile)
 	got, err := fsys.ReadFile(marker)
-	if err == nil {
-		if string(got) != formatLine {
-			return fmt.Errorf("unsupported layout %q in %s", strings.TrimSpace(string(got)), formatFile)
-		}
+	switch {
+	case err == nil && string(got) == formatLine:
 		return nil
-	}
-	if !errors.Is(err, fs.ErrNotExist) {
+	case err == nil && strings.HasPrefix(formatLine, string(got)):
+		// A claim that has not finished: another process is writing the
+		// marker now, or a power loss cut it short (the name survived but
+		// not all of the line). No store has opened this root yet, since
+		// Open returns only once the marker is durable, so finish the
+		// claim; two processes doing so write the same bytes.
+		return writeFormat(fsys, marker, os.O_WRONLY)
+	case err == nil:
+		return fmt.Errorf("unsupported layout %q in %s", strings.TrimSpace(string(got)), formatFile)
+	case !errors.Is(err, fs.ErrNotExist):
 		return err
 	}
 	entries, err := fsys.ReadDir(root)
@@ -129,14 +138,21 @@ func claimFormat(fsys vfs.FS, root string) error {
 	if len(entries) > 0 {
 		return fmt.Errorf("directory is not empty and has no %s marker; refusing to use it as an object store", formatFile)
 	}
-	f, err := fsys.OpenFile(marker, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	err = writeFormat(fsys, marker, os.O_WRONLY|os.O_CREATE|os.O_EXCL)
 	if errors.Is(err, fs.ErrExist) {
 		return claimFormat(fsys, root) // another process won the race; check its marker
 	}
+	return err
+}
+
+// writeFormat writes the marker line at the start of the file opened with
+// flag, and makes it and its name durable.
+func writeFormat(fsys vfs.FS, marker string, flag int) error {
+	f, err := fsys.OpenFile(marker, flag, 0o644)
 	if err != nil {
 		return err
 	}
-	if _, err := f.Write([]byte(formatLine)); err != nil {
+	if _, err := f.WriteAt([]byte(formatLine), 0); err != nil {
 		f.Close()
 		return err
 	}
@@ -144,7 +160,10 @@ func claimFormat(fsys vfs.FS, root string) error {
 		f.Close()
 		return err
 	}
-	return f.Close()
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return fsys.SyncDir(filepath.Dir(marker))
 }
 
 // Root returns the store's absolute root directory.
