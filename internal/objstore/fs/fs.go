@@ -43,6 +43,11 @@ type Store struct {
 	tmp     string
 	lk      locker
 	closed  sync.Once
+	// dirs holds the directories under objects/ this Store has made
+	// durable itself (created if missing, then their parent fsync'd), so
+	// it fsyncs a parent once per directory, not once per write.
+	dirsMu sync.Mutex
+	dirs   map[string]bool
 }
 
 var _ objstore.Store = (*Store)(nil)
@@ -70,6 +75,7 @@ func OpenFS(fsys vfs.FS, dir string) (*Store, error) {
 		objects: filepath.Join(root, "objects"),
 		locks:   filepath.Join(root, "locks"),
 		tmp:     filepath.Join(root, "tmp"),
+		dirs:    map[string]bool{},
 	}
 	if err := s.open(); err != nil {
 		return nil, fmt.Errorf("fs store %q: %w", root, err)
@@ -79,6 +85,11 @@ func OpenFS(fsys vfs.FS, dir string) (*Store, error) {
 
 func (s *Store) open() error {
 	if err := s.fsys.MkdirAll(s.root, 0o755); err != nil {
+		return err
+	}
+	// The root's own name must survive a power loss before any object in
+	// it is acknowledged.
+	if err := s.fsys.SyncDir(filepath.Dir(s.root)); err != nil {
 		return err
 	}
 	if err := claimFormat(s.fsys, s.root); err != nil {
@@ -92,6 +103,7 @@ func (s *Store) open() error {
 	if err := s.fsys.SyncDir(s.root); err != nil {
 		return err
 	}
+	s.dirs[s.objects] = true
 	if s.fsys == vfs.OS() {
 		s.lk = newFlockLocker(s.locks)
 	} else {
@@ -505,6 +517,7 @@ func (s *Store) install(tmp *tempFile, path string) error {
 	}
 	if err := s.fsys.Rename(tmp.path, path); err != nil {
 		tmp.remove()
+		s.forgetDir(dir) // it may have been removed behind the store's back
 		return err
 	}
 	return s.fsys.SyncDir(dir)
@@ -545,11 +558,15 @@ func (c ctxReader) Read(p []byte) (int, error) {
 	return c.r.Read(p)
 }
 
-// mkdirs creates dir and any missing parents below the objects root,
-// fsyncing each parent that gained an entry so the new object's path itself
-// survives a crash, not just its content.
+// mkdirs creates dir and any missing parents below the objects root, and
+// fsyncs the parent of each one this Store has not made durable yet, so
+// the new object's path itself survives a crash, not just its content. It
+// fsyncs a parent even when the directory was there already: the writer
+// that made it a moment ago (of this process or another) may not have
+// fsync'd the parent yet, and an object acknowledged under a name the
+// disk may still lose would be lost with it.
 func (s *Store) mkdirs(dir string) error {
-	if _, err := s.fsys.Stat(dir); err == nil {
+	if s.knownDir(dir) {
 		return nil
 	}
 	rel, err := filepath.Rel(s.objects, dir)
@@ -559,21 +576,34 @@ func (s *Store) mkdirs(dir string) error {
 	cur := s.objects
 	for seg := range strings.SplitSeq(rel, string(filepath.Separator)) {
 		next := filepath.Join(cur, seg)
-		_, err := s.fsys.Stat(next)
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
+		if !s.knownDir(next) {
 			if err := s.fsys.MkdirAll(next, 0o755); err != nil {
 				return err
 			}
 			if err := s.fsys.SyncDir(cur); err != nil {
 				return err
 			}
-		case err != nil:
-			return err
+			s.dirsMu.Lock()
+			s.dirs[next] = true
+			s.dirsMu.Unlock()
 		}
 		cur = next
 	}
 	return nil
+}
+
+func (s *Store) knownDir(dir string) bool {
+	s.dirsMu.Lock()
+	defer s.dirsMu.Unlock()
+	return s.dirs[dir]
+}
+
+func (s *Store) forgetDir(dir string) {
+	s.dirsMu.Lock()
+	defer s.dirsMu.Unlock()
+	if dir != s.objects {
+		delete(s.dirs, dir)
+	}
 }
 
 // withLock runs fn holding key's stripe lock in this process and across processes.

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -427,4 +428,82 @@ func TestOpenFinishesACutShortMarker(t *testing.T) {
 	if _, err := fs.Open(dir); err == nil || !strings.Contains(err.Error(), "unsupported layout") {
 		t.Fatalf("Open(FORMAT of another version) = %v", err)
 	}
+}
+
+// TestNamesAreDurableBeforeTheAck: the directories an object's name runs
+// through are fsync'd into their parents before the object is
+// acknowledged, even when another writer made the directory a moment ago
+// and has not fsync'd its parent yet (the second writer saw the directory
+// there, fsync'd nothing above it, and acknowledged an object the disk
+// could still lose with the directory's name); and Open fsyncs the
+// root's parent, which holds the root's name. crashfs keeps directories
+// at once, so this is checked on the calls, not by a crash.
+func TestNamesAreDurableBeforeTheAck(t *testing.T) {
+	disk := &syncCounter{FS: crashfs.New(), hold: "/data/objects/objects/d.dir", held: make(chan struct{}), release: make(chan struct{})}
+	a := openFS(t, disk, "/data/objects")
+	if n := disk.syncs("/data"); n == 0 {
+		t.Fatal("Open did not fsync the root's parent")
+	}
+	b := openFS(t, disk, "/data/objects") // as another process; d/a and d/b lie in different stripes
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.PutIfAbsent(t.Context(), "d/a", []byte("a"))
+		done <- err
+	}()
+	<-disk.held // a made objects/d.dir and has not fsync'd objects/
+	before := disk.syncs("/data/objects/objects")
+	if _, err := b.PutIfAbsent(t.Context(), "d/b", []byte("b")); err != nil {
+		t.Fatal(err)
+	}
+	if disk.syncs("/data/objects/objects") == before {
+		t.Fatal("d/b was acknowledged before the name of objects/d.dir was durable")
+	}
+	close(disk.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// Each Store fsyncs a directory's parent once, not once per write.
+	before = disk.syncs("/data/objects/objects")
+	if _, err := b.PutIfAbsent(t.Context(), "d/c", []byte("c")); err != nil {
+		t.Fatal(err)
+	}
+	if n := disk.syncs("/data/objects/objects") - before; n != 0 {
+		t.Fatalf("a write into a known directory fsync'd its parent %d times", n)
+	}
+}
+
+// syncCounter counts SyncDir calls by directory, and holds the first
+// MkdirAll of hold until release is closed.
+type syncCounter struct {
+	*crashfs.FS
+	hold          string
+	held, release chan struct{}
+	holding       atomic.Bool
+	mu            sync.Mutex
+	n             map[string]int
+}
+
+func (c *syncCounter) MkdirAll(path string, perm os.FileMode) error {
+	err := c.FS.MkdirAll(path, perm)
+	if path == c.hold && c.holding.CompareAndSwap(false, true) {
+		close(c.held)
+		<-c.release
+	}
+	return err
+}
+
+func (c *syncCounter) SyncDir(dir string) error {
+	c.mu.Lock()
+	if c.n == nil {
+		c.n = map[string]int{}
+	}
+	c.n[dir]++
+	c.mu.Unlock()
+	return c.FS.SyncDir(dir)
+}
+
+func (c *syncCounter) syncs(dir string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[dir]
 }
