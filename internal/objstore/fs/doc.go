@@ -23,9 +23,16 @@
 // and across processes by flock on the stripe's lock file (keys hash into 256
 // stripes, so the lock files never grow with the number of keys). Under the
 // lock a write checks the precondition, writes a temp file, fsyncs it,
-// renames it over the object and fsyncs the directory, so a reader — which
-// takes no lock — sees the old or the new body, never a mix, and an
-// acknowledged write survives a crash. Delete takes the same lock so it
+// renames it over the object and fsyncs the directory (and, the first time
+// a Store writes under a directory, fsyncs each directory on the way into
+// its parent, whoever made it), so a reader — which takes no lock — sees
+// the old or the new body, never a mix, and an acknowledged write survives
+// a power loss. A reader may see a new body a moment before it is
+// acknowledged, while the directory's fsync runs; a power loss then can
+// still take it back, as it can any write not yet acknowledged. The
+// FORMAT marker is durable before anything else under the root is made,
+// and a marker cut short is finished by the next Open (no Open can have
+// returned before it was whole). Delete takes the same lock so it
 // cannot slip between a CAS's check and its rename. A streamed create
 // (PutIfAbsentFrom) writes and fsyncs its temp file before taking the lock,
 // which then covers only the check and the rename, so a large body never
