@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/netsy-io/netsy/internal/config"
 	"github.com/netsy-io/netsy/internal/objstore"
+	fsstore "github.com/netsy-io/netsy/internal/objstore/fs"
 	objopen "github.com/netsy-io/netsy/internal/objstore/open"
 	"github.com/netsy-io/netsy/internal/testutil/lincheck"
 	"github.com/netsy-io/netsy/internal/testutil/miniotest"
@@ -100,17 +102,25 @@ type ack struct {
 // (--quorum 0) and with --quorum -1, on the file store and on MinIO; at
 // the end a fresh node restores the bucket and serves the same state, and
 // the whole history must be linearizable.
+//
+// The file store is where --storage puts it by default, in
+// <data-dir>/objects on the same disk as the node's log, so the power
+// loss hits both, and each incarnation reopens it on what the disk kept,
+// as a restarted process does. MinIO is off the machine and keeps
+// everything it acknowledged.
 func TestPowerLoss(t *testing.T) {
-	stores := map[string]func(t *testing.T) objstore.Store{
-		"file": func(t *testing.T) objstore.Store {
-			st, err := objopen.Open(t.Context(), "file://"+t.TempDir(), objopen.Options{})
-			if err != nil {
-				t.Fatal(err)
+	stores := map[string]func(t *testing.T) bucketOn{
+		"file": func(t *testing.T) bucketOn {
+			return func(t *testing.T, disk *crashfs.FS, dataDir string) objstore.Store {
+				st, err := fsstore.OpenFS(disk, filepath.Join(dataDir, "objects"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { st.Close() })
+				return st
 			}
-			t.Cleanup(func() { st.Close() })
-			return st
 		},
-		"minio": func(t *testing.T) objstore.Store {
+		"minio": func(t *testing.T) bucketOn {
 			srv := miniotest.Start(t)
 			st, err := objopen.Open(t.Context(), "s3://"+srv.Bucket+"/powerloss", objopen.Options{
 				S3Endpoint: srv.Endpoint, S3Region: srv.Region, S3PathStyle: true,
@@ -120,7 +130,7 @@ func TestPowerLoss(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { st.Close() })
-			return st
+			return func(*testing.T, *crashfs.FS, string) objstore.Store { return st }
 		},
 	}
 	for _, name := range []string{"file", "minio"} {
@@ -132,7 +142,11 @@ func TestPowerLoss(t *testing.T) {
 	}
 }
 
-func powerLossRounds(t *testing.T, bucket objstore.Store, quorum int, rounds int) {
+// bucketOn opens the node's object store as the node would find it on
+// disk with its data directory in dataDir.
+type bucketOn func(t *testing.T, disk *crashfs.FS, dataDir string) objstore.Store
+
+func powerLossRounds(t *testing.T, bucketOn bucketOn, quorum int, rounds int) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 0))
@@ -152,7 +166,7 @@ func powerLossRounds(t *testing.T, bucket objstore.Store, quorum int, rounds int
 	}
 
 	for round := range rounds {
-		store := &cutStore{Store: bucket}
+		store := &cutStore{Store: bucketOn(t, disk, dataDir)}
 		n := startNodeWith(t, cfg, Deps{Store: store, FS: disk})
 		if round > 0 {
 			checkAcks(t, n, acks, fmt.Sprintf("round %d", round))
@@ -170,6 +184,7 @@ func powerLossRounds(t *testing.T, bucket objstore.Store, quorum int, rounds int
 	}
 
 	// A last clean incarnation, then a fresh node restores the bucket.
+	bucket := bucketOn(t, disk, dataDir)
 	last := startNodeWith(t, cfg, Deps{Store: bucket, FS: disk})
 	checkAcks(t, last, acks, "after the last power loss")
 	want := dump(t, last)

@@ -11,14 +11,17 @@ import (
 	"hash/fnv"
 	"io"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
-	"syscall"
+	"sync"
 	"time"
 
 	"github.com/netsy-io/netsy/internal/objstore"
+	"github.com/netsy-io/netsy/internal/vfs"
 )
 
 const (
@@ -33,83 +36,135 @@ const (
 
 // Store is an objstore.Store over a local directory.
 type Store struct {
+	fsys    vfs.FS
 	root    string
 	objects string
 	locks   string
 	tmp     string
-	// sems serialize writers of one stripe inside this process so waiting
-	// honours context cancellation; flock alone would block uninterruptibly.
-	sems [stripes]chan struct{}
+	lk      locker
+	closed  sync.Once
+	// dirs holds the directories under objects/ this Store has made
+	// durable itself (created if missing, then their parent fsync'd), so
+	// it fsyncs a parent once per directory, not once per write.
+	dirsMu sync.Mutex
+	dirs   map[string]bool
 }
 
 var _ objstore.Store = (*Store)(nil)
 
-// Open opens (creating if needed) the store rooted at dir. A non-empty
-// directory that is not a store is refused, so a mistyped path cannot
-// scatter Netsy's files into someone's home directory.
-func Open(dir string) (*Store, error) {
+// Open opens (creating if needed) the store rooted at dir on the real
+// disk. A non-empty directory that is not a store is refused, so a
+// mistyped path cannot scatter Netsy's files into someone's home
+// directory.
+func Open(dir string) (*Store, error) { return OpenFS(vfs.OS(), dir) }
+
+// OpenFS is Open on the file system fsys: tests put the store on a disk
+// that can lose power (package crashfs). Only on vfs.OS() do writers lock
+// each other out with flock, across processes; on any other fsys the
+// Stores of one process open on the same fsys and root share in-memory
+// locks instead (see the package doc), and fsys must be comparable (a
+// pointer, as *crashfs.FS is) so that they can find each other.
+func OpenFS(fsys vfs.FS, dir string) (*Store, error) {
 	root, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, fmt.Errorf("fs store %q: %w", dir, err)
 	}
-	if err := os.MkdirAll(root, 0o755); err != nil {
-		return nil, fmt.Errorf("fs store %q: %w", root, err)
-	}
-	if err := claimFormat(root); err != nil {
-		return nil, fmt.Errorf("fs store %q: %w", root, err)
-	}
 	s := &Store{
+		fsys:    fsys,
 		root:    root,
 		objects: filepath.Join(root, "objects"),
 		locks:   filepath.Join(root, "locks"),
 		tmp:     filepath.Join(root, "tmp"),
+		dirs:    map[string]bool{},
 	}
-	for _, d := range []string{s.objects, s.locks, s.tmp} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return nil, fmt.Errorf("fs store %q: %w", root, err)
-		}
-	}
-	if err := syncDir(root); err != nil {
+	if err := s.open(); err != nil {
 		return nil, fmt.Errorf("fs store %q: %w", root, err)
-	}
-	if err := sweepTemps(s.tmp); err != nil {
-		return nil, fmt.Errorf("fs store %q: remove orphaned temp files: %w", root, err)
-	}
-	for i := range s.sems {
-		s.sems[i] = make(chan struct{}, 1)
 	}
 	return s, nil
 }
 
-// claimFormat writes the FORMAT marker into an empty root or checks the one
-// already there. O_EXCL makes two processes opening a fresh root agree.
-func claimFormat(root string) error {
-	marker := filepath.Join(root, formatFile)
-	got, err := os.ReadFile(marker)
-	if err == nil {
-		if string(got) != formatLine {
-			return fmt.Errorf("unsupported layout %q in %s", strings.TrimSpace(string(got)), formatFile)
-		}
-		return nil
-	}
-	if !errors.Is(err, fs.ErrNotExist) {
+func (s *Store) open() error {
+	if err := s.fsys.MkdirAll(s.root, 0o755); err != nil {
 		return err
 	}
-	entries, err := os.ReadDir(root)
+	// The root's own name must survive a power loss before any object in
+	// it is acknowledged.
+	if err := s.fsys.SyncDir(filepath.Dir(s.root)); err != nil {
+		return err
+	}
+	if err := claimFormat(s.fsys, s.root); err != nil {
+		return err
+	}
+	for _, d := range []string{s.objects, s.locks, s.tmp} {
+		if err := s.fsys.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	if err := s.fsys.SyncDir(s.root); err != nil {
+		return err
+	}
+	s.dirs[s.objects] = true
+	if s.fsys == vfs.OS() {
+		s.lk = newFlockLocker(s.locks)
+	} else {
+		lk, err := openMemLocker(s.fsys, s.root)
+		if err != nil {
+			return err
+		}
+		s.lk = lk
+	}
+	if err := s.sweepTemps(); err != nil {
+		s.lk.close()
+		return fmt.Errorf("remove orphaned temp files: %w", err)
+	}
+	return nil
+}
+
+// claimFormat writes the FORMAT marker into an empty root or checks the one
+// already there. O_EXCL makes two processes opening a fresh root agree.
+// The marker is durable, and its name too, before anything else is made
+// under the root: a root that holds more than a marker always has a whole
+// one.
+func claimFormat(fsys vfs.FS, root string) error {
+	marker := filepath.Join(root, formatFile)
+	got, err := fsys.ReadFile(marker)
+	switch {
+	case err == nil && string(got) == formatLine:
+		return nil
+	case err == nil && strings.HasPrefix(formatLine, string(got)):
+		// A claim that has not finished: another process is writing the
+		// marker now, or a power loss cut it short (the name survived but
+		// not all of the line). No store has opened this root yet, since
+		// Open returns only once the marker is durable, so finish the
+		// claim; two processes doing so write the same bytes.
+		return writeFormat(fsys, marker, os.O_WRONLY)
+	case err == nil:
+		return fmt.Errorf("unsupported layout %q in %s", strings.TrimSpace(string(got)), formatFile)
+	case !errors.Is(err, fs.ErrNotExist):
+		return err
+	}
+	entries, err := fsys.ReadDir(root)
 	if err != nil {
 		return err
 	}
 	if len(entries) > 0 {
 		return fmt.Errorf("directory is not empty and has no %s marker; refusing to use it as an object store", formatFile)
 	}
-	f, err := os.OpenFile(marker, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	err = writeFormat(fsys, marker, os.O_WRONLY|os.O_CREATE|os.O_EXCL)
 	if errors.Is(err, fs.ErrExist) {
-		return claimFormat(root) // another process won the race; check its marker
+		return claimFormat(fsys, root) // another process won the race; check its marker
 	}
+	return err
+}
+
+// writeFormat writes the marker line at the start of the file opened with
+// flag, and makes it and its name durable.
+func writeFormat(fsys vfs.FS, marker string, flag int) error {
+	f, err := fsys.OpenFile(marker, flag, 0o644)
 	if err != nil {
 		return err
 	}
-	if _, err := f.WriteString(formatLine); err != nil {
+	if _, err := f.WriteAt([]byte(formatLine), 0); err != nil {
 		f.Close()
 		return err
 	}
@@ -117,7 +172,10 @@ func claimFormat(root string) error {
 		f.Close()
 		return err
 	}
-	return f.Close()
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return fsys.SyncDir(filepath.Dir(marker))
 }
 
 // Root returns the store's absolute root directory.
@@ -146,7 +204,7 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, string, error) {
 	if err := check(ctx, key); err != nil {
 		return nil, "", fmt.Errorf("fs get %q: %w", key, err)
 	}
-	data, err := os.ReadFile(s.objectPath(key))
+	data, err := s.fsys.ReadFile(s.objectPath(key))
 	if err != nil {
 		return nil, "", fmt.Errorf("fs get %q: %w", key, mapErr(err))
 	}
@@ -190,7 +248,7 @@ func (s *Store) GetReader(ctx context.Context, key string) (io.ReadCloser, strin
 	if err := check(ctx, key); err != nil {
 		return nil, "", fmt.Errorf("fs get %q: %w", key, err)
 	}
-	f, err := os.Open(s.objectPath(key))
+	f, err := s.fsys.Open(s.objectPath(key))
 	if err != nil {
 		return nil, "", fmt.Errorf("fs get %q: %w", key, mapErr(err))
 	}
@@ -211,7 +269,7 @@ func (s *Store) GetReader(ctx context.Context, key string) (io.ReadCloser, strin
 // header's at the end.
 type verifyingReader struct {
 	key  string
-	f    *os.File
+	f    vfs.File
 	h    hash.Hash
 	etag string
 	err  error
@@ -252,7 +310,7 @@ func (s *Store) PutIfAbsent(ctx context.Context, key string, body []byte) (strin
 	path := s.objectPath(key)
 	var etag string
 	err := s.withLock(ctx, key, func() error {
-		if err := absent(path); err != nil {
+		if err := s.absent(path); err != nil {
 			return err
 		}
 		var err error
@@ -267,8 +325,8 @@ func (s *Store) PutIfAbsent(ctx context.Context, key string, body []byte) (strin
 
 // absent returns nil if no object is at path, ErrPreconditionFailed if
 // one is, or the error that keeps it from telling.
-func absent(path string) error {
-	switch _, err := os.Lstat(path); {
+func (s *Store) absent(path string) error {
+	switch _, err := s.fsys.Lstat(path); {
 	case err == nil:
 		return objstore.ErrPreconditionFailed
 	case !errors.Is(err, fs.ErrNotExist):
@@ -288,7 +346,7 @@ func (s *Store) PutIfAbsentFrom(ctx context.Context, key string, r io.ReadSeeker
 	path := s.objectPath(key)
 	// A cheap early refusal, before the body is copied; checked again
 	// under the lock.
-	if err := absent(path); err != nil {
+	if err := s.absent(path); err != nil {
 		return "", fmt.Errorf("fs put-if-absent %q: %w", key, err)
 	}
 	if err := objstore.CheckBody(r, size); err != nil {
@@ -300,7 +358,7 @@ func (s *Store) PutIfAbsentFrom(ctx context.Context, key string, r io.ReadSeeker
 	}
 	defer tmp.close()
 	err = s.withLock(ctx, key, func() error {
-		if err := absent(path); err != nil {
+		if err := s.absent(path); err != nil {
 			return err
 		}
 		return s.install(tmp, path)
@@ -323,7 +381,7 @@ func (s *Store) PutIfMatch(ctx context.Context, key string, body []byte, etag st
 	path := s.objectPath(key)
 	var newETag string
 	err := s.withLock(ctx, key, func() error {
-		cur, err := readInfo(path)
+		cur, err := readInfo(s.fsys, path)
 		if errors.Is(err, fs.ErrNotExist) {
 			return objstore.ErrPreconditionFailed // contract: missing key fails the precondition
 		}
@@ -349,14 +407,14 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	}
 	path := s.objectPath(key)
 	err := s.withLock(ctx, key, func() error {
-		err := os.Remove(path)
+		err := s.fsys.Remove(path)
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		return syncDir(filepath.Dir(path))
+		return s.fsys.SyncDir(filepath.Dir(path))
 	})
 	if err != nil {
 		return fmt.Errorf("fs delete %q: %w", key, err)
@@ -378,39 +436,52 @@ func (s *Store) write(path string, body []byte) (string, error) {
 }
 
 // tempFile is a body being written under tmp/. Its descriptor stays open
-// and flock'd until it is installed or removed, which is how a sweep at Open
-// tells a live writer's file (of this or another process) from an orphan
-// left by a crash.
+// and claimed (flock'd on the real disk) until it is installed or removed,
+// which is how a sweep at Open tells a live writer's file (of this or
+// another process) from an orphan left by a crash.
 type tempFile struct {
-	f    *os.File
-	path string
+	fsys    vfs.FS
+	f       vfs.File
+	path    string
+	release func()
 }
 
-// close releases the descriptor and its lock; the file stays where it is.
-func (t *tempFile) close() { t.f.Close() }
+// close releases the descriptor and the claim; the file stays where it is.
+func (t *tempFile) close() {
+	t.f.Close()
+	t.release()
+}
 
 // remove deletes the file if it is still a temp file.
-func (t *tempFile) remove() { os.Remove(t.path) }
+func (t *tempFile) remove() { t.fsys.Remove(t.path) }
+
+// createTemp creates a new empty file under tmp/, as os.CreateTemp does.
+func (s *Store) createTemp() (vfs.File, error) {
+	for {
+		name := filepath.Join(s.tmp, "put-"+strconv.FormatUint(rand.Uint64(), 36))
+		f, err := s.fsys.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+		if !errors.Is(err, fs.ErrExist) {
+			return f, err
+		}
+	}
+}
 
 // writeTemp writes an object file holding the size bytes of r to a new
 // durable temp file and returns it, still open and locked, with the body's
 // ETag. It takes no key lock: only install makes the file an object. The
 // header, which holds the MD5, is written last, so the body is read once.
 func (s *Store) writeTemp(ctx context.Context, r io.Reader, size int64) (_ *tempFile, etag string, err error) {
-	f, err := os.CreateTemp(s.tmp, "put-*")
+	f, release, err := s.lk.createTemp(s.createTemp)
 	if err != nil {
 		return nil, "", err
 	}
-	tmp := &tempFile{f: f, path: f.Name()}
+	tmp := &tempFile{fsys: s.fsys, f: f, path: f.Name(), release: release}
 	defer func() {
 		if err != nil {
 			tmp.close()
 			tmp.remove()
 		}
 	}()
-	if err := tryFlock(f); err != nil {
-		return nil, "", fmt.Errorf("lock temp file: %w", err)
-	}
 	if _, err := f.Seek(int64(headerLen), io.SeekStart); err != nil {
 		return nil, "", err
 	}
@@ -439,49 +510,38 @@ func (s *Store) writeTemp(ctx context.Context, r io.Reader, size int64) (_ *temp
 // the caller holds the key's lock and closes tmp afterwards. tmp is removed
 // if it does not become the object.
 func (s *Store) install(tmp *tempFile, path string) error {
-	if err := s.mkdirs(filepath.Dir(path)); err != nil {
+	dir := filepath.Dir(path)
+	if err := s.mkdirs(dir); err != nil {
 		tmp.remove()
 		return err
 	}
-	if err := os.Rename(tmp.path, path); err != nil {
+	if err := s.fsys.Rename(tmp.path, path); err != nil {
 		tmp.remove()
+		s.forgetDir(dir) // it may have been removed behind the store's back
 		return err
 	}
-	return syncDir(filepath.Dir(path))
+	return s.fsys.SyncDir(dir)
 }
 
 // sweepTemps removes the temp files no writer holds: bodies a crashed
-// process left half-written or never installed. A writer keeps its temp
-// file flock'd from creation until it is installed or removed, so a file
-// whose lock can be taken is an orphan. (A file created a moment ago and
-// not yet locked can be swept too; its writer then fails that one write,
-// which the caller retries.)
-func sweepTemps(dir string) error {
-	entries, err := os.ReadDir(dir)
+// process left half-written or never installed. A writer claims its temp
+// file as it creates it, and keeps it claimed until it is installed or
+// removed, so a file nobody claims is an orphan.
+func (s *Store) sweepTemps() error {
+	entries, err := s.fsys.ReadDir(s.tmp)
 	if err != nil {
 		return err
 	}
+	var paths []string
 	for _, e := range entries {
-		if !strings.HasPrefix(e.Name(), "put-") {
-			continue
+		if strings.HasPrefix(e.Name(), "put-") {
+			paths = append(paths, filepath.Join(s.tmp, e.Name()))
 		}
-		path := filepath.Join(dir, e.Name())
-		f, err := os.Open(path)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue // installed or removed meanwhile
-		}
-		if err != nil {
-			return err
-		}
-		if tryFlock(f) == nil {
-			if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				f.Close()
-				return err
-			}
-		}
-		f.Close()
 	}
-	return nil
+	if len(paths) == 0 {
+		return nil
+	}
+	return s.lk.sweep(paths)
 }
 
 // ctxReader fails reads once ctx ends, so a canceled streamed write stops
@@ -498,11 +558,15 @@ func (c ctxReader) Read(p []byte) (int, error) {
 	return c.r.Read(p)
 }
 
-// mkdirs creates dir and any missing parents below the objects root,
-// fsyncing each parent that gained an entry so the new object's path itself
-// survives a crash, not just its content.
+// mkdirs creates dir and any missing parents below the objects root, and
+// fsyncs the parent of each one this Store has not made durable yet, so
+// the new object's path itself survives a crash, not just its content. It
+// fsyncs a parent even when the directory was there already: the writer
+// that made it a moment ago (of this process or another) may not have
+// fsync'd the parent yet, and an object acknowledged under a name the
+// disk may still lose would be lost with it.
 func (s *Store) mkdirs(dir string) error {
-	if _, err := os.Stat(dir); err == nil {
+	if s.knownDir(dir) {
 		return nil
 	}
 	rel, err := filepath.Rel(s.objects, dir)
@@ -512,59 +576,50 @@ func (s *Store) mkdirs(dir string) error {
 	cur := s.objects
 	for seg := range strings.SplitSeq(rel, string(filepath.Separator)) {
 		next := filepath.Join(cur, seg)
-		err := os.Mkdir(next, 0o755)
-		switch {
-		case err == nil:
-			if err := syncDir(cur); err != nil {
+		if !s.knownDir(next) {
+			if err := s.fsys.MkdirAll(next, 0o755); err != nil {
 				return err
 			}
-		case !errors.Is(err, fs.ErrExist):
-			return err
+			if err := s.fsys.SyncDir(cur); err != nil {
+				return err
+			}
+			s.dirsMu.Lock()
+			s.dirs[next] = true
+			s.dirsMu.Unlock()
 		}
 		cur = next
 	}
 	return nil
 }
 
+func (s *Store) knownDir(dir string) bool {
+	s.dirsMu.Lock()
+	defer s.dirsMu.Unlock()
+	return s.dirs[dir]
+}
+
+func (s *Store) forgetDir(dir string) {
+	s.dirsMu.Lock()
+	defer s.dirsMu.Unlock()
+	if dir != s.objects {
+		delete(s.dirs, dir)
+	}
+}
+
 // withLock runs fn holding key's stripe lock in this process and across processes.
 func (s *Store) withLock(ctx context.Context, key string, fn func() error) error {
-	h := fnv.New32a()
-	h.Write([]byte(key))
-	stripe := h.Sum32() % stripes
-	select {
-	case s.sems[stripe] <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	defer func() { <-s.sems[stripe] }()
-	// Checked again after waiting: a caller that gave up must not write.
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	lf, err := os.OpenFile(filepath.Join(s.locks, fmt.Sprintf("%03d.lock", stripe)), os.O_RDWR|os.O_CREATE, 0o644)
+	unlock, err := s.lk.lock(ctx, stripeOf(key))
 	if err != nil {
 		return err
 	}
-	defer lf.Close() // closing the descriptor releases the flock
-	if err := flock(lf); err != nil {
-		return fmt.Errorf("lock: %w", err)
-	}
+	defer unlock()
 	return fn()
 }
 
-// tryFlock takes f's exclusive flock if no descriptor holds it, without
-// waiting: how temp files tell a live writer from an orphan.
-func tryFlock(f *os.File) error {
-	return syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-}
-
-func flock(f *os.File) error {
-	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
-		if !errors.Is(err, syscall.EINTR) {
-			return err
-		}
-	}
+func stripeOf(key string) int {
+	h := fnv.New32a()
+	h.Write([]byte(key))
+	return int(h.Sum32() % stripes)
 }
 
 // objInfo is what an object file's header and inode say about it.
@@ -576,8 +631,8 @@ type objInfo struct {
 
 // readInfo reads the header of the object file at path; header and stat come
 // from one descriptor so they describe the same version of the object.
-func readInfo(path string) (objInfo, error) {
-	f, err := os.Open(path)
+func readInfo(fsys vfs.FS, path string) (objInfo, error) {
+	f, err := fsys.Open(path)
 	if err != nil {
 		return objInfo{}, err
 	}
@@ -599,7 +654,7 @@ func readInfo(path string) (objInfo, error) {
 
 // List implements objstore.Store.
 func (s *Store) List(ctx context.Context, prefix, startAfter string, limit int) ([]objstore.ObjectInfo, error) {
-	l := lister{ctx: ctx, prefix: prefix, startAfter: startAfter, limit: limit}
+	l := lister{fsys: s.fsys, ctx: ctx, prefix: prefix, startAfter: startAfter, limit: limit}
 	if _, err := l.walk(s.objects, ""); err != nil {
 		return nil, fmt.Errorf("fs list %q after %q: %w", prefix, startAfter, err)
 	}
@@ -607,6 +662,7 @@ func (s *Store) List(ctx context.Context, prefix, startAfter string, limit int) 
 }
 
 type lister struct {
+	fsys               vfs.FS
 	ctx                context.Context
 	prefix, startAfter string
 	limit              int
@@ -625,7 +681,7 @@ func (l *lister) walk(dir, keyPrefix string) (bool, error) {
 	if err := l.ctx.Err(); err != nil {
 		return false, err
 	}
-	des, err := os.ReadDir(dir)
+	des, err := l.fsys.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil
 	}
@@ -665,7 +721,7 @@ func (l *lister) walk(dir, keyPrefix string) (bool, error) {
 		if !strings.HasPrefix(key, l.prefix) || key <= l.startAfter {
 			continue
 		}
-		info, err := readInfo(path)
+		info, err := readInfo(l.fsys, path)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue // deleted since ReadDir; it is simply not part of this listing
 		}
@@ -680,8 +736,12 @@ func (l *lister) walk(dir, keyPrefix string) (bool, error) {
 	return false, nil
 }
 
-// Close implements objstore.Store; the store holds no descriptors between calls.
-func (s *Store) Close() error { return nil }
+// Close implements objstore.Store. The store holds no descriptors between
+// calls; off the real disk, Close lets go of the shared in-memory locks.
+func (s *Store) Close() error {
+	s.closed.Do(s.lk.close)
+	return nil
+}
 
 func check(ctx context.Context, key string) error {
 	if err := ctx.Err(); err != nil {
@@ -696,16 +756,4 @@ func mapErr(err error) error {
 		return fmt.Errorf("%w: %w", objstore.ErrNotFound, err)
 	}
 	return err
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	if err := d.Sync(); err != nil {
-		d.Close()
-		return fmt.Errorf("fsync %s: %w", dir, err)
-	}
-	return d.Close()
 }

@@ -1,6 +1,9 @@
 package crashfs
 
-import "slices"
+import (
+	"slices"
+	"time"
+)
 
 const pageSize = 4 << 10
 
@@ -9,16 +12,19 @@ type page [pageSize]byte
 
 var zeroPage page
 
-// content is a file's bytes. len(pages) covers size; a nil page is zeros,
-// and every byte of the last page beyond size is zero, so growing a file
-// needs no clearing.
+// content is a file's bytes and the time they last changed. len(pages)
+// covers size; a nil page is zeros, and every byte of the last page beyond
+// size is zero, so growing a file needs no clearing.
 type content struct {
 	size  int64
 	pages []*page
+	mtime time.Time
 }
 
 // clone shares the pages: they are immutable.
-func (c content) clone() content { return content{size: c.size, pages: slices.Clone(c.pages)} }
+func (c content) clone() content {
+	return content{size: c.size, pages: slices.Clone(c.pages), mtime: c.mtime}
+}
 
 func pagesFor(size int64) int64 { return (size + pageSize - 1) / pageSize }
 
@@ -122,6 +128,7 @@ type op struct {
 	off   int64  // where a write starts, or the size a truncate sets
 	n     int64  // bytes written
 	data  []byte // nil: n zero bytes
+	at    time.Time
 }
 
 func (o op) apply(c *content) {
@@ -130,11 +137,12 @@ func (o op) apply(c *content) {
 	} else {
 		c.write(o.off, o.data, o.n)
 	}
+	c.mtime = o.at
 }
 
 // torn is the first m bytes of a write.
 func (o op) torn(m int64) op {
-	t := op{off: o.off, n: m}
+	t := op{off: o.off, n: m, at: o.at}
 	if o.data != nil {
 		t.data = o.data[:m]
 	}

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/netsy-io/netsy/internal/clock"
 	"github.com/netsy-io/netsy/internal/vfs"
 )
 
@@ -25,6 +26,7 @@ var errDirRename = errors.New("crashfs: renaming a directory is not supported")
 // FS is the in-memory file system. The zero value is not usable; call New.
 type FS struct {
 	mu  sync.Mutex
+	clk clock.Clock // stamps modification times
 	cut bool
 	// budget counts down the disk-changing calls left before the cut
 	// when counting (see CutAfter).
@@ -52,9 +54,13 @@ type inode struct {
 
 var _ vfs.FS = (*FS)(nil)
 
-// New returns an empty file system holding the directories "/" and ".".
-func New() *FS {
-	return &FS{dirs: map[string]*dir{"/": newDir(0o755), ".": newDir(0o755)}}
+// New returns an empty file system holding the directories "/" and ".",
+// stamping modification times with the real clock.
+func New() *FS { return NewWithClock(clock.Real()) }
+
+// NewWithClock is New stamping modification times with clk.
+func NewWithClock(clk clock.Clock) *FS {
+	return &FS{clk: clk, dirs: map[string]*dir{"/": newDir(0o755), ".": newDir(0o755)}}
 }
 
 func newDir(perm os.FileMode) *dir {
@@ -136,7 +142,7 @@ func (fsys *FS) Crash(rng *rand.Rand) *FS {
 		}
 		after[ino] = &inode{id: ino.id, perm: ino.perm, cur: c, durable: c.clone()}
 	}
-	out := &FS{nextID: fsys.nextID, dirs: make(map[string]*dir, len(fsys.dirs))}
+	out := &FS{clk: fsys.clk, nextID: fsys.nextID, dirs: make(map[string]*dir, len(fsys.dirs))}
 	for p, d := range fsys.dirs {
 		nd := newDir(d.perm)
 		for name, ino := range d.durable {
@@ -247,9 +253,12 @@ func (fsys *FS) openLocked(name string, flag int, perm os.FileMode) (*file, erro
 	case ino == nil:
 		fsys.nextID++
 		ino = &inode{id: fsys.nextID, perm: perm.Perm()}
+		// The inode and its times exist as soon as its name does.
+		ino.cur.mtime = fsys.clk.Now()
+		ino.durable.mtime = ino.cur.mtime
 		d.cur[base] = ino
 	case flag&os.O_TRUNC != 0 && f.write:
-		ino.change(op{trunc: true, off: 0})
+		ino.change(op{trunc: true, off: 0, at: fsys.clk.Now()})
 	}
 	f.ino = ino
 	return f, nil
@@ -464,7 +473,7 @@ func (ino *inode) fsync() {
 }
 
 func (ino *inode) info(name string) os.FileInfo {
-	return &fileInfo{name: name, size: ino.cur.size, mode: ino.perm}
+	return &fileInfo{name: name, size: ino.cur.size, mode: ino.perm, mtime: ino.cur.mtime}
 }
 
 func (d *dir) info(name string) os.FileInfo {
@@ -472,14 +481,15 @@ func (d *dir) info(name string) os.FileInfo {
 }
 
 type fileInfo struct {
-	name string
-	size int64
-	mode os.FileMode
+	name  string
+	size  int64
+	mode  os.FileMode
+	mtime time.Time
 }
 
 func (i *fileInfo) Name() string       { return i.name }
 func (i *fileInfo) Size() int64        { return i.size }
 func (i *fileInfo) Mode() os.FileMode  { return i.mode }
-func (i *fileInfo) ModTime() time.Time { return time.Time{} }
+func (i *fileInfo) ModTime() time.Time { return i.mtime }
 func (i *fileInfo) IsDir() bool        { return i.mode.IsDir() }
 func (i *fileInfo) Sys() any           { return nil }

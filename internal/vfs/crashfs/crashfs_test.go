@@ -11,7 +11,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/netsy-io/netsy/internal/clock"
 	"github.com/netsy-io/netsy/internal/vfs"
 )
 
@@ -163,6 +165,62 @@ func TestUnsyncedTruncate(t *testing.T) {
 		if got := read(t, fsys.Crash(seeded(seed)), "/d/f"); !valid[got] {
 			t.Fatalf("seed %d: %q", seed, got)
 		}
+	}
+}
+
+// TestModTime: a file's modification time is when it was created or last
+// written or truncated, and a crash keeps the time of the last change that
+// survived, as it keeps the content.
+func TestModTime(t *testing.T) {
+	t0 := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	clk := clock.NewFake(t0)
+	fsys := NewWithClock(clk)
+	ok(t, fsys.MkdirAll("/d", 0o700))
+	mtime := func(fsys *FS, name string) time.Time {
+		t.Helper()
+		st, err := fsys.Stat(name)
+		ok(t, err)
+		return st.ModTime()
+	}
+	f := mustOpen(t, fsys, "/d/f", os.O_CREATE|os.O_RDWR)
+	ok(t, fsys.SyncDir("/d"))
+	if got := mtime(fsys, "/d/f"); !got.Equal(t0) {
+		t.Fatalf("created at %v: mtime %v", t0, got)
+	}
+	clk.Advance(time.Second)
+	mustWrite(t, f, 0, "synced")
+	ok(t, f.Sync())
+	clk.Advance(time.Second)
+	if got := mtime(fsys, "/d/f"); !got.Equal(t0.Add(time.Second)) {
+		t.Fatalf("written at +1s: mtime %v", got)
+	}
+	mustWrite(t, f, 6, "+unsynced")
+	clk.Advance(time.Second)
+	ok(t, f.Truncate(3))
+	if st, err := f.Stat(); err != nil || !st.ModTime().Equal(t0.Add(3*time.Second)) {
+		t.Fatalf("truncated at +3s: File.Stat = %v, %v", st, err)
+	}
+	if got := mtime(fsys.Crash(nil), "/d/f"); !got.Equal(t0.Add(time.Second)) {
+		t.Fatalf("durable state: mtime %v, want the synced write's", got)
+	}
+	want := map[string]time.Time{
+		"synced":          t0.Add(time.Second),
+		"synced+unsynced": t0.Add(2 * time.Second),
+		"syn":             t0.Add(3 * time.Second),
+	}
+	for seed := range uint64(100) {
+		after := fsys.Crash(seeded(seed))
+		got, content := mtime(after, "/d/f"), read(t, after, "/d/f")
+		if w, whole := want[content]; whole && !got.Equal(w) {
+			t.Fatalf("seed %d: %q with mtime %v, want %v", seed, content, got, w)
+		}
+		if _, whole := want[content]; !whole && !got.Equal(t0.Add(2*time.Second)) {
+			t.Fatalf("seed %d: torn %q with mtime %v, want the torn write's", seed, content, got)
+		}
+	}
+	st, err := fsys.Crash(nil).Stat("/d")
+	if err != nil || !st.ModTime().IsZero() {
+		t.Fatalf("directory: %v, %v; want the zero time", st, err)
 	}
 }
 

@@ -35,8 +35,11 @@
 // shared copy-on-write between the current and durable content and across
 // Crash, and a page of zeros is not stored at all: a preallocated 64 MiB
 // segment of zeros costs a table of 16384 nil pointers per copy, and a
-// write of zeros is logged without its bytes. Modification times are not
-// modelled (always the zero time).
+// write of zeros is logged without its bytes.
+//
+// A file's modification time is the FS clock's time (New: the real clock)
+// of its creation or of its last write or truncate; after Crash, of the
+// last one that survived. A directory's is the zero time.
 //
 // All calls are safe for concurrent use: one mutex serializes them.
 package crashfs

@@ -128,7 +128,7 @@ func (f *file) writeAt(p []byte, off int64) {
 	if len(p) == 0 {
 		return
 	}
-	o := op{off: off, n: int64(len(p))}
+	o := op{off: off, n: int64(len(p)), at: f.fsys.clk.Now()}
 	if !allZero(p) {
 		o.data = append([]byte(nil), p...)
 	}
@@ -170,7 +170,7 @@ func (f *file) Truncate(size int64) error {
 	if f.ino == nil || !f.write || size < 0 {
 		return pathErr("truncate", f.name, syscall.EINVAL)
 	}
-	f.ino.change(op{trunc: true, off: size})
+	f.ino.change(op{trunc: true, off: size, at: f.fsys.clk.Now()})
 	if f.sync {
 		f.ino.fsync()
 	}
