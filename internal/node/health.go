@@ -86,38 +86,36 @@ type deposition struct {
 	term uint64 // the primary term it lost
 }
 
-// noteDeposed records that the engine stepped down because another writer
-// took over object storage.
-func (n *Node) noteDeposed(err error) {
-	_, term := n.roles.prim.State()
+// noteDeposed records that this node, Primary at term, stepped down
+// because another writer took over object storage (found by an upload or
+// by a fence check).
+func (n *Node) noteDeposed(err error, term uint64) {
 	n.deposed.Store(&deposition{err: err, at: n.clock.Now(), term: term})
 }
 
 // depositionReason says why a node that lost its fence cannot serve yet,
-// or nil: until it is the Active Primary again at a later term (its
-// Starting step caught up with the bucket) or follows another Primary,
-// /healthz and /readyz give the deposition as their reason. Linearizable
-// reads and watches wait for the same thing meanwhile: a deposed Primary
-// is a Replica whose Primary is not known.
+// or nil. It can once the Elector has named a Primary at a later term:
+// this node, Active again (its Starting step caught up with the bucket),
+// or another node, which it follows (/readyz checks that on its own).
+// Until then /healthz and /readyz give the deposition as their reason;
+// linearizable reads and watches wait for the same thing meanwhile, as a
+// deposed Primary is a Replica whose Primary is not known.
 func (n *Node) depositionReason() error {
 	d := n.deposed.Load()
 	if d == nil {
 		return nil
 	}
 	r := n.roles
-	serving := false
-	if p, _ := r.Primary(); p != nil {
-		if p.NodeId == n.cfg.NodeID {
-			_, term := r.prim.State()
-			serving = r.prim.Active() && term > d.term
-		} else {
-			serving, _, _ = r.follower.Connected()
+	if p, term := r.Primary(); p != nil && term > d.term {
+		if p.NodeId != n.cfg.NodeID {
+			n.deposed.CompareAndSwap(d, nil)
+			return nil
+		}
+		if _, t := r.prim.State(); r.prim.Active() && t > d.term {
+			n.deposed.CompareAndSwap(d, nil)
+			return nil
 		}
 	}
-	if serving {
-		n.deposed.CompareAndSwap(d, nil)
-		return nil
-	}
-	return fmt.Errorf("deposed %s ago as Primary (term %d): another writer took over object storage (%v); stepped down until the Elector names a Primary and this node has caught up with the bucket",
+	return fmt.Errorf("deposed %s ago as Primary (term %d): another writer took over object storage (%v); stepped down until the Elector names a Primary at a later term and this node has caught up with the bucket",
 		n.clock.Since(d.at).Round(time.Millisecond), d.term, d.err)
 }

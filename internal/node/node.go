@@ -204,10 +204,7 @@ func StartWith(ctx context.Context, cfg config.Config, logger hclog.Logger, deps
 		Logger:          logger,
 		ClusterID:       clusterIDHash(cfg.ClusterID),
 		Follower:        true,
-		OnDeposed: func(err error) {
-			n.noteDeposed(err)
-			r.prim.Deposed(err)
-		},
+		OnDeposed:       func(err error) { r.prim.Deposed(err) },
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open engine: %w", err)
@@ -332,6 +329,7 @@ func (n *Node) startRoles() error {
 		ReceiptLatency: func(d time.Duration) { r.receiptH.Observe(d.Seconds()) },
 		TermFile:       filepath.Join(cfg.DataDir, "primary-term.json"),
 		StopFollowing:  r.follower.Stop,
+		Fenced:         n.noteDeposed,
 		Changed: func(s netsyv1.PrimaryState, term uint64) {
 			r.event("primary_"+strings.ToLower(s.String()), cfg.NodeID, fmt.Sprintf("term %d", term))
 			r.notify()
@@ -499,9 +497,11 @@ func (n *Node) notReady() error {
 		return errors.New("starting or stopping")
 	case n.eng.Deposed() != nil:
 		return n.eng.Deposed()
-	case n.depositionReason() != nil:
-		return n.depositionReason()
-	case !r.registered.Load():
+	}
+	if err := n.depositionReason(); err != nil {
+		return err
+	}
+	if !r.registered.Load() {
 		return errors.New("not registered with an Elector yet")
 	}
 	p, _ := r.Primary()

@@ -69,6 +69,10 @@ type Config struct {
 	// Changed is told every change of state (to heartbeat at once, log an
 	// event); it must not block.
 	Changed func(state netsyv1.PrimaryState, term uint64)
+	// Fenced, when set, is told when this Primary steps down because
+	// another writer took the next wal seq (an upload collided, or a fence
+	// check found it taken), with the term it lost.
+	Fenced func(err error, term uint64)
 	// Fallback is told when writes fall back to object storage (a
 	// metric, an event); it must not block.
 	Fallback func(reason string)
@@ -364,7 +368,11 @@ func (p *Primary) stepDown(why string) {
 func (p *Primary) Deposed(err error) {
 	p.send(func() {
 		if p.Active() {
-			p.log.Error("fenced by object storage; stepping down", "error", err)
+			_, term := p.State()
+			p.log.Error("fenced by object storage; stepping down", "error", err, "primary_term", term)
+			if p.cfg.Fenced != nil {
+				p.cfg.Fenced(err, term)
+			}
 			p.stepDown("fenced")
 		}
 	})

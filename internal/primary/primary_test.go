@@ -608,7 +608,15 @@ func TestPrimaryFenceChecksBatch(t *testing.T) {
 
 // A check that finds the next seq taken deposes the Primary.
 func TestPrimaryFencedCheckDeposes(t *testing.T) {
-	h := newPrimary(t, nil)
+	fenced := make(chan uint64, 4)
+	h := newPrimary(t, func(c *Config) {
+		c.Fenced = func(err error, term uint64) {
+			if !errors.Is(err, objwal.ErrFenced) {
+				t.Errorf("Fenced told %v", err)
+			}
+			fenced <- term
+		}
+	})
 	h.activate(7)
 	r := h.confirmAsync()
 	h.nextCheck().reply <- fmt.Errorf("wal/9 exists: %w", objwal.ErrFenced)
@@ -619,6 +627,10 @@ func TestPrimaryFencedCheckDeposes(t *testing.T) {
 	h.wantEvents("stop following", "promote 7 (term file 7, log sync)", "claim", "demote flush=false", "release flush=false keep=4")
 	if err := h.confirmNow(); !errors.Is(err, ErrNotActive) {
 		t.Fatalf("after stepping down: %v", err)
+	}
+	// The node is told, with the term lost, so its health endpoints say so.
+	if len(fenced) != 1 || <-fenced != 7 {
+		t.Fatal("Fenced was not told once of the fence at term 7")
 	}
 }
 
