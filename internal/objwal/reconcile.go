@@ -374,9 +374,19 @@ func (l *Log) applyChunks(ctx context.Context, baseSeq uint64, seqs []uint64, sk
 						"two writers shared this bucket. Keep this data directory for inspection (netsyctl inspect) and restore the node from an empty one",
 						ErrHistoryConflict, l.wal.SegmentPath(e.Index), e.Index, tail[e.Index-skip-1].Revision, key, e.Revision)
 				}
-				l.log.Warn("DISCARDING local entries that object storage contradicts: another writer wrote this index first; "+
-					"no client was told they were durable (in sync mode only what is in the bucket is; in a cluster only what a quorum holds, which the new Primary has)",
-					"from", e.Index, "to", last, "chunk", key)
+				if l.o.AckOnFsync {
+					// A node alone that acknowledged on its fsync and was
+					// deposed since Open: refusing now would not bring the
+					// entries back, as the bucket's history moved on; say
+					// what may be lost.
+					l.log.Error("DISCARDING local entries that object storage contradicts: another writer wrote this index first while this node, "+
+						"alone, acknowledged writes on its local fsync; these entries may be acknowledged writes that are now lost. A process outside the election shares this bucket",
+						"from", e.Index, "to", last, "chunk", key, "segment", l.wal.SegmentPath(e.Index))
+				} else {
+					l.log.Warn("DISCARDING local entries that object storage contradicts: another writer wrote this index first; "+
+						"no client was told they were durable (in sync mode only what is in the bucket is; in a cluster only what a quorum holds, which the new Primary has)",
+						"from", e.Index, "to", last, "chunk", key)
+				}
 				if err := l.truncateLocal(e.Index - 1); err != nil {
 					return err
 				}
