@@ -286,7 +286,13 @@ func TestElectsHighestRevision(t *testing.T) {
 	c := newCluster(t, -1, "n1", "n2", "n3")
 	c.set("n2", func(f *fakeNode) { f.hb.LatestIndex, f.hb.LatestRevision = 12, 12 })
 	c.begin(-1)
-	c.run(5*time.Second, primaryIs("n2", 1))
+	// The state names the Primary before the pushes go out: wait for the
+	// first push as well.
+	c.run(5*time.Second, func(cs *netsyv1.ClusterState) bool {
+		c.peers.mu.Lock()
+		defer c.peers.mu.Unlock()
+		return primaryIs("n2", 1)(cs) && len(c.peers.order) > 0
+	})
 	c.peers.mu.Lock()
 	defer c.peers.mu.Unlock()
 	if c.peers.order[0] != "n2<-n2" {
