@@ -106,15 +106,11 @@ func (n *Node) depositionReason() error {
 		return nil
 	}
 	r := n.roles
-	if p, term := r.Primary(); p != nil && term > d.term {
-		if p.NodeId != n.cfg.NodeID {
-			n.deposed.CompareAndSwap(d, nil)
-			return nil
-		}
-		if _, t := r.prim.State(); r.prim.Active() && t > d.term {
-			n.deposed.CompareAndSwap(d, nil)
-			return nil
-		}
+	p, term := r.Primary()
+	_, held := r.prim.State()
+	if p != nil && term > d.term && (p.NodeId != n.cfg.NodeID || r.prim.Active() && held > d.term) {
+		n.deposed.CompareAndSwap(d, nil)
+		return nil
 	}
 	return fmt.Errorf("deposed %s ago as Primary (term %d): another writer took over object storage (%v); stepped down until the Elector names a Primary at a later term and this node has caught up with the bucket",
 		n.clock.Since(d.at).Round(time.Millisecond), d.term, d.err)
