@@ -1,0 +1,96 @@
+package peer
+
+import (
+	"errors"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Reason names why a peer refused a call. It crosses the wire in an
+// errdetails.ErrorInfo of domain ErrorDomain, so a caller decides from it
+// and the gRPC code, never from the message text (which is for people and
+// may change).
+type Reason string
+
+// ErrorDomain is the ErrorInfo domain of every Reason.
+const ErrorDomain = "peer.netsy.io"
+
+const (
+	// ReasonNotElector: the node called is not the Elector (it never was,
+	// it resigned, or its lock ran out). The caller finds the Elector
+	// again; it is not the caller's fault.
+	ReasonNotElector Reason = "NOT_ELECTOR"
+	// ReasonNotLoaded: the Elector has not finished loading members.json
+	// and nodes/, so it has no authority yet. Retry.
+	ReasonNotLoaded Reason = "ELECTOR_NOT_LOADED"
+	// ReasonNotRegistered: the Elector does not know the calling node
+	// (a new Elector, or the node was deregistered). Register again.
+	ReasonNotRegistered Reason = "NOT_REGISTERED"
+	// ReasonUnknownNode: the node named in the request is not registered.
+	ReasonUnknownNode Reason = "UNKNOWN_NODE"
+	// ReasonNotPrimary: the node called is not the Active Primary.
+	ReasonNotPrimary Reason = "NOT_PRIMARY"
+)
+
+// Error is a status error with code c carrying reason r.
+func Error(c codes.Code, r Reason, msg string) error {
+	st := status.New(c, msg)
+	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: string(r), Domain: ErrorDomain}); err == nil {
+		st = d
+	}
+	return st.Err()
+}
+
+// ReasonOf returns the Reason an error carries, or "" if it carries none.
+// It looks through wrapping (errors.As on the gRPC status).
+func ReasonOf(err error) Reason {
+	if err == nil {
+		return ""
+	}
+	var se interface{ GRPCStatus() *status.Status }
+	if !errors.As(err, &se) {
+		return ""
+	}
+	for _, d := range se.GRPCStatus().Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.Domain == ErrorDomain {
+			return Reason(info.Reason)
+		}
+	}
+	return ""
+}
+
+// Coded is an error that knows its wire form: a local call returns it as
+// is, and a server turns it into Error(Code(), Reason(), Error()) before
+// it crosses the wire, so local and remote callers test it the same way
+// (with ReasonOf, or errors.Is against the local sentinel before it was
+// sent).
+type Coded interface {
+	error
+	Code() codes.Code
+	Reason() Reason
+}
+
+// CodedError is a sentinel-friendly Coded error.
+type CodedError struct {
+	C   codes.Code
+	R   Reason
+	Msg string
+}
+
+func (e *CodedError) Error() string    { return e.Msg }
+func (e *CodedError) Code() codes.Code { return e.C }
+func (e *CodedError) Reason() Reason   { return e.R }
+
+// GRPCStatus makes a CodedError its own wire form: gRPC servers send it
+// as the code with the ErrorInfo, and status.Code reads the code locally.
+func (e *CodedError) GRPCStatus() *status.Status {
+	st := status.New(e.C, e.Msg)
+	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: string(e.R), Domain: ErrorDomain}); err == nil {
+		st = d
+	}
+	return st
+}
+
+var _ Coded = (*CodedError)(nil)
