@@ -9,11 +9,13 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/netsy-io/netsy/internal/clock"
 	"github.com/netsy-io/netsy/internal/discovery"
 	"github.com/netsy-io/netsy/internal/objstore"
+	"github.com/netsy-io/netsy/internal/peer"
 	"github.com/netsy-io/netsy/proto/netsyv1"
 )
 
@@ -27,17 +29,17 @@ const (
 )
 
 // ErrNotLoaded is returned while the Elector has not loaded the node map.
-var ErrNotLoaded = errors.New("elector: still loading the node map")
+var ErrNotLoaded error = &peer.CodedError{C: codes.Unavailable, R: peer.ReasonNotLoaded, Msg: "elector: still loading the node map"}
 
 // ErrLockLost is returned by an Elector whose lock ran out by its own
 // clock before Run's context ended (its process was stopped, and the
 // election's goroutine has not run yet).
-var ErrLockLost = errors.New("elector: this node is not the Elector any more: its lock ran out")
+var ErrLockLost error = &peer.CodedError{C: codes.FailedPrecondition, R: peer.ReasonNotElector, Msg: "elector: this node is not the Elector any more: its lock ran out"}
 
 // ErrStopped is returned by an Elector whose Run returned (its lock was
 // lost or given up): a request that finds it so fails at once instead of
 // waiting for its caller's deadline.
-var ErrStopped = errors.New("elector: this node is not the Elector any more: it stopped")
+var ErrStopped error = &peer.CodedError{C: codes.FailedPrecondition, R: peer.ReasonNotElector, Msg: "elector: this node is not the Elector any more: it stopped"}
 
 // Peers is what the Elector says to other nodes (and to itself).
 type Peers interface {
@@ -544,7 +546,7 @@ func (e *Elector) Heartbeat(ctx context.Context, hb *netsyv1.Heartbeat) (*netsyv
 				resp = &netsyv1.HeartbeatResponse{Seq: hb.Seq, ClusterState: e.clusterState(false), Health: netsyv1.HealthState_LOADING}
 				return nil
 			}
-			return fmt.Errorf("node %q is not registered with this Elector", hb.NodeId)
+			return &peer.CodedError{C: codes.FailedPrecondition, R: peer.ReasonNotRegistered, Msg: fmt.Sprintf("node %q is not registered with this Elector", hb.NodeId)}
 		}
 		r.last, r.lastAt = hb, now
 		h := hb.Health
@@ -688,7 +690,7 @@ func (e *Elector) Handoff(ctx context.Context, to string) (*netsyv1.ClusterState
 		}
 		if to != "" {
 			if _, ok := e.nodes[to]; !ok {
-				return fmt.Errorf("node %q is not registered", to)
+				return &peer.CodedError{C: codes.NotFound, R: peer.ReasonUnknownNode, Msg: fmt.Sprintf("node %q is not registered", to)}
 			}
 			if to == e.primary.NodeId {
 				return fmt.Errorf("node %q is already the Primary", to)

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/netsy-io/netsy/internal/peer"
 	"github.com/netsy-io/netsy/proto/netsyv1"
 )
 
@@ -29,17 +30,18 @@ func (s *Service) elector() (*Elector, error) {
 		return e, nil
 	}
 	if addr := s.ElectorAddr(); addr != "" {
-		return nil, status.Errorf(codes.FailedPrecondition, "netsy: this node is not the Elector; the Elector is at %s", addr)
+		return nil, peer.Error(codes.FailedPrecondition, peer.ReasonNotElector, "netsy: this node is not the Elector; the Elector is at "+addr)
 	}
-	return nil, status.Error(codes.FailedPrecondition, "netsy: this node is not the Elector and knows no Elector yet")
+	return nil, peer.Error(codes.FailedPrecondition, peer.ReasonNotElector, "netsy: this node is not the Elector and knows no Elector yet")
 }
 
 func grpcErr(err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, ErrNotLoaded):
-		return status.Error(codes.Unavailable, err.Error())
+	case errors.As(err, new(peer.Coded)):
+		// Sent as its code with its reason (CodedError is its own status).
+		return err
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return status.FromContextError(err).Err()
 	}

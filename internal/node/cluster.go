@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -322,13 +321,13 @@ func (r *roles) sendHeartbeat(ctx context.Context, hb *netsyv1.Heartbeat) (*nets
 	} else {
 		resp, err = c.Heartbeat(ctx, hb)
 	}
-	if errors.Is(err, elector.ErrLockLost) || errors.Is(err, elector.ErrStopped) || status.Code(err) == codes.FailedPrecondition && strings.Contains(err.Error(), "not the Elector") {
+	switch peer.ReasonOf(err) {
+	case peer.ReasonNotElector:
 		// The node we took for the Elector is not (it resigned or lost
 		// its lock): find the new one at once; not this node's fault.
 		r.lock.Suspect()
 		return nil, heartbeat.ErrNoElector
-	}
-	if err != nil && strings.Contains(err.Error(), "is not registered") {
+	case peer.ReasonNotRegistered:
 		// A new Elector that has not heard of this node yet.
 		r.registered.Store(false)
 	}
