@@ -7,9 +7,23 @@ import (
 )
 
 // Clock is the time source injected into every component.
+//
+// It has two readings (see the package doc for which to use when): Now is
+// the one every duration, lease, timeout and deadline is measured with, and
+// Wall is the one a timestamp that leaves the process is taken from.
 type Clock interface {
+	// Now is the reading durations are measured with: on the real clock it
+	// carries Go's monotonic reading, so Sub, Since, Before and After on
+	// two Now readings ignore wall-clock steps. Keep it a time.Time:
+	// UnixNano, Unix, Round(0), serialising or rebuilding it with
+	// time.Unix drops the monotonic reading.
 	Now() time.Time
+	// Since is Now().Sub(t), for t a Now reading.
 	Since(t time.Time) time.Duration
+	// Wall is the wall clock, for timestamps that are shown, persisted or
+	// sent to another node. It may step backwards or forwards (NTP, an
+	// operator); no decision may be taken on it.
+	Wall() time.Time
 	NewTimer(d time.Duration) Timer
 	NewTicker(d time.Duration) Ticker
 	After(d time.Duration) <-chan time.Time
@@ -38,6 +52,7 @@ type realClock struct{}
 
 func (realClock) Now() time.Time                         { return time.Now() }
 func (realClock) Since(t time.Time) time.Duration        { return time.Since(t) }
+func (realClock) Wall() time.Time                        { return time.Now().Round(0) }
 func (realClock) NewTimer(d time.Duration) Timer         { return realTimer{time.NewTimer(d)} }
 func (realClock) NewTicker(d time.Duration) Ticker       { return realTicker{time.NewTicker(d)} }
 func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
@@ -65,10 +80,13 @@ func (r realTicker) Stop()                 { r.t.Stop() }
 func (r realTicker) Reset(d time.Duration) { r.t.Reset(d) }
 
 // Fake is a manually advanced clock for deterministic tests. Timers and
-// tickers fire only when Advance moves time past their deadline.
+// tickers fire only when Advance moves time past their deadline. StepWall
+// moves its wall clock alone, as NTP or an operator steps a host's: Now,
+// Since and timers do not see it.
 type Fake struct {
 	mu      sync.Mutex
 	now     time.Time
+	wall    time.Duration // Wall() - Now(): the sum of StepWall calls
 	waiters []*fakeWaiter
 	changed chan struct{}
 }
@@ -92,6 +110,22 @@ func (f *Fake) Now() time.Time {
 }
 
 func (f *Fake) Since(t time.Time) time.Duration { return f.Now().Sub(t) }
+
+// Wall is Now moved by every StepWall so far.
+func (f *Fake) Wall() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.now.Add(f.wall)
+}
+
+// StepWall steps the wall clock by d (backwards when negative) without
+// moving Now or firing a timer: a test of "a wall-clock step changes no
+// decision" (SPEC §5.4) steps it and checks that nothing changed.
+func (f *Fake) StepWall(d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.wall += d
+}
 
 // Advance moves time forward by d, firing every timer and ticker due.
 func (f *Fake) Advance(d time.Duration) {

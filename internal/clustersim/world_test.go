@@ -315,6 +315,7 @@ func (c *simClock) trueAt(l time.Time) time.Duration {
 
 func (c *simClock) Now() time.Time                  { return c.local(c.w.Now()) }
 func (c *simClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
+func (c *simClock) Wall() time.Time                 { return c.Now() }
 
 func (c *simClock) NewTimer(d time.Duration) clock.Timer {
 	t := &simTimer{c: c, ch: make(chan time.Time, 1)}
