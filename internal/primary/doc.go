@@ -17,11 +17,12 @@
 //     another Primary at a higher term, or when object storage fences it
 //     (its chunk's seq was taken); it drains (flushes to object storage,
 //     then steps down) when the Elector asks for a handoff.
-//   - The lease: the Primary counts, on its own clock, from the send time
-//     of the last heartbeat answered by an Elector whose Cluster State
-//     names this node Primary at the term it holds (the wiring calls
-//     Answered only for those); becoming Active starts no lease by
-//     itself. While that is within the lease window it answers
+//   - The lease: the Primary counts, on its own monotonic clock (Clock.Now
+//     readings kept as time.Time, never wall nanoseconds, so a step of the
+//     wall clock changes nothing), from the send time of the last
+//     heartbeat answered by an Elector whose Cluster State names this node
+//     Primary at the term it holds (the wiring calls Answered only for
+//     those); becoming Active starts no lease by itself. While that is within the lease window it answers
 //     linearizable reads from memory; after it, every linearizable read
 //     waits for a check that no chunk exists at its next wal seq (one
 //     check serves every read that arrived before it started), so an

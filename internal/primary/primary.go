@@ -101,9 +101,15 @@ type Primary struct {
 	// stepping is set from the moment an Active Primary decides to step
 	// down until it is a Replica: it no longer counts as Active, so it
 	// answers no linearizable read and takes no write meanwhile.
-	stepping   atomic.Bool
-	term       atomic.Uint64 // the term held (Starting, Active, Draining) or last held
-	leaseUntil atomic.Int64  // unix nanos by this node's clock
+	stepping atomic.Bool
+	term     atomic.Uint64 // the term held (Starting, Active, Draining) or last held
+	// leaseUntil is when the lease ends, a Now reading of this node's
+	// clock kept as a time.Time: on the real clock it carries the
+	// monotonic reading, so a step of the wall clock neither revives a
+	// lapsed lease nor ends a current one (SPEC §5.4). Never store it as
+	// UnixNano: that is the wall.
+	leaseMu    sync.Mutex
+	leaseUntil time.Time
 
 	// Owned by the loop.
 	tookTerm  uint64 // highest term ever taken up (persisted)
@@ -420,20 +426,26 @@ func (p *Primary) Drain(ctx context.Context) error {
 }
 
 // Answered renews the lease: the Elector answered a heartbeat sent at
-// sentAt (by this node's clock).
+// sentAt, which must be a Now reading of this node's Clock taken before
+// the send (not a Wall reading, nor one that went through the wire or
+// UnixNano: those lost the monotonic reading). An older answer never
+// shortens the lease.
 func (p *Primary) Answered(sentAt time.Time) {
-	until := sentAt.Add(p.cfg.LeaseWindow).UnixNano()
-	for {
-		cur := p.leaseUntil.Load()
-		if until <= cur || p.leaseUntil.CompareAndSwap(cur, until) {
-			return
-		}
+	until := sentAt.Add(p.cfg.LeaseWindow)
+	p.leaseMu.Lock()
+	defer p.leaseMu.Unlock()
+	if until.After(p.leaseUntil) {
+		p.leaseUntil = until
 	}
 }
 
-// LeaseHeld reports whether the lease is current.
+// LeaseHeld reports whether the lease is current, on this node's
+// monotonic clock.
 func (p *Primary) LeaseHeld() bool {
-	return p.cfg.Clock.Now().UnixNano() < p.leaseUntil.Load()
+	now := p.cfg.Clock.Now()
+	p.leaseMu.Lock()
+	defer p.leaseMu.Unlock()
+	return now.Before(p.leaseUntil)
 }
 
 // ConfirmLinearizable returns nil when a linearizable read may be answered

@@ -508,6 +508,54 @@ func TestPrimaryLease(t *testing.T) {
 	}
 }
 
+// A step of the wall clock changes nothing about the lease (SPEC §5.4): a
+// lapsed lease stays lapsed when the clock steps back 30 s, so a
+// linearizable read waits for a fence check and a failed one refuses it;
+// a current lease does not end when it steps forward 30 s. It runs on the
+// Fake and on a model of a real host's clock, where a lease kept as wall
+// nanoseconds would see the step.
+func TestPrimaryLeaseIgnoresWallClockSteps(t *testing.T) {
+	for _, host := range []bool{false, true} {
+		t.Run(map[bool]string{false: "fake", true: "host"}[host], func(t *testing.T) {
+			h := newPrimary(t, func(c *Config) {
+				if host {
+					c.Clock = newHostClock(t, c.Clock.(*clock.Fake))
+				}
+			})
+			clk := h.p.cfg.Clock
+			h.activate(7)
+			h.p.Answered(clk.Now())
+			h.clk.Advance(window)
+			h.clk.StepWall(-30 * time.Second)
+			if h.p.LeaseHeld() {
+				t.Fatal("a step back of the wall clock revived a lapsed lease")
+			}
+			r := h.confirmAsync()
+			h.nextCheck().reply <- errors.New("bucket unreachable")
+			if err := h.result(r); !errors.Is(err, engine.ErrNoLeader) {
+				t.Fatalf("read on a lapsed lease after a step back: %v, want ErrNoLeader from the fence check", err)
+			}
+
+			h.p.Answered(clk.Now())
+			h.clk.StepWall(30 * time.Second)
+			if !h.p.LeaseHeld() {
+				t.Fatal("a step forward of the wall clock ended a current lease")
+			}
+			if err := h.confirmNow(); err != nil {
+				t.Fatalf("under the lease after a step forward: %v", err)
+			}
+			h.clk.Advance(window - 1)
+			if !h.p.LeaseHeld() {
+				t.Fatal("lease lapsed early")
+			}
+			h.clk.Advance(1)
+			if h.p.LeaseHeld() {
+				t.Fatal("lease held a window after the heartbeat was sent")
+			}
+		})
+	}
+}
+
 // ConfirmLinearizable: a refusal when not Active, nil from the lease
 // while it holds, else the answer of a fence check; ReadIndex answers
 // the commit point, revision and term, confirmed.
