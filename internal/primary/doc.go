@@ -28,6 +28,12 @@
 //     check serves every read that arrived before it started), so an
 //     Elector outage costs latency, not availability. A taken seq makes it
 //     step down.
+//   - Majority quorum counts from the registered nodes a Cluster State
+//     vouches for: one naming this node Primary at the term it holds and
+//     listing it among a nonzero count. Any other state (an Elector that
+//     had not loaded, a stale state, one naming another Primary or none)
+//     may raise the count, never lower it; until a state vouched for one,
+//     writes are acknowledged through object storage.
 //   - Follow streams send every entry in index order from where the
 //     replica's log agrees with ours (same term at its last index), cutting
 //     a diverged replica back to its own commit point; entries older than

@@ -261,8 +261,29 @@ func (p *Primary) observe(cs *netsyv1.ClusterState) {
 			p.stepDown("superseded")
 			return
 		}
-		p.quorum.setRegistered(int(cs.GetRegisteredNodes()))
+		n, ok := registeredCount(cs, p.cfg.Self, term)
+		p.quorum.setRegistered(n, ok)
 	}
+}
+
+// registeredCount is the count of registered nodes cs gives, and whether
+// it vouches for that count so far as to lower the quorum to it: only a
+// state naming this node Primary at the term it holds, counting a nonzero
+// number of registered nodes and listing this node among them. Any other
+// state (from an Elector that had not loaded, a stale one, one naming
+// another Primary or none) may only raise it: a count too low would let
+// this Primary acknowledge writes too few replicas hold.
+func registeredCount(cs *netsyv1.ClusterState, self string, term uint64) (int, bool) {
+	n := int(cs.GetRegisteredNodes())
+	if n <= 0 || cs.GetPrimary().GetNodeId() != self || cs.GetPrimaryTerm() != term {
+		return n, false
+	}
+	for _, m := range cs.GetMembers() {
+		if m.GetNodeId() == self {
+			return n, true
+		}
+	}
+	return n, false
 }
 
 // startQuorum begins quorum commit at term: writes are acknowledged
@@ -270,7 +291,8 @@ func (p *Primary) observe(cs *netsyv1.ClusterState) {
 func (p *Primary) startQuorum(term uint64, cs *netsyv1.ClusterState) {
 	ctx, cancel := context.WithCancel(p.ctx)
 	p.qcancel = cancel
-	p.quorum.activate(term, int(cs.GetRegisteredNodes()))
+	n, ok := registeredCount(cs, p.cfg.Self, term)
+	p.quorum.activate(term, n, ok)
 	p.goOwned(func() { p.quorum.run(ctx) })
 }
 

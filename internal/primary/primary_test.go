@@ -257,8 +257,11 @@ func (h *lharness) start() {
 	h.p = p
 }
 
+// clusterState names primary at term in a cluster of this node and two
+// replicas, r1 and r2.
 func clusterState(primary string, term uint64) *netsyv1.ClusterState {
-	return &netsyv1.ClusterState{Primary: &netsyv1.NodeInfo{NodeId: primary}, PrimaryTerm: term, RegisteredNodes: 3}
+	return &netsyv1.ClusterState{Primary: &netsyv1.NodeInfo{NodeId: primary}, PrimaryTerm: term, RegisteredNodes: 3,
+		Members: []*netsyv1.NodeInfo{{NodeId: self}, {NodeId: "r1"}, {NodeId: "r2"}}}
 }
 
 // expect takes the next state change and checks it.
@@ -845,4 +848,62 @@ func TestPrimaryDrainWhenNotActive(t *testing.T) {
 	h.expect(netsyv1.PrimaryState_ACTIVE, 7)
 	h.noChange()
 	h.wantEvents("stop following", "promote 7 (term file 7, log sync)", "claim")
+}
+
+// The quorum lowers its count of registered nodes only on a Cluster State
+// that vouches for it: one naming this node Primary at the term it holds
+// and listing it among a nonzero count of registered nodes. A state from
+// an Elector that had not loaded (0 registered), one that does not list
+// this node, names another Primary or none, or is of an older term never
+// lowers it: with two replicas the Primary keeps needing a receipt and
+// never acknowledges on its own fsync. Raising the count is always safe.
+func TestPrimaryQuorumCountLowersOnlyOnAuthoritativeState(t *testing.T) {
+	h := newPrimary(t, func(c *Config) { c.Quorum = -1 })
+	h.activate(7)
+	h.p.Answered(h.clk.Now())
+	h.p.quorum.open("r1", 7)
+	h.p.quorum.heard("r1", 7, 4, &netsyv1.Heartbeat{NodeId: "r1", Health: netsyv1.HealthState_HEALTHY})
+	wantNeeded := func(what string, n uint32, mode objwal.Mode) {
+		t.Helper()
+		h.barrier()
+		if st := h.p.Replication(); st.GetReplicasNeeded() != n {
+			t.Fatalf("%s: %d replicas needed, want %d (%v)", what, st.GetReplicasNeeded(), n, st)
+		}
+		if m, _ := h.log.get(); m != mode {
+			t.Fatalf("%s: log in %s, want %s", what, m, mode)
+		}
+	}
+	wantNeeded("three registered", 1, objwal.ModeQuorum)
+
+	lone := func(edit func(cs *netsyv1.ClusterState)) *netsyv1.ClusterState {
+		cs := clusterState(self, 7)
+		cs.RegisteredNodes, cs.Members = 1, cs.Members[:1]
+		edit(cs)
+		return cs
+	}
+	for _, tc := range []struct {
+		name string
+		cs   *netsyv1.ClusterState
+	}{
+		{"an Elector that had not loaded", &netsyv1.ClusterState{Primary: &netsyv1.NodeInfo{NodeId: self}, PrimaryTerm: 7}},
+		{"zero registered, listing this node", lone(func(cs *netsyv1.ClusterState) { cs.RegisteredNodes = 0 })},
+		{"not listing this node", lone(func(cs *netsyv1.ClusterState) { cs.Members = []*netsyv1.NodeInfo{{NodeId: "r9"}} })},
+		{"no Primary", lone(func(cs *netsyv1.ClusterState) { cs.Primary = nil })},
+		{"another Primary at this term", lone(func(cs *netsyv1.ClusterState) { cs.Primary = &netsyv1.NodeInfo{NodeId: "r1"} })},
+		{"an older term", lone(func(cs *netsyv1.ClusterState) { cs.PrimaryTerm = 6 })},
+	} {
+		h.p.Observe(tc.cs)
+		wantNeeded(tc.name, 1, objwal.ModeQuorum)
+	}
+
+	// Raising is safe from any state; lowering needs an authoritative one.
+	five := clusterState(self, 7)
+	five.RegisteredNodes, five.Members = 5, []*netsyv1.NodeInfo{{NodeId: "r9"}}
+	h.p.Observe(five)
+	wantNeeded("five registered, from a state that does not list this node", 2, objwal.ModeSync)
+	h.p.Observe(clusterState(self, 7))
+	wantNeeded("three registered again, authoritative", 1, objwal.ModeQuorum)
+	h.p.Observe(lone(func(*netsyv1.ClusterState) {}))
+	wantNeeded("alone, authoritative", 0, objwal.ModeAsync)
+	h.noChange()
 }

@@ -48,10 +48,14 @@ type replicaRec struct {
 type quorum struct {
 	p *Primary
 
-	mu         sync.Mutex
-	term       uint64
-	active     bool // the node is the Active (or Draining) Primary at term
-	draining   bool
+	mu       sync.Mutex
+	term     uint64
+	active   bool // the node is the Active (or Draining) Primary at term
+	draining bool
+	// registered is the count of registered nodes majority quorum is
+	// computed from, as last vouched for by a Cluster State (see
+	// registeredCount); 0 while none has, and then writes go through
+	// object storage under majority quorum.
 	registered int
 	reps       map[string]*replicaRec
 	// pending are appends not yet known committed, oldest first: the
@@ -160,22 +164,36 @@ func (q *quorum) heard(id string, term uint64, durable uint64, hb *netsyv1.Heart
 	q.evaluateLocked(now)
 }
 
-// activate starts counting at term with registered nodes in the cluster.
-func (q *quorum) activate(term uint64, registered int) {
+// activate starts counting at term with registered nodes in the cluster,
+// a count the Cluster State that named this node vouched for or not
+// (authoritative); without it the count is unknown until one does.
+func (q *quorum) activate(term uint64, registered int, authoritative bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if term != q.term {
 		return
 	}
-	q.active, q.draining, q.registered = true, false, registered
+	q.active, q.draining, q.registered = true, false, 0
+	if authoritative && registered > 0 {
+		q.registered = registered
+	}
 	q.evaluateLocked(q.p.cfg.Clock.Now())
 }
 
-// setRegistered follows the Elector's count of registered nodes.
-func (q *quorum) setRegistered(n int) {
+// setRegistered follows the Elector's count of registered nodes: any
+// authoritative count, and a higher one from any Cluster State (a larger
+// count never needs fewer receipts, so raising is always safe). A count
+// of 0 says nothing, and an unknown count stays unknown until a state
+// vouches for one.
+func (q *quorum) setRegistered(n int, authoritative bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if n == q.registered {
+	if n <= 0 || n == q.registered {
+		return
+	}
+	if !authoritative && (q.registered == 0 || n < q.registered) {
+		q.p.log.Debug("a Cluster State that does not vouch for its count of registered nodes does not lower the quorum's",
+			"registered", n, "kept", q.registered)
 		return
 	}
 	q.registered = n
@@ -253,6 +271,16 @@ func (q *quorum) evaluateLocked(now time.Time) {
 	q.trimLocked(committed, now)
 	cfg := q.p.cfg
 	need := needed(cfg.Quorum, q.registered)
+	if cfg.Quorum == -1 && q.registered <= 0 {
+		// No Cluster State vouched for a count yet: a majority of what
+		// is unknown, so object storage acknowledges.
+		reason := "no authoritative count of registered nodes yet"
+		if q.draining {
+			reason = "draining"
+		}
+		q.setModeLocked(objwal.ModeSync, true, reason)
+		return
+	}
 	if cfg.Quorum == -1 && need == 0 {
 		// A node alone with majority quorum is its own majority, while
 		// its lease holds: once it lapsed a successor may be elected

@@ -95,7 +95,7 @@ func newQuorum(t *testing.T, quorumCfg, registered int) *qharness {
 	h := &qharness{t: t, clk: clk, eng: eng, log: lg, p: p, q: &p.quorum}
 	h.q.reset(term)
 	p.Answered(clk.Now())
-	h.q.activate(term, registered)
+	h.q.activate(term, registered, true)
 	return h
 }
 
@@ -191,7 +191,7 @@ func TestQuorumAloneIsAsync(t *testing.T) {
 	h := newQuorum(t, -1, 1)
 	h.want(objwal.ModeAsync, 0)
 	// A second node registers: now a replica is needed.
-	h.q.setRegistered(2)
+	h.q.setRegistered(2, true)
 	h.want(objwal.ModeSync, 0)
 }
 
@@ -398,4 +398,22 @@ func TestQuorumAloneDrainIsEager(t *testing.T) {
 	h.want(objwal.ModeAsync, 0)
 	h.q.drain()
 	h.want(objwal.ModeSync, 0)
+}
+
+// Under majority quorum, a Primary that no Cluster State has told how many
+// nodes are registered acknowledges through object storage, never on its
+// own fsync as if it were alone.
+func TestQuorumUnknownCountIsSync(t *testing.T) {
+	h := newQuorum(t, -1, 0)
+	h.q.open("r1", term)
+	h.appendTo(3)
+	h.receipt("r1", 3)
+	h.want(objwal.ModeSync, 0)
+	if st := h.q.status(h.clk.Now()); !st.Fallback || !strings.Contains(st.FallbackReason, "no authoritative count") {
+		t.Fatalf("status %v", st)
+	}
+	h.q.setRegistered(3, false) // a state that does not vouch for it
+	h.want(objwal.ModeSync, 0)
+	h.q.setRegistered(3, true)
+	h.want(objwal.ModeQuorum, 3)
 }
