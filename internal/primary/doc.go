@@ -28,6 +28,13 @@
 //     check serves every read that arrived before it started), so an
 //     Elector outage costs latency, not availability. A taken seq makes it
 //     step down.
+//   - A replica's receipts count toward the quorum only while it follows
+//     at this term, was heard within two heartbeat intervals, met the
+//     last quorum deadline and its own last heartbeat (every receipt
+//     embeds one) says Healthy: a Loading node, one cut from the Elector
+//     and a leaving one (it reports Degraded from its first step, SPEC
+//     §5.2) complete no quorum write, whatever index they acknowledge.
+//     Too few counted replicas make writes go through object storage.
 //   - Majority quorum counts from the registered nodes a Cluster State
 //     vouches for: one naming this node Primary at the term it holds and
 //     listing it among a nonzero count. Any other state (an Elector that

@@ -243,15 +243,23 @@ func (q *quorum) tick(now time.Time) {
 	q.evaluateLocked(now)
 }
 
-// countsLocked says whether r counts toward the quorum now, or why not.
+// countsLocked says whether r counts toward the quorum now, or why not:
+// only while its own last heartbeat (every receipt embeds one) says it is
+// Healthy, whatever index its receipts acknowledge.
 func (q *quorum) countsLocked(r *replicaRec, now time.Time) (bool, string) {
 	switch {
 	case r.streams <= 0:
 		return false, "no Follow stream"
 	case now.Sub(r.heard) > q.window():
 		return false, fmt.Sprintf("silent for %s", now.Sub(r.heard).Round(time.Millisecond))
-	case r.last != nil && r.last.Health == netsyv1.HealthState_DEGRADED:
+	case r.last == nil:
+		return false, "no heartbeat from it yet"
+	case r.last.Health == netsyv1.HealthState_DEGRADED:
+		// Cut from the Elector, or leaving the cluster (SPEC §5.2: a
+		// leaving node's receipts never count).
 		return false, "it says it is Degraded"
+	case r.last.Health != netsyv1.HealthState_HEALTHY:
+		return false, fmt.Sprintf("it says it is %s", r.last.Health)
 	case r.missed != 0:
 		return false, fmt.Sprintf("missed the quorum deadline of index %d", r.missed)
 	}

@@ -162,6 +162,7 @@ func TestQuorumStaticNeedsN(t *testing.T) {
 	h := newQuorum(t, 2, 3)
 	h.q.open("r1", term)
 	h.q.open("r2", term)
+	h.receipt("r2", 0) // its first heartbeat: it says it is Healthy
 	h.appendTo(9)
 	h.receipt("r1", 9)
 	h.want(objwal.ModeQuorum, 0)
@@ -416,4 +417,30 @@ func TestQuorumUnknownCountIsSync(t *testing.T) {
 	h.want(objwal.ModeSync, 0)
 	h.q.setRegistered(3, true)
 	h.want(objwal.ModeQuorum, 3)
+}
+
+// A replica counts toward the quorum only while its own last word on its
+// health is Healthy: a leaving node (it reports Degraded from the moment
+// it starts leaving, SPEC §5.2) or one still Loading completes no quorum
+// write, however high the index its receipt acknowledges, and the Primary
+// falls back to object storage while too few count.
+func TestQuorumReceiptsOfDegradedOrLoadingReplicasDoNotCount(t *testing.T) {
+	for _, health := range []netsyv1.HealthState{netsyv1.HealthState_DEGRADED, netsyv1.HealthState_LOADING, netsyv1.HealthState_HEALTH_UNKNOWN} {
+		t.Run(health.String(), func(t *testing.T) {
+			h := newQuorum(t, -1, 3)
+			h.q.open("r1", term)
+			h.receipt("r1", 0)
+			h.want(objwal.ModeQuorum, 0)
+			h.appendTo(5)
+			h.q.heard("r1", term, 5, &netsyv1.Heartbeat{NodeId: "r1", Health: health})
+			h.want(objwal.ModeSync, 0)
+			st := h.q.status(h.clk.Now())
+			if len(st.Replicas) != 1 || st.Replicas[0].Counted || st.Replicas[0].NotCountedReason == "" {
+				t.Fatalf("status %v", st)
+			}
+			// Its later receipts without a heartbeat do not count either.
+			h.q.heard("r1", term, 6, nil)
+			h.want(objwal.ModeSync, 0)
+		})
+	}
 }
