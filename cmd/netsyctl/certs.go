@@ -73,7 +73,7 @@ func runCerts(_ context.Context, args []string, stdout io.Writer) error {
 	if *output != "table" && *output != "json" {
 		return fmt.Errorf("-o: %q is not table or json", *output)
 	}
-	now := clock.Real().Now().Add(-backdate).UTC().Truncate(time.Second)
+	now := clock.Real().Wall().Add(-backdate).UTC().Truncate(time.Second)
 	var written []writtenFile
 	switch sub {
 	case "init":

@@ -60,7 +60,11 @@
 //     fork the history.
 //   - Garbage collection never deletes a chunk younger than MinWALAge, so a
 //     deposed writer's delayed PUT still collides with the object that fenced
-//     it, and never deletes the newest chunk this node wrote, so a restarting
+//     it. Young is judged twice, and either keeps the chunk: by the bucket's
+//     LastModified against this node's wall clock, and by this node's
+//     monotonic clock since it uploaded the chunk (or since Open, for one it
+//     did not upload), so a wall clock stepped forward never deletes a chunk
+//     early. It never deletes the newest chunk this node wrote, so a restarting
 //     node always finds the highest seq by listing and cannot reuse one.
 //
 // # Writer and follower

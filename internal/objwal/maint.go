@@ -289,7 +289,13 @@ func (l *Log) gcOnce() error {
 	if cut <= l.gcFloor {
 		return nil
 	}
-	now := l.clk.Now()
+	// A chunk is young while the bucket's LastModified says so (measured
+	// on this node's wall clock against another machine's) OR while this
+	// node's monotonic clock says it uploaded it (or opened, for a chunk
+	// it did not upload) less than MinWALAge ago: a wall clock stepped
+	// forward, or a bucket clock running behind, can then only keep
+	// chunks longer, never delete one early.
+	wall := l.clk.Wall()
 	var chunks []string
 	var young bool
 	err = l.listAll(l.ctx, walPrefix, walKey(l.gcFloor), gcAttempts, func(o objstore.ObjectInfo) (bool, error) {
@@ -297,7 +303,13 @@ func (l *Log) gcOnce() error {
 		if seq == 0 || seq > cut {
 			return false, nil
 		}
-		if now.Sub(o.LastModified) < l.o.MinWALAge {
+		l.mu.Lock()
+		seen, ok := l.gcSeen[o.Key]
+		l.mu.Unlock()
+		if !ok {
+			seen = l.opened
+		}
+		if wall.Sub(o.LastModified) < l.o.MinWALAge || l.clk.Since(seen) < l.o.MinWALAge {
 			young = true
 			return false, nil
 		}
@@ -310,6 +322,11 @@ func (l *Log) gcOnce() error {
 	if err := l.deleteAll(chunks); err != nil {
 		return err
 	}
+	l.mu.Lock()
+	for _, k := range chunks {
+		delete(l.gcSeen, k)
+	}
+	l.mu.Unlock()
 	if len(chunks) > 0 {
 		l.gcFloor = parseSeq(chunks[len(chunks)-1])
 		l.log.Info("deleted obsolete wal chunks", "count", len(chunks), "through", chunks[len(chunks)-1], "young_kept", young)

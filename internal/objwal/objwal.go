@@ -291,6 +291,13 @@ type Log struct {
 	meta        *metaState
 	metaWritten time.Time
 	gcFloor     uint64 // chunks at or below this seq are known deleted
+
+	// opened (a monotonic reading) is when Open began; gcSeen (under mu)
+	// is when this process uploaded each chunk it has not deleted yet.
+	// Chunks it did not upload existed when it opened, or were written by
+	// a writer it has since replaced.
+	opened time.Time
+	gcSeen map[string]time.Time
 }
 
 type pendEntry struct {
@@ -335,6 +342,8 @@ func open(ctx context.Context, o Options, h hooks) (*Log, error) {
 		log:       o.Logger,
 		metaPath:  filepath.Join(o.WALDir, metaFileName),
 		hooks:     h,
+		opened:    o.Clock.Now(),
+		gcSeen:    make(map[string]time.Time),
 		upKick:    make(chan struct{}, 1),
 		maintKick: make(chan struct{}, 1),
 		closingCh: make(chan struct{}),

@@ -3,6 +3,7 @@ package objwal
 import (
 	"errors"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -752,4 +753,37 @@ func TestOpenRetriesThenFails(t *testing.T) {
 	if !errors.Is(err, faulty.ErrInjected) || !strings.Contains(err.Error(), "giving up") {
 		t.Fatalf("Open against a dead bucket = %v", err)
 	}
+}
+
+// A wall clock stepped forward makes every chunk look old by the bucket's
+// LastModified; GC still keeps a chunk this node uploaded less than
+// MinWALAge ago by its monotonic clock, so a deposed writer's delayed PUT
+// of that seq still collides.
+func TestGarbageCollectionIgnoresWallClockSteps(t *testing.T) {
+	e := newEnv(t)
+	n := e.node(t.TempDir(), ModeSync, func(o *Options) { o.SnapshotKeep = 1 }).open()
+	n.appendRange(1, 3, "a")
+	if err := n.rec.wait(t, 3); err != nil {
+		t.Fatal(err)
+	}
+	_, before := history(t, e.inner)
+	e.fake.StepWall(2 * DefaultMinWALAge)
+	e.fake.Advance(time.Minute)
+	if err := n.l.SaveSnapshot(snapshotAt(3)); err != nil {
+		t.Fatal(err)
+	}
+	n.nextSnapshot()
+	if _, after := history(t, e.inner); !slices.Equal(before, after) {
+		t.Fatalf("chunks %v before a 2 h wall step, %v after GC: a chunk a minute old was deleted", before, after)
+	}
+	// Once MinWALAge has really passed, the same chunks go.
+	e.fake.Advance(DefaultMinWALAge)
+	if err := n.l.SaveSnapshot(snapshotAt(3)); err != nil {
+		t.Fatal(err)
+	}
+	n.nextSnapshot()
+	if _, after := history(t, e.inner); len(after) != 1 {
+		t.Fatalf("chunks left %v after MinWALAge, want only the newest", after)
+	}
+	n.close()
 }

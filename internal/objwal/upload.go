@@ -205,6 +205,7 @@ func (l *Log) upload(ctx context.Context, b *batch) bool {
 	l.chunks = append(l.chunks, chunkRef{seq: seq, last: last})
 	l.inflightBytes, l.inflightAt = 0, time.Time{}
 	l.failing = nil
+	l.gcSeen[walKey(seq)] = done
 	l.stats.Puts++
 	l.stats.Entries += uint64(len(b.ents))
 	l.stats.Bytes += uint64(len(body))

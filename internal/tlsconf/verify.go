@@ -55,7 +55,7 @@ func (v *verifier) check(certs []*x509.Certificate) (Identity, *RefusedError) {
 	}
 	leaf := certs[0]
 	who := describe(leaf)
-	now := v.clk.Now()
+	now := v.clk.Wall()
 	if now.After(leaf.NotAfter) {
 		return Identity{}, refuse(who, "certificate expired at %s (now %s)", stamp(leaf.NotAfter), stamp(now))
 	}
