@@ -13,9 +13,13 @@
 //
 //  1. An Elector acts only while its lock is held: Run returns, and every
 //     call it makes is cancelled, the moment the lock's context ends.
-//  2. Until members.json and the nodes/ registrations are loaded it elects
-//     nothing. On taking over it first asks every registered node for its
-//     state and adopts a Primary that says it is Active.
+//  2. Until members.json and the nodes/ registrations are loaded it has no
+//     authority: it answers no Cluster State to anyone (Heartbeat,
+//     GetClusterState and RegisterNode fail with ErrNotLoaded, a retryable
+//     Unavailable; a registration is recorded all the same), pushes
+//     nothing and elects nothing. On taking over it first asks every
+//     registered node for its state and adopts a Primary that says it is
+//     Active.
 //  3. A node is Degraded once two heartbeats in a row are missing (or it
 //     says so itself), Healthy again on its next heartbeat. A node Degraded
 //     for longer than the deregistration timeout (0: never) is deregistered:

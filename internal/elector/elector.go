@@ -379,7 +379,11 @@ func (e *Elector) load(ctx context.Context) error {
 	return e.do(ctx, false, func() error {
 		now := e.cfg.Clock.Now()
 		for _, info := range infos {
-			e.addNode(info, now)
+			if e.nodes[info.NodeId] == nil {
+				// A node that registered while the map loaded keeps
+				// what it registered (the listing may predate it).
+				e.addNode(info, now)
+			}
 		}
 		e.maxTerm = max(e.maxTerm, m.PrimaryTerm)
 		e.adoptFromStates(states)
@@ -539,13 +543,14 @@ func (e *Elector) probePrimary(ctx context.Context, p *netsyv1.NodeInfo) {
 func (e *Elector) Heartbeat(ctx context.Context, hb *netsyv1.Heartbeat) (*netsyv1.HeartbeatResponse, error) {
 	var resp *netsyv1.HeartbeatResponse
 	err := e.do(ctx, false, func() error {
+		if !e.loaded {
+			// No authority yet (rule 2): a state of this Elector's now
+			// would name no Primary and count no nodes.
+			return ErrNotLoaded
+		}
 		now := e.cfg.Clock.Now()
 		r := e.nodes[hb.NodeId]
 		if r == nil {
-			if !e.loaded {
-				resp = &netsyv1.HeartbeatResponse{Seq: hb.Seq, ClusterState: e.clusterState(false), Health: netsyv1.HealthState_LOADING}
-				return nil
-			}
 			return &peer.CodedError{C: codes.FailedPrecondition, R: peer.ReasonNotRegistered, Msg: fmt.Sprintf("node %q is not registered with this Elector", hb.NodeId)}
 		}
 		r.last, r.lastAt = hb, now
@@ -602,7 +607,7 @@ func (e *Elector) Register(ctx context.Context, info *netsyv1.NodeInfo, clusterI
 	}
 	id := m.IDs[info.NodeId]
 	var cs *netsyv1.ClusterState
-	err = e.do(ctx, true, func() error {
+	err = e.do(ctx, false, func() error {
 		info = proto.Clone(info).(*netsyv1.NodeInfo)
 		info.MemberId = id
 		old := e.nodes[info.NodeId]
@@ -614,10 +619,18 @@ func (e *Elector) Register(ctx context.Context, info *netsyv1.NodeInfo, clusterI
 			e.log.Info("node registered", "node", info.NodeId, "member_id", fmt.Sprintf("%x", id), "peer_addr", info.PeerAddr)
 			e.pushAll(ctx)
 		}
+		if !e.loaded {
+			// Recorded (the seed lets registrations arrive before the
+			// load ends), but no state is answered yet (rule 2).
+			return ErrNotLoaded
+		}
 		cs = e.clusterState(false)
 		return nil
 	})
-	return id, cs, err
+	if err != nil {
+		return 0, nil, err
+	}
+	return id, cs, nil
 }
 
 // Deregister removes a node from the map and deletes its nodes/ file; its
@@ -670,6 +683,9 @@ func (e *Elector) Deregister(ctx context.Context, nodeID string) error {
 func (e *Elector) ClusterState(ctx context.Context, full bool) (*netsyv1.ClusterState, error) {
 	var cs *netsyv1.ClusterState
 	err := e.do(ctx, false, func() error {
+		if !e.loaded {
+			return ErrNotLoaded // no authority yet (rule 2)
+		}
 		cs = e.clusterState(full)
 		return nil
 	})
@@ -790,8 +806,12 @@ func (e *Elector) electingAway() bool {
 
 // pushAll pushes the current state to the Primary first, then to every
 // other node. Pushes are best effort: a node that misses one learns the
-// state from its next heartbeat's answer.
+// state from its next heartbeat's answer. Nothing is pushed before the
+// map is loaded (rule 2).
 func (e *Elector) pushAll(ctx context.Context) {
+	if !e.loaded {
+		return
+	}
 	e.pushGen++
 	gen := e.pushGen
 	cs := e.clusterState(false)

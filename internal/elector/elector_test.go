@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -12,11 +13,14 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"go.uber.org/goleak"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/netsy-io/netsy/internal/clock"
 	"github.com/netsy-io/netsy/internal/discovery"
 	"github.com/netsy-io/netsy/internal/objstore/mem"
+	"github.com/netsy-io/netsy/internal/peer"
 	"github.com/netsy-io/netsy/proto/netsyv1"
 )
 
@@ -167,7 +171,21 @@ func newCluster(t *testing.T, quorum int, ids ...string) *cluster {
 // begin starts the first Elector on the first node.
 func (c *cluster) begin(quorum int) *cluster {
 	c.start(1, quorum, c.first)
+	c.waitLoaded()
 	return c
+}
+
+// waitLoaded waits until the Elector has loaded the node map (it answers
+// nothing before).
+func (c *cluster) waitLoaded() {
+	c.t.Helper()
+	for range 1000 {
+		if _, err := c.e.ClusterState(c.t.Context(), false); !errors.Is(err, ErrNotLoaded) {
+			return
+		}
+		time.Sleep(time.Millisecond) // the map loads on its own goroutine
+	}
+	c.t.Fatal("the Elector did not load the node map")
 }
 
 func (c *cluster) start(term uint64, quorum int, self string) {
@@ -217,7 +235,12 @@ func (c *cluster) beat() {
 		if !ok {
 			continue
 		}
-		if _, err := c.e.Heartbeat(c.t.Context(), hb); err != nil && !strings.Contains(err.Error(), "not registered") {
+		_, err := c.e.Heartbeat(c.t.Context(), hb)
+		switch peer.ReasonOf(err) {
+		case peer.ReasonNotRegistered, peer.ReasonNotLoaded:
+			continue
+		}
+		if err != nil {
 			c.t.Fatalf("heartbeat %s: %v", id, err)
 		}
 	}
@@ -242,6 +265,10 @@ func (c *cluster) run(limit time.Duration, cond func(*netsyv1.ClusterState) bool
 		c.beat()
 		for range 50 {
 			cs, err := c.e.ClusterState(c.t.Context(), true)
+			if errors.Is(err, ErrNotLoaded) {
+				time.Sleep(time.Millisecond)
+				continue
+			}
 			if err != nil {
 				c.t.Fatal(err)
 			}
@@ -560,6 +587,7 @@ func TestStalePreviousPrimaryNotNamed(t *testing.T) {
 	}
 	c.set("n2", func(f *fakeNode) { f.hb.PrimaryState = netsyv1.PrimaryState_ACTIVE })
 	c.start(2, -1, "n1")
+	c.waitLoaded()
 	for range 8 {
 		c.beat()
 		cs, err := c.e.ClusterState(t.Context(), false)
@@ -679,4 +707,75 @@ func TestMemberNames(t *testing.T) {
 	if got := names(cs); got["n2"] != "etcd-two" {
 		t.Fatalf("member names after RegisterNode: %v", got)
 	}
+}
+
+func (c *cluster) pushCount() int {
+	c.peers.mu.Lock()
+	defer c.peers.mu.Unlock()
+	n := 0
+	for _, f := range c.peers.nodes {
+		n += len(f.pushes)
+	}
+	return n
+}
+
+// An Elector that has not finished loading members.json and nodes/ has no
+// authority: it answers no Cluster State to a heartbeat, a GetClusterState
+// or a registration (it records the registration), and pushes nothing.
+// Before the fix it answered heartbeats with a state of 0 registered nodes
+// and no Primary, which a node's view accepted (a higher Elector term).
+func TestUnloadedElectorAnswersNoClusterState(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, -1, "n1", "n2", "n3")
+		gate := make(chan struct{})
+		c.peers.mu.Lock()
+		c.peers.gates = map[string]chan struct{}{"n3": gate}
+		c.peers.reached = make(chan string, 8)
+		c.peers.mu.Unlock()
+		c.start(1, -1, c.first)
+		<-c.peers.reached // the load is asking n3 for its state
+		notLoaded := func(what string, err error) {
+			t.Helper()
+			if !errors.Is(err, ErrNotLoaded) || peer.ReasonOf(err) != peer.ReasonNotLoaded || status.Code(err) != codes.Unavailable {
+				t.Fatalf("%s before the load finished: %v, want ErrNotLoaded (Unavailable, %s)", what, err, peer.ReasonNotLoaded)
+			}
+		}
+		resp, err := c.e.Heartbeat(t.Context(), cloneHB(c.peers.node("n2").hb))
+		if resp != nil {
+			t.Fatalf("heartbeat answered with %v before the load finished", resp)
+		}
+		notLoaded("heartbeat", err)
+		cs, err := c.e.ClusterState(t.Context(), false)
+		if cs != nil {
+			t.Fatalf("GetClusterState answered %v before the load finished", cs)
+		}
+		notLoaded("GetClusterState", err)
+		rctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		_, cs, err = c.e.Register(rctx, &netsyv1.NodeInfo{NodeId: "n4", PeerAddr: "n4:2380"}, "c1")
+		cancel()
+		if cs != nil {
+			t.Fatalf("RegisterNode answered %v before the load finished", cs)
+		}
+		notLoaded("RegisterNode", err)
+		synctest.Wait()
+		if n := c.pushCount(); n != 0 {
+			t.Fatalf("%d pushes before the load finished", n)
+		}
+		c.peers.mu.Lock()
+		c.peers.gates = nil
+		c.peers.mu.Unlock()
+		close(gate)
+		synctest.Wait()
+		cs, err = c.e.ClusterState(t.Context(), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var members []string
+		for _, m := range cs.Members {
+			members = append(members, m.NodeId)
+		}
+		if !slices.Equal(members, []string{"n1", "n2", "n3", "n4"}) || cs.RegisteredNodes != 4 {
+			t.Fatalf("after the load: members %v, registered %d; want n1..n4 (n4 registered while loading)", members, cs.RegisteredNodes)
+		}
+	})
 }
