@@ -25,8 +25,9 @@
 //     for longer than the deregistration timeout (0: never) is deregistered:
 //     removed from the map, its nodes/ file deleted; its member id stays.
 //  4. An election starts when there is no Primary, when the Primary is
-//     Degraded or says it is no longer Active, or for a handoff; it is
-//     retried every RetryInterval until it succeeds.
+//     Degraded or says it is no longer Active, or for a handoff. A round
+//     that fails is retried RetryInterval (500 ms) after it ended, not
+//     sooner and not at the next tick after that.
 //     a. The previous Primary is asked first. Active, Starting or Draining
 //     defers the election; a Replica (restarted or drained) lets it go
 //     on. If it cannot be reached, the election waits until both the

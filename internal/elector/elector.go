@@ -220,6 +220,21 @@ func (e *Elector) Run(ctx context.Context) {
 	defer ticker.Stop()
 	electDone := make(chan electResult, 1)
 	defer e.wg.Wait()
+	// retry wakes the loop when the next round is due (nextTry), so a
+	// round starts at that instant, not at the next tick after it.
+	var retry clock.Timer
+	var retryAt time.Time
+	defer func() {
+		if retry != nil {
+			retry.Stop()
+		}
+	}()
+	retryC := func() <-chan time.Time {
+		if retry == nil {
+			return nil
+		}
+		return retry.C()
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -252,10 +267,22 @@ func (e *Elector) Run(ctx context.Context) {
 			e.electFinished(ctx, r)
 		case now := <-ticker.C():
 			e.tick(ctx, now)
+		case <-retryC():
+			retry, retryAt = nil, time.Time{}
 		}
-		if e.loaded && !e.electing && e.needElection() && !e.cfg.Clock.Now().Before(e.nextTry) {
-			e.startElection(ctx, electDone)
+		if !e.loaded || e.electing || !e.needElection() {
+			continue
 		}
+		if now := e.cfg.Clock.Now(); now.Before(e.nextTry) {
+			if !retryAt.Equal(e.nextTry) {
+				if retry != nil {
+					retry.Stop()
+				}
+				retry, retryAt = e.cfg.Clock.NewTimer(e.nextTry.Sub(now)), e.nextTry
+			}
+			continue
+		}
+		e.startElection(ctx, electDone)
 	}
 }
 

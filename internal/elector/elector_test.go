@@ -58,6 +58,8 @@ type fakePeers struct {
 	// each held call first sends its node's id on reached.
 	gates   map[string]chan struct{}
 	reached chan string
+	// calls counts GetNodeState calls per node while it is not nil.
+	calls map[string]int
 }
 
 func (p *fakePeers) node(id string) *fakeNode {
@@ -82,6 +84,9 @@ func (p *fakePeers) answer(n *netsyv1.NodeInfo) (*fakeNode, error) {
 func (p *fakePeers) GetNodeState(ctx context.Context, n *netsyv1.NodeInfo) (*netsyv1.NodeState, error) {
 	p.mu.Lock()
 	gate := p.gates[n.NodeId]
+	if p.calls != nil {
+		p.calls[n.NodeId]++
+	}
 	p.mu.Unlock()
 	if gate != nil {
 		p.reached <- n.NodeId
@@ -776,6 +781,54 @@ func TestUnloadedElectorAnswersNoClusterState(t *testing.T) {
 		}
 		if !slices.Equal(members, []string{"n1", "n2", "n3", "n4"}) || cs.RegisteredNodes != 4 {
 			t.Fatalf("after the load: members %v, registered %d; want n1..n4 (n4 registered while loading)", members, cs.RegisteredNodes)
+		}
+	})
+}
+
+// A round that fails is retried DefaultRetryInterval after it ended: not
+// sooner, and not at the next tick after that (here the round ends off
+// the tick grid).
+func TestFailedRoundRetriedAfterRetryInterval(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, -1, "n1", "n2", "n3")
+		c.set("n2", func(f *fakeNode) { f.reach = refused })
+		c.set("n3", func(f *fakeNode) { f.reach = refused })
+		gate := make(chan struct{})
+		c.peers.mu.Lock()
+		c.peers.calls = map[string]int{}
+		c.peers.mu.Unlock()
+		c.begin(-1)
+		synctest.Wait()
+		// The first round is under way: hold its question to n2 for 100 ms,
+		// then let n2 refuse too (1 of 3 answers: the round fails).
+		c.peers.mu.Lock()
+		c.peers.gates = map[string]chan struct{}{"n2": gate}
+		c.peers.reached = make(chan string, 8)
+		c.peers.mu.Unlock()
+		c.clk.Advance(DefaultRetryInterval)
+		synctest.Wait()
+		<-c.peers.reached
+		c.clk.Advance(100 * time.Millisecond)
+		c.peers.mu.Lock()
+		c.peers.gates = nil
+		calls := c.peers.calls["n2"]
+		c.peers.mu.Unlock()
+		close(gate)
+		synctest.Wait()
+		asked := func() int {
+			c.peers.mu.Lock()
+			defer c.peers.mu.Unlock()
+			return c.peers.calls["n2"]
+		}
+		c.clk.Advance(DefaultRetryInterval - 1)
+		synctest.Wait()
+		if n := asked(); n != calls {
+			t.Fatalf("a round ran %v after the failed one (the retry interval is %v)", DefaultRetryInterval-1, DefaultRetryInterval)
+		}
+		c.clk.Advance(1)
+		synctest.Wait()
+		if n := asked(); n != calls+1 {
+			t.Fatalf("no round ran %v after the failed one", DefaultRetryInterval)
 		}
 	})
 }
