@@ -457,7 +457,6 @@ func (n *simNode) runElectorTerms(ctx context.Context, lock *s3lect.Election) {
 			ClusterID:             cfg.ClusterID,
 			Store:                 n.store,
 			Peers:                 simPeers{n},
-			Refused:               func(err error) bool { return errors.Is(err, errRefused) },
 			Quorum:                cfg.Quorum,
 			HeartbeatInterval:     cfg.HeartbeatInterval,
 			DeregistrationTimeout: cfg.Deregistration,

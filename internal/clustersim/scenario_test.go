@@ -243,13 +243,13 @@ func TestScenarioPrimaryStallWaitsOutLease(t *testing.T) {
 }
 
 // The previous-Primary handshake: the Primary is cut from the Elector
-// long enough to be judged Degraded, but still answers Active once the
-// link heals, before the handshake timeout: the election defers and the
-// Primary keeps its term. A Primary that restarted answers as a Replica:
-// the election goes on at once, without waiting out the handshake.
+// long enough to be judged Degraded, but the link heals before its lease
+// (3 s here) has run out: no successor is elected and the Primary keeps
+// its term. A Primary that restarted answers as a Replica: the election
+// goes on at once, without waiting out the handshake.
 func TestScenarioPreviousPrimaryHandshake(t *testing.T) {
 	t.Run("active defers", func(t *testing.T) {
-		runScenario(t, 3, nil, func(s *scenario) {
+		runScenario(t, 3, func(cfg *simConfig) { cfg.LeaseWindow = 3 * time.Second }, func(s *scenario) {
 			s.settle()
 			e, _, p, pterm := s.roles()
 			before, mterm := s.promotions(), s.membersTerm()

@@ -13,25 +13,30 @@
 //
 //  1. An Elector acts only while its lock is held: Run returns, and every
 //     call it makes is cancelled, the moment the lock's context ends.
-//  2. Until members.json and the nodes/ registrations are loaded it elects
-//     nothing. On taking over it first asks every registered node for its
-//     state and adopts a Primary that says it is Active.
+//  2. Until members.json and the nodes/ registrations are loaded it has no
+//     authority: it answers no Cluster State to anyone (Heartbeat,
+//     GetClusterState and RegisterNode fail with ErrNotLoaded, a retryable
+//     Unavailable; a registration is recorded all the same), pushes
+//     nothing and elects nothing. On taking over it first asks every
+//     registered node for its state and adopts a Primary that says it is
+//     Active.
 //  3. A node is Degraded once two heartbeats in a row are missing (or it
-//     says so itself), Healthy again on its next heartbeat. A node Degraded
-//     for longer than the deregistration timeout (0: never) is deregistered:
-//     removed from the map, its nodes/ file deleted; its member id stays.
+//     says so itself, or, for the Primary, once it is 1.5 heartbeats late
+//     and does not answer a probe), Healthy again on its next heartbeat. A
+//     node Degraded for longer than the deregistration timeout (0: never)
+//     is deregistered: removed from the map, its nodes/ file deleted; its
+//     member id stays. Degraded is detection only: it ends no wait of
+//     rule 5.
 //  4. An election starts when there is no Primary, when the Primary is
-//     Degraded or says it is no longer Active, or for a handoff; it is
-//     retried every RetryInterval until it succeeds.
+//     Degraded or says it is no longer Active, or for a handoff. A round
+//     that fails is retried RetryInterval (500 ms) after it ended, not
+//     sooner; a round that must wait for a lease (rule 5) is followed by
+//     the next at the instant the wait ends.
 //     a. The previous Primary is asked first. Active, Starting or Draining
 //     defers the election; a Replica (restarted or drained) lets it go
-//     on. If it cannot be reached, the election waits until both the
-//     handshake timeout and the Primary's lease (plus a quarter for
-//     clock-rate drift) have passed since the Elector last heard from it
-//     (or took over) — unless its address refuses connections: a dead
-//     process cannot serve. While a round runs, no heartbeat answer names
-//     the previous Primary: an answer after that check would renew its
-//     lease past the successor's term.
+//     on. If it cannot be reached, however the call fails, the election
+//     waits out its lease (rule 5); one last seen Draining is also given
+//     the handshake timeout since the Elector last heard from it.
 //     b. Nodes are asked for their state: none under quorum 0, every
 //     registered node under a static quorum, a majority of them under
 //     majority quorum; too few answers fail the round.
@@ -47,8 +52,59 @@
 //     holds, so the election waits for it to recover or be deregistered.
 //     e. The primary term is raised in members.json, then Cluster State is
 //     pushed to the new Primary first, then to every other node.
+//     A round that defers, waits or fails changes nothing: the Cluster
+//     State keeps its version and keeps naming the previous Primary, and
+//     nothing is pushed (its replicas keep following it).
+//  5. The Primary's lease. A Primary renews its lease only from a
+//     heartbeat answer that names it Primary at its term (SPEC §5.4). The
+//     Elector records when it last gave such an answer; for a Primary it
+//     has not answered, when it took over (the Elector before it may have
+//     answered until then). A successor is elected only once the lease
+//     wait, 1.25 lease windows, has passed since that instant on the
+//     Elector's clock, unless the previous Primary itself answers that it
+//     is a Replica (it gave the lease up; a restarted process is always a
+//     Replica). A refused connection ends nothing early: a live Primary
+//     behind a REJECT rule, a network policy or a restarted listener
+//     refuses too. While a round runs, the previous Primary's own
+//     heartbeats are refused (ErrElectingSuccessor): the round checked its
+//     lease when it started and hands out the successor's term when it
+//     ends, so an answer naming it in between would renew the lease past
+//     the check. Every other node's answer still names it.
 //
 // The elector must never elect while the previous Primary may still hold
 // its lease, write members.json without a precondition, push a state with
-// a term it did not take from members.json, or act after its lock is lost.
+// a term it did not take from members.json, answer a Cluster State before
+// it has loaded, or act after its lock is lost.
+//
+// # Failover time
+//
+// The lease wait is 1.25 lease windows because the Primary counts its
+// lease on its clock and the Elector on its own: a Primary whose clock
+// runs 25% slower than the Elector's has given its lease up first. The
+// margin is not smaller on purpose: CLOCK_MONOTONIC is slewed by time
+// daemons (chrony's default maximum slew rate is 83,333 ppm, so two nodes'
+// monotonic clocks may differ in rate by about 17% while one corrects a
+// large offset), and the simulation (internal/clustersim) runs clocks up
+// to 25% apart.
+//
+// With the defaults (heartbeat 500 ms, lease window 1 s, lease wait
+// 1.25 s), the Primary's heartbeats are answered every 500 ms, so when its
+// process dies the last answer is U old, U uniform in [0, 500 ms). Its
+// address refuses, so it is detected 0.75 to 1 s after its last heartbeat
+// by the probe (sooner when the replicas report their streams refused); a
+// round then finds the lease not yet out, and the next one starts exactly
+// 1.25 s after the last answer: from the kill that is 1.25 s - U, 0.75 to
+// 1.25 s, median 1.0 s. (A silent Primary is Degraded after 1 to 1.25 s
+// and the round's handshake with it takes one more heartbeat interval to
+// time out: 1.5 to 1.75 s after the last answer.) The round
+// (one state request per node, one members.json write), the push and the
+// new Primary's Starting (reconcile, claim the next wal seq) come on top,
+// some tens of milliseconds against MinIO, so the first write through a
+// survivor lands at a median of about 1.05 s. Answering the Primary more
+// often does not help (the last answer is then younger when it dies). What
+// would is a shorter lease window, which is the node's to choose: with
+// 1.5 heartbeat intervals (750 ms) the median is 0.69 s plus the round,
+// at the cost of the lease lapsing whenever one answer is more than
+// 250 ms late (reads then pay a fence check, quorum writes fall back to
+// object storage; nothing becomes unavailable).
 package elector

@@ -13,14 +13,22 @@ import (
 
 // electSnapshot is what an election round starts from, copied in the loop.
 type electSnapshot struct {
-	prev       *netsyv1.NodeInfo
-	prevTerm   uint64
-	heardPrev  time.Time
-	nodes      []*netsyv1.NodeInfo
-	last       map[string]*netsyv1.Heartbeat
-	degraded   map[string]bool
-	registered int
-	handoff    *handoffReq
+	prev     *netsyv1.NodeInfo
+	prevTerm uint64
+	// answeredPrev is when an answer last named prev Primary (or this
+	// Elector took over): its lease is out a lease wait after it. No
+	// answer names it while the round runs, so it holds for the round.
+	answeredPrev time.Time
+	// heardPrev is when the Elector last heard from prev; prevDraining
+	// says it was last seen Draining (or drained in a handoff), the one
+	// case the handshake timeout is for.
+	heardPrev    time.Time
+	prevDraining bool
+	nodes        []*netsyv1.NodeInfo
+	last         map[string]*netsyv1.Heartbeat
+	degraded     map[string]bool
+	registered   int
+	handoff      *handoffReq
 	// maxTerm is the highest primary term handed out; started is when
 	// this Elector took over.
 	maxTerm uint64
@@ -35,7 +43,10 @@ type electResult struct {
 	adopt    bool
 	deferred bool // the previous Primary answered that it is still Primary
 	drained  bool // a handoff's Drain completed
-	took     time.Duration
+	// waitUntil is set when the round found that the previous Primary may
+	// still hold its lease: the next round starts at that instant.
+	waitUntil time.Time
+	took      time.Duration
 }
 
 var errWaitPrevious = errors.New("the previous Primary may still hold its lease")
@@ -43,16 +54,21 @@ var errWaitPrevious = errors.New("the previous Primary may still hold its lease"
 func (e *Elector) startElection(ctx context.Context, done chan<- electResult) {
 	e.electing = true
 	s := electSnapshot{
-		heardPrev:  e.heardPrimary,
-		last:       make(map[string]*netsyv1.Heartbeat, len(e.nodes)),
-		degraded:   make(map[string]bool, len(e.nodes)),
-		registered: len(e.nodes),
-		handoff:    e.handoff,
-		maxTerm:    e.maxTerm,
-		started:    e.started,
+		answeredPrev: e.answeredPrimary,
+		heardPrev:    e.heardPrimary,
+		last:         make(map[string]*netsyv1.Heartbeat, len(e.nodes)),
+		degraded:     make(map[string]bool, len(e.nodes)),
+		registered:   len(e.nodes),
+		handoff:      e.handoff,
+		maxTerm:      e.maxTerm,
+		started:      e.started,
 	}
 	if e.primary != nil {
 		s.prev, s.prevTerm = e.primary, e.primaryTerm
+		if r := e.nodes[e.primary.NodeId]; r != nil && r.last.GetPrimaryState() == netsyv1.PrimaryState_DRAINING {
+			s.prevDraining = true
+		}
+		s.prevDraining = s.prevDraining || e.handoff != nil
 	}
 	for id, r := range e.nodes {
 		s.nodes = append(s.nodes, r.info)
@@ -105,12 +121,19 @@ func (e *Elector) elect(ctx context.Context, s electSnapshot) electResult {
 			default:
 				prevState = st.GetState()
 			}
-		case e.cfg.Refused(err):
-			// Known gone: nothing of it can still be served.
 		default:
-			wait := max(e.cfg.HandshakeTimeout, e.cfg.leaseWait())
-			if waited := e.cfg.Clock.Since(s.heardPrev); waited < wait {
-				return electResult{err: fmt.Errorf("%w: it has not answered for %s of the %s an election waits (%v)", errWaitPrevious, waited, wait, err)}
+			// Unreachable, however the call failed: a refused
+			// connection is no proof that the process is gone (a REJECT
+			// rule or a restarted listener refuses too). Its lease runs
+			// out a lease wait after the last answer that named it.
+			due := s.answeredPrev.Add(e.cfg.leaseWait())
+			if s.prevDraining {
+				// It may still be finishing its flush: give it the
+				// handshake timeout since it was last heard from.
+				due = later(due, s.heardPrev.Add(max(e.cfg.HandshakeTimeout, e.cfg.leaseWait())))
+			}
+			if now := e.cfg.Clock.Now(); now.Before(due) {
+				return electResult{waitUntil: due, err: fmt.Errorf("%w: it did not answer (%v); its lease may hold for %s more", errWaitPrevious, err, due.Sub(now))}
 			}
 		}
 	}
@@ -118,9 +141,10 @@ func (e *Elector) elect(ctx context.Context, s electSnapshot) electResult {
 		// Whoever took up the highest term handed out is unknown to this
 		// Elector; a previous Elector may have renewed its lease until
 		// shortly before this one took over.
-		if waited := e.cfg.Clock.Since(s.started); waited < e.cfg.leaseWait() {
-			return electResult{err: fmt.Errorf("%w: the Primary of term %d is not known to this Elector, which took over %s ago (it waits %s)",
-				errWaitPrevious, s.maxTerm, waited, e.cfg.leaseWait())}
+		due := s.started.Add(e.cfg.leaseWait())
+		if now := e.cfg.Clock.Now(); now.Before(due) {
+			return electResult{waitUntil: due, err: fmt.Errorf("%w: the Primary of term %d is not known to this Elector, whose wait ends in %s",
+				errWaitPrevious, s.maxTerm, due.Sub(now))}
 		}
 	}
 
@@ -206,7 +230,16 @@ func (e *Elector) electFinished(ctx context.Context, r electResult) {
 			e.version++
 		}
 		e.nextTry = time.Time{}
+	case !r.waitUntil.IsZero():
+		// Not a failed round: the successor may not be elected before
+		// the previous Primary's lease has run out. The state stays as
+		// it is (it still names the previous Primary) and the next round
+		// starts at that instant.
+		e.log.Info("election waits for the previous Primary's lease", "reason", r.err, "until", r.waitUntil)
+		e.nextTry = r.waitUntil
 	case r.deferred:
+		// It answered: it is alive and says it is still the Primary.
+		// Nothing changes and nothing is pushed.
 		e.heardPrimary = now
 		e.log.Info("election deferred", "reason", r.err)
 		e.nextTry = now.Add(e.cfg.RetryInterval)
@@ -244,4 +277,11 @@ func (e *Elector) electFinished(ctx context.Context, r electResult) {
 		}
 		e.pushAll(ctx)
 	}
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }

@@ -41,6 +41,12 @@ var ErrLockLost error = &peer.CodedError{C: codes.FailedPrecondition, R: peer.Re
 // waiting for its caller's deadline.
 var ErrStopped error = &peer.CodedError{C: codes.FailedPrecondition, R: peer.ReasonNotElector, Msg: "elector: this node is not the Elector any more: it stopped"}
 
+// ErrElectingSuccessor answers the heartbeat of the Primary this Elector is
+// replacing while a round that may elect its successor runs: an answer
+// naming it would renew its lease past the round's check (package doc,
+// rule 5).
+var ErrElectingSuccessor error = &peer.CodedError{C: codes.Unavailable, R: peer.ReasonElectingSuccessor, Msg: "elector: electing a successor to this Primary; its lease is not renewed"}
+
 // Peers is what the Elector says to other nodes (and to itself).
 type Peers interface {
 	GetNodeState(ctx context.Context, n *netsyv1.NodeInfo) (*netsyv1.NodeState, error)
@@ -56,15 +62,15 @@ type Config struct {
 	ClusterID string
 	Store     objstore.Store
 	Peers     Peers
-	// Refused reports whether an error from Peers means the address
-	// refused the connection (the process is gone).
-	Refused func(error) bool
 	// Quorum is replication.quorum: 0, N > 0 or -1.
 	Quorum                int
 	HeartbeatInterval     time.Duration
 	DeregistrationTimeout time.Duration // 0: never; negative: the default
 	// HandshakeTimeout is how long an election waits for an unreachable
-	// previous Primary; it is never shorter than the lease wait.
+	// previous Primary that was last seen Draining (time to finish its
+	// flush), since the Elector last heard from it; never less than the
+	// lease wait. A previous Primary last seen Active is waited for only
+	// until its lease has run out (package doc, rule 5).
 	HandshakeTimeout time.Duration
 	// LeaseWindow is the Primary's lease (default 2 heartbeat intervals).
 	LeaseWindow   time.Duration
@@ -103,9 +109,6 @@ func (c *Config) setDefaults() error {
 	if c.RetryInterval <= 0 {
 		c.RetryInterval = DefaultRetryInterval
 	}
-	if c.Refused == nil {
-		c.Refused = func(error) bool { return false }
-	}
 	if c.Clock == nil {
 		c.Clock = clock.Real()
 	}
@@ -124,9 +127,11 @@ func (c *Config) setDefaults() error {
 	return nil
 }
 
-// leaseWait is how long after it last heard from a Primary an Elector must
-// wait before electing a successor: the lease plus a quarter, so a Primary
-// whose clock runs up to 25% slower has given its lease up first.
+// leaseWait is how long after the last heartbeat answer that named a
+// Primary (or after taking over) an Elector waits before it elects a
+// successor: the lease plus a quarter, so a Primary whose clock runs up to
+// 25% slower than the Elector's has given its lease up first (package
+// doc, "Failover time").
 func (c *Config) leaseWait() time.Duration { return c.LeaseWindow + c.LeaseWindow/4 }
 
 // nodeRec is the Elector's record of one node.
@@ -165,8 +170,14 @@ type Elector struct {
 	// maxTerm is the highest primary term handed out (members.json, and
 	// any term a node reported): only a Primary at this term is adopted.
 	maxTerm uint64
+	// answeredPrimary is when this Elector last answered a heartbeat of
+	// the Primary with a state naming it Primary at primaryTerm (the
+	// answer that renews its lease), or when it took over if it has not
+	// (a previous Elector may have, until then). The successor waits a
+	// lease wait from it.
+	answeredPrimary time.Time
 	// heardPrimary is when the Elector last heard from the Primary (a
-	// heartbeat or an answer), or took over.
+	// heartbeat or a handshake answer), or took over.
 	heardPrimary time.Time
 	version      uint64
 	events       []*netsyv1.Event
@@ -212,7 +223,7 @@ func (e *Elector) Run(ctx context.Context) {
 	defer close(e.stopped)
 	e.runCtx = ctx
 	e.started = e.cfg.Clock.Now()
-	e.heardPrimary = e.started
+	e.heardPrimary, e.answeredPrimary = e.started, e.started
 	e.emit("elector_acquired", e.cfg.Self.NodeId, "")
 	loadDone := make(chan error, 1)
 	e.goOwned(func() { loadDone <- e.load(ctx) })
@@ -220,6 +231,21 @@ func (e *Elector) Run(ctx context.Context) {
 	defer ticker.Stop()
 	electDone := make(chan electResult, 1)
 	defer e.wg.Wait()
+	// retry wakes the loop when the next round is due (nextTry), so a
+	// round starts at that instant, not at the next tick after it.
+	var retry clock.Timer
+	var retryAt time.Time
+	defer func() {
+		if retry != nil {
+			retry.Stop()
+		}
+	}()
+	retryC := func() <-chan time.Time {
+		if retry == nil {
+			return nil
+		}
+		return retry.C()
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -252,10 +278,22 @@ func (e *Elector) Run(ctx context.Context) {
 			e.electFinished(ctx, r)
 		case now := <-ticker.C():
 			e.tick(ctx, now)
+		case <-retryC():
+			retry, retryAt = nil, time.Time{}
 		}
-		if e.loaded && !e.electing && e.needElection() && !e.cfg.Clock.Now().Before(e.nextTry) {
-			e.startElection(ctx, electDone)
+		if !e.loaded || e.electing || !e.needElection() {
+			continue
 		}
+		if now := e.cfg.Clock.Now(); now.Before(e.nextTry) {
+			if !retryAt.Equal(e.nextTry) {
+				if retry != nil {
+					retry.Stop()
+				}
+				retry, retryAt = e.cfg.Clock.NewTimer(e.nextTry.Sub(now)), e.nextTry
+			}
+			continue
+		}
+		e.startElection(ctx, electDone)
 	}
 }
 
@@ -379,7 +417,11 @@ func (e *Elector) load(ctx context.Context) error {
 	return e.do(ctx, false, func() error {
 		now := e.cfg.Clock.Now()
 		for _, info := range infos {
-			e.addNode(info, now)
+			if e.nodes[info.NodeId] == nil {
+				// A node that registered while the map loaded keeps
+				// what it registered (the listing may predate it).
+				e.addNode(info, now)
+			}
 		}
 		e.maxTerm = max(e.maxTerm, m.PrimaryTerm)
 		e.adoptFromStates(states)
@@ -440,6 +482,12 @@ func (e *Elector) addNode(info *netsyv1.NodeInfo, now time.Time) *nodeRec {
 }
 
 func (e *Elector) setPrimary(info *netsyv1.NodeInfo, term uint64, how string) {
+	if e.primary == nil || e.primary.NodeId != info.NodeId || e.primaryTerm != term {
+		// No answer of this Elector's has named it at this term yet (a
+		// push renews no lease); one of a previous Elector's may have
+		// (an adopted Primary), until this one took over.
+		e.answeredPrimary = e.started
+	}
 	e.primary, e.primaryTerm = info, term
 	e.heardPrimary = e.cfg.Clock.Now()
 	e.version++
@@ -500,9 +548,8 @@ func (e *Elector) tick(ctx context.Context, now time.Time) {
 			changed = true
 		}
 	}
-	// A Primary one heartbeat late is probed: a refused connection is a
-	// dead process, and waiting for the second miss would only delay the
-	// failover.
+	// A Primary one heartbeat late is probed: an election round can then
+	// start (and wait out the lease) before the second miss.
 	if p := e.primary; p != nil && !e.electing {
 		if r := e.nodes[p.NodeId]; r != nil && r.health != netsyv1.HealthState_DEGRADED && !r.lastAt.IsZero() && now.Sub(r.lastAt) > e.cfg.HeartbeatInterval+e.cfg.HeartbeatInterval/2 {
 			e.probePrimary(ctx, p)
@@ -514,21 +561,24 @@ func (e *Elector) tick(ctx context.Context, now time.Time) {
 	}
 }
 
-// probePrimary asks the Primary for its state; a refused connection marks
-// it Degraded at once.
+// probePrimary asks a late Primary for its state; if it does not answer,
+// it is marked Degraded at once, so an election round starts early. That
+// is detection only: the round still waits out the Primary's lease (a
+// refused connection proves nothing: a live Primary behind a REJECT rule,
+// a network policy or a restarted listener refuses too).
 func (e *Elector) probePrimary(ctx context.Context, p *netsyv1.NodeInfo) {
 	e.goOwned(func() {
 		cctx, cancel := clock.WithTimeout(ctx, e.cfg.Clock, e.cfg.HeartbeatInterval)
 		defer cancel()
 		_, err := e.cfg.Peers.GetNodeState(cctx, p)
-		if err == nil || !e.cfg.Refused(err) {
+		if err == nil || ctx.Err() != nil {
 			return
 		}
 		_ = e.do(ctx, true, func() error {
 			if r := e.nodes[p.NodeId]; r != nil && e.primary != nil && e.primary.NodeId == p.NodeId && r.health != netsyv1.HealthState_DEGRADED {
 				r.health, r.degradedAt = netsyv1.HealthState_DEGRADED, e.cfg.Clock.Now()
-				e.emit("node_degraded", p.NodeId, "its peer address refuses connections")
-				e.log.Warn("the Primary's peer address refuses connections; electing a new one", "node", p.NodeId)
+				e.emit("node_degraded", p.NodeId, "it did not answer a probe")
+				e.log.Warn("the Primary is late and did not answer a probe; electing a new one once its lease has run out", "node", p.NodeId, "error", err)
 			}
 			return nil
 		})
@@ -539,13 +589,14 @@ func (e *Elector) probePrimary(ctx context.Context, p *netsyv1.NodeInfo) {
 func (e *Elector) Heartbeat(ctx context.Context, hb *netsyv1.Heartbeat) (*netsyv1.HeartbeatResponse, error) {
 	var resp *netsyv1.HeartbeatResponse
 	err := e.do(ctx, false, func() error {
+		if !e.loaded {
+			// No authority yet (rule 2): a state of this Elector's now
+			// would name no Primary and count no nodes.
+			return ErrNotLoaded
+		}
 		now := e.cfg.Clock.Now()
 		r := e.nodes[hb.NodeId]
 		if r == nil {
-			if !e.loaded {
-				resp = &netsyv1.HeartbeatResponse{Seq: hb.Seq, ClusterState: e.clusterState(false), Health: netsyv1.HealthState_LOADING}
-				return nil
-			}
 			return &peer.CodedError{C: codes.FailedPrecondition, R: peer.ReasonNotRegistered, Msg: fmt.Sprintf("node %q is not registered with this Elector", hb.NodeId)}
 		}
 		r.last, r.lastAt = hb, now
@@ -567,7 +618,8 @@ func (e *Elector) Heartbeat(ctx context.Context, hb *netsyv1.Heartbeat) (*netsyv
 			}
 			r.health = h
 		}
-		if e.primary != nil && hb.NodeId == e.primary.NodeId {
+		fromPrimary := e.primary != nil && hb.NodeId == e.primary.NodeId
+		if fromPrimary {
 			e.heardPrimary = now
 		}
 		if hb.PrimaryRefused && e.primary != nil && hb.PrimaryId == e.primary.NodeId && !e.electing {
@@ -578,7 +630,18 @@ func (e *Elector) Heartbeat(ctx context.Context, hb *netsyv1.Heartbeat) (*netsyv
 			// The answer would renew a Primary's lease.
 			return ErrLockLost
 		}
-		resp = &netsyv1.HeartbeatResponse{Seq: hb.Seq, ClusterState: e.clusterState(false), Health: r.health, LockCounter: e.cfg.LockCounter()}
+		if fromPrimary && e.electing {
+			// The running round checked this Primary's lease when it
+			// started and may hand out its successor's term when it
+			// ends: an answer naming it now would renew the lease past
+			// that check (rule 5).
+			return ErrElectingSuccessor
+		}
+		cs := e.clusterState(false)
+		if cs.Primary != nil && cs.Primary.NodeId == hb.NodeId {
+			e.answeredPrimary = now
+		}
+		resp = &netsyv1.HeartbeatResponse{Seq: hb.Seq, ClusterState: cs, Health: r.health, LockCounter: e.cfg.LockCounter()}
 		return nil
 	})
 	return resp, err
@@ -602,7 +665,7 @@ func (e *Elector) Register(ctx context.Context, info *netsyv1.NodeInfo, clusterI
 	}
 	id := m.IDs[info.NodeId]
 	var cs *netsyv1.ClusterState
-	err = e.do(ctx, true, func() error {
+	err = e.do(ctx, false, func() error {
 		info = proto.Clone(info).(*netsyv1.NodeInfo)
 		info.MemberId = id
 		old := e.nodes[info.NodeId]
@@ -614,10 +677,18 @@ func (e *Elector) Register(ctx context.Context, info *netsyv1.NodeInfo, clusterI
 			e.log.Info("node registered", "node", info.NodeId, "member_id", fmt.Sprintf("%x", id), "peer_addr", info.PeerAddr)
 			e.pushAll(ctx)
 		}
+		if !e.loaded {
+			// Recorded (the seed lets registrations arrive before the
+			// load ends), but no state is answered yet (rule 2).
+			return ErrNotLoaded
+		}
 		cs = e.clusterState(false)
 		return nil
 	})
-	return id, cs, err
+	if err != nil {
+		return 0, nil, err
+	}
+	return id, cs, nil
 }
 
 // Deregister removes a node from the map and deletes its nodes/ file; its
@@ -670,6 +741,9 @@ func (e *Elector) Deregister(ctx context.Context, nodeID string) error {
 func (e *Elector) ClusterState(ctx context.Context, full bool) (*netsyv1.ClusterState, error) {
 	var cs *netsyv1.ClusterState
 	err := e.do(ctx, false, func() error {
+		if !e.loaded {
+			return ErrNotLoaded // no authority yet (rule 2)
+		}
 		cs = e.clusterState(full)
 		return nil
 	})
@@ -735,7 +809,7 @@ func (e *Elector) clusterState(full bool) *netsyv1.ClusterState {
 		RegisteredNodes: uint32(len(e.nodes)),
 		Version:         e.version,
 	}
-	if e.primary != nil && !e.electingAway() {
+	if e.primary != nil && !e.primaryGone() {
 		cs.Primary = e.primary
 	}
 	ids := make([]string, 0, len(e.nodes))
@@ -765,33 +839,26 @@ func (e *Elector) clusterState(full bool) *netsyv1.ClusterState {
 	return cs
 }
 
-// electingAway reports whether the recorded Primary is being replaced
-// (it is no longer to be named as Primary: it is gone or draining, or a
-// round that may elect its successor is running).
-//
-// A round checks the previous Primary's lease once, when it starts (the
-// handshake and the wait since the Elector last heard from it), and hands
-// out the successor's term when it ends. An answer naming the previous
-// Primary in between would renew its lease past that check and overlap
-// the successor's: so no answer names it while a round runs. A round
-// that does not elect (the previous Primary says it is Active, or
-// recovered meanwhile and the round fails) costs it at most the round's
-// length of lease; its next answer renews it.
-func (e *Elector) electingAway() bool {
-	if e.primary == nil {
-		return false
-	}
-	if e.electing {
-		return true
-	}
+// primaryGone reports whether the recorded Primary is no longer to be
+// named: it was deregistered, or it drained in a handoff (it gave its
+// lease up). A Primary that is Degraded, or is being replaced by a running
+// round, is still named to everyone but itself (rule 5): it may hold its
+// lease, so its replicas keep following it until a successor is pushed,
+// and only its own heartbeat, whose answer would renew the lease, is
+// refused while a round runs (Heartbeat).
+func (e *Elector) primaryGone() bool {
 	r := e.nodes[e.primary.NodeId]
-	return r == nil || r.health == netsyv1.HealthState_DEGRADED || (e.handoff != nil && e.handoff.drained)
+	return r == nil || (e.handoff != nil && e.handoff.drained)
 }
 
 // pushAll pushes the current state to the Primary first, then to every
 // other node. Pushes are best effort: a node that misses one learns the
-// state from its next heartbeat's answer.
+// state from its next heartbeat's answer. Nothing is pushed before the
+// map is loaded (rule 2).
 func (e *Elector) pushAll(ctx context.Context) {
+	if !e.loaded {
+		return
+	}
 	e.pushGen++
 	gen := e.pushGen
 	cs := e.clusterState(false)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -12,11 +13,14 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"go.uber.org/goleak"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/netsy-io/netsy/internal/clock"
 	"github.com/netsy-io/netsy/internal/discovery"
 	"github.com/netsy-io/netsy/internal/objstore/mem"
+	"github.com/netsy-io/netsy/internal/peer"
 	"github.com/netsy-io/netsy/proto/netsyv1"
 )
 
@@ -54,6 +58,8 @@ type fakePeers struct {
 	// each held call first sends its node's id on reached.
 	gates   map[string]chan struct{}
 	reached chan string
+	// calls counts GetNodeState calls per node while it is not nil.
+	calls map[string]int
 }
 
 func (p *fakePeers) node(id string) *fakeNode {
@@ -78,6 +84,9 @@ func (p *fakePeers) answer(n *netsyv1.NodeInfo) (*fakeNode, error) {
 func (p *fakePeers) GetNodeState(ctx context.Context, n *netsyv1.NodeInfo) (*netsyv1.NodeState, error) {
 	p.mu.Lock()
 	gate := p.gates[n.NodeId]
+	if p.calls != nil {
+		p.calls[n.NodeId]++
+	}
 	p.mu.Unlock()
 	if gate != nil {
 		p.reached <- n.NodeId
@@ -167,7 +176,21 @@ func newCluster(t *testing.T, quorum int, ids ...string) *cluster {
 // begin starts the first Elector on the first node.
 func (c *cluster) begin(quorum int) *cluster {
 	c.start(1, quorum, c.first)
+	c.waitLoaded()
 	return c
+}
+
+// waitLoaded waits until the Elector has loaded the node map (it answers
+// nothing before).
+func (c *cluster) waitLoaded() {
+	c.t.Helper()
+	for range 1000 {
+		if _, err := c.e.ClusterState(c.t.Context(), false); !errors.Is(err, ErrNotLoaded) {
+			return
+		}
+		time.Sleep(time.Millisecond) // the map loads on its own goroutine
+	}
+	c.t.Fatal("the Elector did not load the node map")
 }
 
 func (c *cluster) start(term uint64, quorum int, self string) {
@@ -176,7 +199,6 @@ func (c *cluster) start(term uint64, quorum int, self string) {
 		ClusterID:         "c1",
 		Store:             c.store,
 		Peers:             c.peers,
-		Refused:           func(err error) bool { return errors.Is(err, errRefused) },
 		Quorum:            quorum,
 		HeartbeatInterval: 500 * time.Millisecond,
 		HandshakeTimeout:  3 * time.Second,
@@ -217,7 +239,12 @@ func (c *cluster) beat() {
 		if !ok {
 			continue
 		}
-		if _, err := c.e.Heartbeat(c.t.Context(), hb); err != nil && !strings.Contains(err.Error(), "not registered") {
+		_, err := c.e.Heartbeat(c.t.Context(), hb)
+		switch peer.ReasonOf(err) {
+		case peer.ReasonNotRegistered, peer.ReasonNotLoaded, peer.ReasonElectingSuccessor:
+			continue
+		}
+		if err != nil {
 			c.t.Fatalf("heartbeat %s: %v", id, err)
 		}
 	}
@@ -242,6 +269,10 @@ func (c *cluster) run(limit time.Duration, cond func(*netsyv1.ClusterState) bool
 		c.beat()
 		for range 50 {
 			cs, err := c.e.ClusterState(c.t.Context(), true)
+			if errors.Is(err, ErrNotLoaded) {
+				time.Sleep(time.Millisecond)
+				continue
+			}
 			if err != nil {
 				c.t.Fatal(err)
 			}
@@ -300,19 +331,19 @@ func TestElectsHighestRevision(t *testing.T) {
 	}
 }
 
-// A Primary whose process is gone (its address refuses connections) is
-// replaced without waiting out its lease; one that merely went silent is
-// replaced only after the handshake timeout and the lease wait have
-// passed since the Elector last heard from it.
-func TestFailoverWaitsForLeaseUnlessRefused(t *testing.T) {
+// A Primary whose address refuses connections is replaced no sooner than
+// one that went silent: both only once the lease wait (1.25 s here) has
+// passed since the last answer that named them; the handshake timeout (3 s
+// here) is not waited for a Primary last seen Active.
+func TestFailoverWaitsOutTheLeaseEvenWhenRefused(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		reach   reach
 		minWait time.Duration
 		maxWait time.Duration
 	}{
-		{"refused", refused, 0, 2 * time.Second},
-		{"silent", silent, 3 * time.Second, 5 * time.Second},
+		{"refused", refused, time.Second, 2 * time.Second},
+		{"silent", silent, time.Second, 2500 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newCluster(t, -1, "n1", "n2", "n3")
@@ -560,6 +591,7 @@ func TestStalePreviousPrimaryNotNamed(t *testing.T) {
 	}
 	c.set("n2", func(f *fakeNode) { f.hb.PrimaryState = netsyv1.PrimaryState_ACTIVE })
 	c.start(2, -1, "n1")
+	c.waitLoaded()
 	for range 8 {
 		c.beat()
 		cs, err := c.e.ClusterState(t.Context(), false)
@@ -613,6 +645,9 @@ func TestNoLeaseRenewedWhileElectingAway(t *testing.T) {
 		var namedAt time.Time
 		answer := func(id string) {
 			resp, err := c.e.Heartbeat(t.Context(), cloneHB(c.peers.node(id).hb))
+			if id == "n3" && errors.Is(err, ErrElectingSuccessor) {
+				return // refused while the round runs: no renewal
+			}
 			if err != nil {
 				t.Fatalf("heartbeat %s: %v", id, err)
 			}
@@ -679,4 +714,301 @@ func TestMemberNames(t *testing.T) {
 	if got := names(cs); got["n2"] != "etcd-two" {
 		t.Fatalf("member names after RegisterNode: %v", got)
 	}
+}
+
+// settle advances the fake clock by d in steps of at most 250 ms, every
+// node that is up and not muted beating at each step, and waits for the
+// Elector's goroutines to block after each (inside a synctest bubble).
+func (c *cluster) settle(d time.Duration, mute ...string) {
+	c.t.Helper()
+	for d > 0 {
+		step := min(d, 250*time.Millisecond)
+		c.beatExcept(mute...)
+		c.clk.Advance(step)
+		synctest.Wait()
+		d -= step
+	}
+	c.beatExcept(mute...)
+	synctest.Wait()
+}
+
+// beatExcept is beat without the muted nodes; it returns the answers.
+func (c *cluster) beatExcept(mute ...string) map[string]*netsyv1.HeartbeatResponse {
+	c.t.Helper()
+	out := map[string]*netsyv1.HeartbeatResponse{}
+	for _, id := range c.ids() {
+		if slices.Contains(mute, id) {
+			continue
+		}
+		f := c.peers.node(id)
+		c.peers.mu.Lock()
+		ok, hb := f.reach == up, cloneHB(f.hb)
+		c.peers.mu.Unlock()
+		if !ok {
+			continue
+		}
+		resp, err := c.e.Heartbeat(c.t.Context(), hb)
+		if err == nil {
+			out[id] = resp
+		}
+	}
+	return out
+}
+
+// pushedPrimary reports whether any push named id Primary.
+func (c *cluster) pushedPrimary(id string) bool {
+	c.peers.mu.Lock()
+	defer c.peers.mu.Unlock()
+	for _, o := range c.peers.order {
+		if strings.HasSuffix(o, "<-"+id) {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *cluster) pushCount() int {
+	c.peers.mu.Lock()
+	defer c.peers.mu.Unlock()
+	n := 0
+	for _, f := range c.peers.nodes {
+		n += len(f.pushes)
+	}
+	return n
+}
+
+// An Elector that has not finished loading members.json and nodes/ has no
+// authority: it answers no Cluster State to a heartbeat, a GetClusterState
+// or a registration (it records the registration), and pushes nothing.
+// Before the fix it answered heartbeats with a state of 0 registered nodes
+// and no Primary, which a node's view accepted (a higher Elector term).
+func TestUnloadedElectorAnswersNoClusterState(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, -1, "n1", "n2", "n3")
+		gate := make(chan struct{})
+		c.peers.mu.Lock()
+		c.peers.gates = map[string]chan struct{}{"n3": gate}
+		c.peers.reached = make(chan string, 8)
+		c.peers.mu.Unlock()
+		c.start(1, -1, c.first)
+		<-c.peers.reached // the load is asking n3 for its state
+		notLoaded := func(what string, err error) {
+			t.Helper()
+			if !errors.Is(err, ErrNotLoaded) || peer.ReasonOf(err) != peer.ReasonNotLoaded || status.Code(err) != codes.Unavailable {
+				t.Fatalf("%s before the load finished: %v, want ErrNotLoaded (Unavailable, %s)", what, err, peer.ReasonNotLoaded)
+			}
+		}
+		resp, err := c.e.Heartbeat(t.Context(), cloneHB(c.peers.node("n2").hb))
+		if resp != nil {
+			t.Fatalf("heartbeat answered with %v before the load finished", resp)
+		}
+		notLoaded("heartbeat", err)
+		cs, err := c.e.ClusterState(t.Context(), false)
+		if cs != nil {
+			t.Fatalf("GetClusterState answered %v before the load finished", cs)
+		}
+		notLoaded("GetClusterState", err)
+		rctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		_, cs, err = c.e.Register(rctx, &netsyv1.NodeInfo{NodeId: "n4", PeerAddr: "n4:2380"}, "c1")
+		cancel()
+		if cs != nil {
+			t.Fatalf("RegisterNode answered %v before the load finished", cs)
+		}
+		notLoaded("RegisterNode", err)
+		synctest.Wait()
+		if n := c.pushCount(); n != 0 {
+			t.Fatalf("%d pushes before the load finished", n)
+		}
+		c.peers.mu.Lock()
+		c.peers.gates = nil
+		c.peers.mu.Unlock()
+		close(gate)
+		synctest.Wait()
+		cs, err = c.e.ClusterState(t.Context(), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var members []string
+		for _, m := range cs.Members {
+			members = append(members, m.NodeId)
+		}
+		if !slices.Equal(members, []string{"n1", "n2", "n3", "n4"}) || cs.RegisteredNodes != 4 {
+			t.Fatalf("after the load: members %v, registered %d; want n1..n4 (n4 registered while loading)", members, cs.RegisteredNodes)
+		}
+	})
+}
+
+// The successor of a Primary this Elector answered is pushed exactly one
+// lease wait (1.25 lease windows) after the last heartbeat answer that
+// named it Primary, not sooner, even though its address refuses
+// connections (a live Primary behind a REJECT rule refuses too) and the
+// replicas say so. Until then every answer still names the old Primary.
+// Before the fix the refusal ended the wait: the successor was pushed
+// about 0.75 s after the last answer.
+func TestSuccessorPushedOneLeaseWaitAfterTheLastAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, -1, "n1", "n2", "n3")
+		c.set("n3", func(f *fakeNode) { f.hb.LatestIndex = 20 })
+		c.begin(-1)
+		c.run(5*time.Second, primaryIs("n3", 1))
+		c.settle(100 * time.Millisecond) // off the tick grid
+		resp, err := c.e.Heartbeat(t.Context(), cloneHB(c.peers.node("n3").hb))
+		if err != nil || resp.ClusterState.GetPrimary().GetNodeId() != "n3" {
+			t.Fatalf("n3's heartbeat: %v, %v", resp, err)
+		}
+		due := c.clk.Now().Add(c.e.cfg.leaseWait())
+		c.set("n3", func(f *fakeNode) { f.reach = refused })
+		for _, id := range []string{"n1", "n2"} {
+			c.set(id, func(f *fakeNode) { f.hb.LatestIndex, f.hb.PrimaryRefused = 20, true })
+		}
+		for c.clk.Now().Add(250 * time.Millisecond).Before(due) {
+			for id, r := range c.beatExcept() {
+				if r.ClusterState.GetPrimary().GetNodeId() != "n3" {
+					t.Fatalf("%v after the last answer to n3, %s was told the Primary is %v", c.clk.Since(due.Add(-c.e.cfg.leaseWait())), id, r.ClusterState.GetPrimary())
+				}
+			}
+			c.clk.Advance(250 * time.Millisecond)
+			synctest.Wait()
+		}
+		c.beatExcept()
+		c.clk.Advance(due.Sub(c.clk.Now()) - 1)
+		synctest.Wait()
+		if c.pushedPrimary("n1") || c.pushedPrimary("n2") {
+			t.Fatalf("a successor was pushed before the lease wait ran out (order %v)", c.peers.order)
+		}
+		c.clk.Advance(1)
+		synctest.Wait()
+		if !c.pushedPrimary("n2") {
+			t.Fatalf("no successor pushed when the lease wait ran out (order %v)", c.peers.order)
+		}
+	})
+}
+
+// A new Elector gave the old Primary no answer, but the Elector before it
+// may have until it lost its lock: it pushes a successor only a full lease
+// wait after it took over, not sooner, however the old Primary's address
+// fails. Before the fix a refused connection ended the wait at once.
+func TestNewElectorWaitsAFullLeaseWaitFromItsStart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, -1, "n1", "n2", "n3")
+		c.set("n3", func(f *fakeNode) { f.hb.LatestIndex = 20 })
+		c.begin(-1)
+		c.run(5*time.Second, primaryIs("n3", 1))
+		known, _ := c.e.ClusterState(t.Context(), false)
+		c.close()
+		c.set("n3", func(f *fakeNode) { f.reach = refused })
+		for _, id := range []string{"n1", "n2"} {
+			c.set(id, func(f *fakeNode) { f.hb.LatestIndex, f.hb.PrimaryRefused, f.cs = 20, true, known })
+		}
+		c.settle(100 * time.Millisecond)
+		started := c.clk.Now()
+		c.start(2, -1, "n2")
+		synctest.Wait()
+		due := started.Add(c.e.cfg.leaseWait())
+		for c.clk.Now().Add(250 * time.Millisecond).Before(due) {
+			c.beatExcept()
+			c.clk.Advance(250 * time.Millisecond)
+			synctest.Wait()
+		}
+		c.beatExcept()
+		c.clk.Advance(due.Sub(c.clk.Now()) - 1)
+		synctest.Wait()
+		if c.pushedPrimary("n1") || c.pushedPrimary("n2") {
+			t.Fatalf("the new Elector pushed a successor %v after it started (the lease wait is %v; order %v)",
+				c.clk.Since(started), c.e.cfg.leaseWait(), c.peers.order)
+		}
+		c.clk.Advance(1)
+		synctest.Wait()
+		if !c.pushedPrimary("n2") {
+			t.Fatalf("no successor pushed a lease wait after the new Elector started (order %v)", c.peers.order)
+		}
+	})
+}
+
+// Election rounds that defer (the previous Primary still says it is
+// Active, though its heartbeats stopped reaching the Elector) change
+// nothing: the state keeps naming the Primary at the same version and
+// nothing is pushed. Before the fix every round's answers named no
+// Primary, so replicas dropped their streams each round.
+func TestDeferredRoundsKeepTheClusterState(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, -1, "n1", "n2", "n3")
+		c.set("n3", func(f *fakeNode) { f.hb.LatestIndex = 20 })
+		c.begin(-1)
+		c.run(5*time.Second, primaryIs("n3", 1))
+		c.settle(time.Second)
+		before, _ := c.e.ClusterState(t.Context(), false)
+		pushes := c.pushCount()
+		c.peers.mu.Lock()
+		c.peers.calls = map[string]int{}
+		c.peers.mu.Unlock()
+		for range 16 { // 4 s: n3 is Degraded after 1 s, then a round every 500 ms
+			for id, r := range c.beatExcept("n3") {
+				cs := r.ClusterState
+				if cs.GetPrimary().GetNodeId() != "n3" || cs.PrimaryTerm != 1 || cs.Version != before.Version {
+					t.Fatalf("a deferring Elector told %s: Primary %v term %d version %d; want n3, 1, %d",
+						id, cs.GetPrimary().GetNodeId(), cs.PrimaryTerm, cs.Version, before.Version)
+				}
+			}
+			c.clk.Advance(250 * time.Millisecond)
+			synctest.Wait()
+		}
+		c.peers.mu.Lock()
+		asked := c.peers.calls["n3"]
+		c.peers.mu.Unlock()
+		if asked < 4 {
+			t.Fatalf("n3 was asked for its state %d times; want a deferred round every 500 ms", asked)
+		}
+		if n := c.pushCount(); n != pushes {
+			t.Fatalf("%d pushes during deferred rounds", n-pushes)
+		}
+	})
+}
+
+// A round that fails is retried DefaultRetryInterval after it ended: not
+// sooner, and not at the next tick after that (here the round ends off
+// the tick grid).
+func TestFailedRoundRetriedAfterRetryInterval(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, -1, "n1", "n2", "n3")
+		c.set("n2", func(f *fakeNode) { f.reach = refused })
+		c.set("n3", func(f *fakeNode) { f.reach = refused })
+		gate := make(chan struct{})
+		c.peers.mu.Lock()
+		c.peers.calls = map[string]int{}
+		c.peers.mu.Unlock()
+		c.begin(-1)
+		synctest.Wait()
+		// The first round is under way: hold its question to n2 for 100 ms,
+		// then let n2 refuse too (1 of 3 answers: the round fails).
+		c.peers.mu.Lock()
+		c.peers.gates = map[string]chan struct{}{"n2": gate}
+		c.peers.reached = make(chan string, 8)
+		c.peers.mu.Unlock()
+		c.clk.Advance(DefaultRetryInterval)
+		synctest.Wait()
+		<-c.peers.reached
+		c.clk.Advance(100 * time.Millisecond)
+		c.peers.mu.Lock()
+		c.peers.gates = nil
+		calls := c.peers.calls["n2"]
+		c.peers.mu.Unlock()
+		close(gate)
+		synctest.Wait()
+		asked := func() int {
+			c.peers.mu.Lock()
+			defer c.peers.mu.Unlock()
+			return c.peers.calls["n2"]
+		}
+		c.clk.Advance(DefaultRetryInterval - 1)
+		synctest.Wait()
+		if n := asked(); n != calls {
+			t.Fatalf("a round ran %v after the failed one (the retry interval is %v)", DefaultRetryInterval-1, DefaultRetryInterval)
+		}
+		c.clk.Advance(1)
+		synctest.Wait()
+		if n := asked(); n != calls+1 {
+			t.Fatalf("no round ran %v after the failed one", DefaultRetryInterval)
+		}
+	})
 }

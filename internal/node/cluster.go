@@ -369,7 +369,6 @@ func (r *roles) runElectorTerms() {
 			ClusterID:             r.cfg.ClusterID,
 			Store:                 r.store,
 			Peers:                 nodePeers{r},
-			Refused:               peer.Refused,
 			Quorum:                r.cfg.Quorum,
 			HeartbeatInterval:     r.cfg.HeartbeatInterval,
 			DeregistrationTimeout: r.cfg.DeregistrationTimeout,

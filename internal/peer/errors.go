@@ -32,6 +32,11 @@ const (
 	ReasonUnknownNode Reason = "UNKNOWN_NODE"
 	// ReasonNotPrimary: the node called is not the Active Primary.
 	ReasonNotPrimary Reason = "NOT_PRIMARY"
+	// ReasonElectingSuccessor: the Elector refuses the heartbeat of the
+	// Primary it is replacing (an election round that may elect its
+	// successor is running): it vouches for no lease of the caller's, so
+	// the caller's lease is not renewed. Not a fault of the Elector's.
+	ReasonElectingSuccessor Reason = "ELECTING_SUCCESSOR"
 )
 
 // Error is a status error with code c carrying reason r.
