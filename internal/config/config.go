@@ -85,7 +85,9 @@ type Config struct {
 	// it falls back to object storage and the late replicas stop counting.
 	QuorumTimeout time.Duration
 	// PrimaryHandshakeTimeout is how long an election waits for an
-	// unreachable previous Primary (never less than its lease).
+	// unreachable previous Primary last seen Draining, to finish its
+	// flush (never less than its lease); one last seen Active is waited
+	// for until its lease has run out on the Elector's clock.
 	PrimaryHandshakeTimeout time.Duration
 	// DeregistrationTimeout deregisters a node Degraded this long (0:
 	// never).
@@ -365,7 +367,7 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ElectorRenew, "elector-renew", c.ElectorRenew, "how often the Elector renews its lock (at most half the lease)")
 	fs.DurationVar(&c.QuorumTimeout, "quorum-timeout", c.QuorumTimeout, "how long a write waits for replica receipts before it is acknowledged through object storage instead (the late replica stops counting until it catches up)")
 	fs.DurationVar(&c.HeartbeatInterval, "heartbeat-interval", c.HeartbeatInterval, "heartbeat cadence; a node missing two heartbeats is Degraded, and the Primary's lease is two intervals")
-	fs.DurationVar(&c.PrimaryHandshakeTimeout, "primary-handshake-timeout", c.PrimaryHandshakeTimeout, "how long an election waits for an unreachable previous Primary (never less than its lease)")
+	fs.DurationVar(&c.PrimaryHandshakeTimeout, "primary-handshake-timeout", c.PrimaryHandshakeTimeout, "how long an election waits for an unreachable previous Primary last seen Draining (never less than its lease; an Active one is waited for until its lease runs out)")
 	fs.DurationVar(&c.DeregistrationTimeout, "deregistration-timeout", c.DeregistrationTimeout, "deregister a node Degraded this long (0: never)")
 	c.bindTLS(fs)
 }

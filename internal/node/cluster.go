@@ -307,6 +307,9 @@ func (r *roles) register(ctx context.Context) error {
 func (r *roles) sendHeartbeat(ctx context.Context, hb *netsyv1.Heartbeat) (*netsyv1.HeartbeatResponse, error) {
 	if !r.registered.Load() {
 		if err := r.register(ctx); err != nil {
+			if peer.ReasonOf(err) == peer.ReasonNotLoaded {
+				return nil, heartbeat.ErrNoElector
+			}
 			return nil, err
 		}
 		hb = r.state()
@@ -326,6 +329,12 @@ func (r *roles) sendHeartbeat(ctx context.Context, hb *netsyv1.Heartbeat) (*nets
 		// The node we took for the Elector is not (it resigned or lost
 		// its lock): find the new one at once; not this node's fault.
 		r.lock.Suspect()
+		return nil, heartbeat.ErrNoElector
+	case peer.ReasonNotLoaded, peer.ReasonElectingSuccessor:
+		// No authoritative answer yet (the Elector is loading), or none
+		// for this node's lease (it is replacing this Primary): the
+		// cluster's state, not this node's fault; nothing is offered to
+		// the view and no lease is renewed.
 		return nil, heartbeat.ErrNoElector
 	case peer.ReasonNotRegistered:
 		// A new Elector that has not heard of this node yet.
