@@ -39,6 +39,8 @@ type core struct {
 	memberID   uint64
 	// healthy is this node's own judgement (heartbeats get through).
 	healthy bool
+	// leaving: Leave started; the node is Degraded for good.
+	leaving bool
 	// primaryRefused: the follower's last stream attempt was refused.
 	primaryRefused bool
 	deposed        *Deposition
@@ -62,8 +64,12 @@ func (c *core) registeredAs(id uint64) bool {
 // it was deregistered); it registers again at its next heartbeat.
 func (c *core) notRegistered() { c.registered = false }
 
-// health: the heartbeat sender's judgement changed.
+// health: the heartbeat sender's judgement changed. A leaving node stays
+// Degraded whatever its heartbeats do.
 func (c *core) health(ok bool, err error) effects {
+	if c.leaving {
+		return effects{}
+	}
 	c.healthy = ok
 	if !ok {
 		return effects{suspect: true, notify: true, notes: []note{{"self_degraded", c.self, fmt.Sprint(err)}}}
@@ -79,9 +85,22 @@ func (c *core) refused(r bool) effects {
 	return effects{beat: changed && r}
 }
 
+// leave: the node starts leaving the cluster. From here every heartbeat
+// and receipt it sends says Degraded, so nothing counts on it while it
+// deregisters.
+func (c *core) leave() effects {
+	if c.leaving {
+		return effects{}
+	}
+	c.leaving = true
+	return effects{beat: true, notify: true, notes: []note{{"self_leaving", c.self, "Degraded until the process ends"}}}
+}
+
 // healthState is the health this node reports in heartbeats and receipts.
 func (c *core) healthState() netsyv1.HealthState {
 	switch {
+	case c.leaving:
+		return netsyv1.HealthState_DEGRADED
 	case !c.registered:
 		return netsyv1.HealthState_LOADING
 	case !c.healthy:

@@ -27,6 +27,10 @@
 //     node Primary at the term it holds.
 //   - The Elector stays off the Primary: a node that is both while another
 //     node is Healthy resigns the Elector lock.
+//   - Leaving follows the seed: a Primary hands off or drains, the node is
+//     Degraded in every heartbeat and receipt from then on (never Healthy
+//     again in this process), it deregisters with the Elector, and it
+//     deletes nodes/{id}.json.
 //   - A deposition ends once the Elector names a Primary at a later term:
 //     another node, or this one Active again at a later term.
 //

@@ -8,9 +8,11 @@ import (
 
 	"github.com/netsy-io/netsy/internal/clock"
 	"github.com/netsy-io/netsy/internal/discovery"
+	"github.com/netsy-io/netsy/internal/elector"
 )
 
-// leaver is what leaving does, step by step.
+// leaver is what leaving does, step by step (the Roles, or a test's
+// recorder).
 type leaver interface {
 	failed() error
 	primaryActive() bool
@@ -18,6 +20,8 @@ type leaver interface {
 	others() bool
 	handoff(ctx context.Context) error
 	drain(ctx context.Context) error
+	// degrade makes the node Degraded for good and tells the Elector.
+	degrade(ctx context.Context)
 	stopHeartbeats()
 	registered() bool
 	deregister(ctx context.Context) error
@@ -25,10 +29,13 @@ type leaver interface {
 	resign(ctx context.Context) error
 }
 
-// leave takes a node out of the cluster gracefully: a Primary hands its
-// role to another node or, alone, drains to object storage; the node
-// deregisters (its member id stays), and an Elector resigns its lock so
-// another node takes over at once.
+// leave takes a node out of the cluster in the seed's order (Node
+// Deregistration): a Primary hands its role to another node or, alone,
+// drains to object storage; the node turns Degraded, in every heartbeat
+// and receipt from then on, so no quorum counts on it; it deregisters
+// with the Elector (its member id stays) and deletes nodes/{id}.json;
+// last it resigns the Elector lock if it holds it, so another node takes
+// over at once.
 func leave(ctx context.Context, log hclog.Logger, l leaver) {
 	if err := l.failed(); err != nil {
 		// Nothing can be flushed or handed over from a failed log; the
@@ -51,15 +58,16 @@ func leave(ctx context.Context, log hclog.Logger, l leaver) {
 			}
 		}
 	}
+	l.degrade(ctx)
 	// Heartbeats would register the node again.
 	l.stopHeartbeats()
 	if l.registered() {
 		if err := l.deregister(ctx); err != nil {
-			log.Warn("deregister on shutdown; deleting the registration file directly", "error", err)
-			if err := l.deleteRegistration(ctx); err != nil {
-				log.Warn("delete the registration file", "error", err)
-			}
+			log.Warn("deregister on shutdown", "error", err)
 		}
+	}
+	if err := l.deleteRegistration(ctx); err != nil {
+		log.Warn("delete the registration file", "error", err)
 	}
 	if err := l.resign(ctx); err != nil {
 		log.Warn("resign the Elector lock", "error", err)
@@ -67,7 +75,8 @@ func leave(ctx context.Context, log hclog.Logger, l leaver) {
 }
 
 // Leave takes this node out of the cluster gracefully (see leave), within
-// ctx. The roles keep running for Close.
+// ctx. The roles keep running for Close: the follower still streams
+// receipts, all of them Degraded.
 func (r *Roles) Leave(ctx context.Context) { leave(ctx, r.log, roleLeaver{r}) }
 
 // roleLeaver is leave's steps on the real roles.
@@ -85,6 +94,19 @@ func (l roleLeaver) drain(ctx context.Context) error { return l.r.prim.Drain(ctx
 func (l roleLeaver) handoff(ctx context.Context) error {
 	_, err := l.r.Handoff(ctx, "")
 	return err
+}
+
+func (l roleLeaver) degrade(ctx context.Context) {
+	r := l.r
+	r.do(func(c *core, _ **elector.Elector) effects { return c.leave() })
+	// Tell the Elector now, not at the next beat: it must not count this
+	// node once it is gone from its map.
+	bctx, cancel := clock.WithTimeout(ctx, r.clk, r.cfg.Node.HeartbeatInterval)
+	defer cancel()
+	sentAt := r.clk.Now()
+	if resp, err := r.sendHeartbeat(bctx, r.state()); err == nil {
+		r.answered(resp, sentAt)
+	}
 }
 
 func (l roleLeaver) deregister(ctx context.Context) error {

@@ -14,6 +14,7 @@ type snapshot struct {
 	registered     bool
 	memberID       uint64
 	healthy        bool
+	leaving        bool
 	primaryRefused bool
 	health         netsyv1.HealthState
 	deposed        *Deposition
@@ -95,7 +96,7 @@ func (r *Roles) loop(ctx context.Context) {
 func (r *Roles) publish() {
 	c := &r.core
 	r.snapshot.Store(&snapshot{
-		registered: c.registered, memberID: c.memberID, healthy: c.healthy,
+		registered: c.registered, memberID: c.memberID, healthy: c.healthy, leaving: c.leaving,
 		primaryRefused: c.primaryRefused, health: c.healthState(), deposed: c.deposed,
 		events: c.events, elector: r.running,
 	})

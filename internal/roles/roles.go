@@ -333,8 +333,9 @@ func (r *Roles) MemberID() uint64 { return r.snap().memberID }
 // Registered reports whether the Elector this node knows registered it.
 func (r *Roles) Registered() bool { return r.snap().registered }
 
-// Healthy reports this node's own judgement: its heartbeats get through.
-func (r *Roles) Healthy() bool { return r.snap().healthy }
+// Healthy reports this node's own judgement: its heartbeats get through
+// and it is not leaving.
+func (r *Roles) Healthy() bool { s := r.snap(); return s.healthy && !s.leaving }
 
 // PrimaryState is this node's primary state and the term it holds or
 // last held.

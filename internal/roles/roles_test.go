@@ -1,16 +1,115 @@
 package roles
 
 import (
+	"context"
 	"errors"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"go.uber.org/goleak"
 
+	"github.com/netsy-io/netsy/internal/discovery"
+	"github.com/netsy-io/netsy/internal/elector"
 	"github.com/netsy-io/netsy/proto/netsyv1"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// A leaving node turns Degraded before it deregisters, and stays so: the
+// Elector hears one Degraded heartbeat before the deregistration, the
+// registration file goes after it, no heartbeat says Healthy from then on,
+// and the state every heartbeat and receipt embeds (state) says Degraded
+// even when a heartbeat gets through again. (Reproduced failure 6: the
+// leaving node kept sending Healthy receipts after it was deregistered.)
+func TestLeavingNodeIsDegradedBeforeItDeregistersAndStaysSo(t *testing.T) {
+	n := newTestNode(t)
+	n.calls.next(t, "register n1")
+	if got := n.calls.next(t, "heartbeat"); got != "heartbeat HEALTHY" {
+		t.Fatalf("first heartbeat after registering: %q, want HEALTHY", got)
+	}
+	n.r.Leave(t.Context())
+
+	log := n.calls.all()
+	degraded := slices.Index(log, "heartbeat DEGRADED")
+	dereg := slices.Index(log, "deregister n1")
+	del := slices.Index(log, "delete "+discovery.NodeKey("n1"))
+	if degraded < 0 || dereg < 0 || del < 0 || !(degraded < dereg && dereg < del) {
+		t.Fatalf("calls %v: want a Degraded heartbeat, then deregister, then the file deleted", log)
+	}
+	for _, c := range log[degraded:] {
+		if c == "heartbeat HEALTHY" {
+			t.Fatalf("calls %v: a Healthy heartbeat after leaving started", log)
+		}
+	}
+	if _, _, err := n.store.Get(t.Context(), discovery.NodeKey("n1")); err == nil {
+		t.Fatal("the registration file is still there")
+	}
+	if h := n.r.state().Health; h != netsyv1.HealthState_DEGRADED {
+		t.Fatalf("state after leaving: %v, want DEGRADED", h)
+	}
+	// A heartbeat that gets through again does not make it Healthy.
+	n.r.do(func(c *core, _ **elector.Elector) effects { return c.health(true, nil) })
+	if h := n.r.state().Health; h != netsyv1.HealthState_DEGRADED || n.r.Healthy() {
+		t.Fatalf("state after a successful heartbeat while leaving: %v (Healthy %v), want DEGRADED", h, n.r.Healthy())
+	}
+}
+
+// recLeaver records leave's steps.
+type recLeaver struct {
+	active, hasOthers, handoffFails bool
+	steps                           []string
+}
+
+func (l *recLeaver) failed() error       { return nil }
+func (l *recLeaver) primaryActive() bool { return l.active }
+func (l *recLeaver) others() bool        { return l.hasOthers }
+func (l *recLeaver) handoff(context.Context) error {
+	l.steps = append(l.steps, "handoff")
+	if l.handoffFails {
+		return errors.New("no candidate")
+	}
+	return nil
+}
+func (l *recLeaver) drain(context.Context) error { l.steps = append(l.steps, "drain"); return nil }
+func (l *recLeaver) degrade(context.Context)     { l.steps = append(l.steps, "degraded") }
+func (l *recLeaver) stopHeartbeats()             { l.steps = append(l.steps, "stop heartbeats") }
+func (l *recLeaver) registered() bool            { return true }
+func (l *recLeaver) deregister(context.Context) error {
+	l.steps = append(l.steps, "deregister")
+	return nil
+}
+func (l *recLeaver) deleteRegistration(context.Context) error {
+	l.steps = append(l.steps, "delete")
+	return nil
+}
+func (l *recLeaver) resign(context.Context) error { l.steps = append(l.steps, "resign"); return nil }
+
+// Leaving follows the seed's order: a Primary hands off (or, alone or
+// when the handoff fails, drains), then the node turns Degraded, then it
+// deregisters, then deletes its registration file.
+func TestLeaveOrder(t *testing.T) {
+	for _, tc := range []struct {
+		name                         string
+		active, others, handoffFails bool
+		want                         string
+	}{
+		{"replica", false, true, false, "degraded,stop heartbeats,deregister,delete,resign"},
+		{"lone primary", true, false, false, "drain,degraded,stop heartbeats,deregister,delete,resign"},
+		{"primary", true, true, false, "handoff,degraded,stop heartbeats,deregister,delete,resign"},
+		{"primary, handoff fails", true, true, true, "handoff,drain,degraded,stop heartbeats,deregister,delete,resign"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := &recLeaver{active: tc.active, hasOthers: tc.others, handoffFails: tc.handoffFails}
+			leave(t.Context(), hclog.NewNullLogger(), l)
+			if got := strings.Join(l.steps, ","); got != tc.want {
+				t.Fatalf("steps %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
 
 // A heartbeat answer renews the Primary's lease only when the view took
 // its Cluster State and it names this node Primary at the term it holds.

@@ -2,6 +2,7 @@ package roles
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -13,6 +14,9 @@ import (
 	"github.com/netsy-io/netsy/internal/s3lect"
 	"github.com/netsy-io/netsy/proto/netsyv1"
 )
+
+// errLeaving refuses registering again once the node is leaving.
+var errLeaving = errors.New("roles: this node is leaving the cluster")
 
 // electorAddr is the peer address of the Elector this node knows: the
 // newer of what the Cluster State says and what the lock says.
@@ -111,6 +115,9 @@ func (r *Roles) state() *netsyv1.Heartbeat {
 
 // register registers this node with the Elector and learns its member id.
 func (r *Roles) register(ctx context.Context) error {
+	if r.snap().leaving {
+		return errLeaving
+	}
 	el, err := r.electorAPI()
 	if err != nil {
 		return err
