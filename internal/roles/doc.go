@@ -27,6 +27,10 @@
 //     node Primary at the term it holds.
 //   - The Elector stays off the Primary: a node that is both while another
 //     node is Healthy resigns the Elector lock.
+//   - An Elector that has not loaded its map (peer.ReasonNotLoaded) is no
+//     Elector yet: heartbeats and registration retry on the next beat, the
+//     node does not degrade itself for it, and nothing it says reaches the
+//     view.
 //   - Leaving follows the seed: a Primary hands off or drains, the node is
 //     Degraded in every heartbeat and receipt from then on (never Healthy
 //     again in this process), it deregisters with the Elector, and it

@@ -168,12 +168,15 @@ type testNode struct {
 	store objstore.Store
 }
 
-func newTestNode(t *testing.T) *testNode {
+// refuse, when not nil, is the Elector's answer to Register and
+// Heartbeat from the start.
+func newTestNode(t *testing.T, refuse error) *testNode {
 	t.Helper()
 	ctx := t.Context()
 	clk := clock.NewFake(time.Unix(1_000_000, 0))
 	c := newCalls()
 	el := newFakeElector(c)
+	el.setRefuse(refuse)
 	cfg := config.Default()
 	cfg.NodeID, cfg.PeerAddr, cfg.DataDir = "n1", "n1:2380", t.TempDir()
 	store := recStore{Store: mem.New(clk), calls: c}

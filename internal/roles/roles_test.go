@@ -10,9 +10,11 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"go.uber.org/goleak"
+	"google.golang.org/grpc/codes"
 
 	"github.com/netsy-io/netsy/internal/discovery"
 	"github.com/netsy-io/netsy/internal/elector"
+	"github.com/netsy-io/netsy/internal/peer"
 	"github.com/netsy-io/netsy/proto/netsyv1"
 )
 
@@ -25,7 +27,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // even when a heartbeat gets through again. (Reproduced failure 6: the
 // leaving node kept sending Healthy receipts after it was deregistered.)
 func TestLeavingNodeIsDegradedBeforeItDeregistersAndStaysSo(t *testing.T) {
-	n := newTestNode(t)
+	n := newTestNode(t, nil)
 	n.calls.next(t, "register n1")
 	if got := n.calls.next(t, "heartbeat"); got != "heartbeat HEALTHY" {
 		t.Fatalf("first heartbeat after registering: %q, want HEALTHY", got)
@@ -54,6 +56,52 @@ func TestLeavingNodeIsDegradedBeforeItDeregistersAndStaysSo(t *testing.T) {
 	n.r.do(func(c *core, _ **elector.Elector) effects { return c.health(true, nil) })
 	if h := n.r.state().Health; h != netsyv1.HealthState_DEGRADED || n.r.Healthy() {
 		t.Fatalf("state after a successful heartbeat while leaving: %v (Healthy %v), want DEGRADED", h, n.r.Healthy())
+	}
+}
+
+// An Elector that has not loaded its map is no Elector yet: the node
+// retries registering at every beat, does not degrade itself for it, and
+// takes nothing it says into its view; once it has loaded, the node
+// registers and is Healthy. Its refusal is told apart by reason, in its
+// local form and as it arrives over gRPC.
+func TestNotLoadedElectorIsRetriedWithoutDegrading(t *testing.T) {
+	for name, refusal := range map[string]error{
+		"local":  elector.ErrNotLoaded,
+		"remote": peer.Error(codes.Unavailable, peer.ReasonNotLoaded, "still loading"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			n := newTestNode(t, refusal)
+			n.calls.next(t, "register n1")
+			for range 4 {
+				n.beat()
+				// A later attempt comes after the last beat was judged.
+				n.calls.next(t, "register n1")
+				n.settle()
+				if !n.r.Healthy() {
+					t.Fatal("the node degraded itself for an Elector that has not loaded")
+				}
+			}
+			for _, ev := range n.r.NodeState().Events {
+				if ev.Kind == "self_degraded" {
+					t.Fatalf("event %v", ev)
+				}
+			}
+			if cs := n.r.view.Current(); cs != nil {
+				t.Fatalf("the view took %v from an Elector that has not loaded", cs)
+			}
+			if h := n.r.state().Health; h != netsyv1.HealthState_LOADING {
+				t.Fatalf("health %v while not registered, want LOADING", h)
+			}
+			n.el.setRefuse(nil)
+			n.beat()
+			// No heartbeat went out while registering failed.
+			if got := n.calls.next(t, "heartbeat"); got != "heartbeat HEALTHY" {
+				t.Fatalf("heartbeat after registering: %q", got)
+			}
+			if n.r.MemberID() != 7 || n.r.view.Current() == nil {
+				t.Fatalf("member id %d, view %v after the Elector loaded", n.r.MemberID(), n.r.view.Current())
+			}
+		})
 	}
 }
 

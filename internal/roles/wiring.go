@@ -56,16 +56,19 @@ func (r *Roles) node(info *netsyv1.NodeInfo) (NodeAPI, error) {
 }
 
 // electorRefusal turns an Elector's refusal into what the heartbeat
-// sender understands, by its Reason. Not the Elector is the cluster's
-// state and not this node's fault: heartbeat.ErrNoElector (retry on the
-// next beat, no self-degrading). Not registered: register again at the
-// next beat.
+// sender understands, by its Reason. Not the Elector, or not loaded yet,
+// is the cluster's state and not this node's fault: heartbeat.ErrNoElector
+// (retry on the next beat, no self-degrading). Not registered: register
+// again at the next beat.
 func (r *Roles) electorRefusal(err error) error {
 	switch peer.ReasonOf(err) {
 	case peer.ReasonNotElector:
 		// It resigned or lost its lock: find the new one at once.
 		r.lock.Suspect()
 		return fmt.Errorf("%w: %v", heartbeat.ErrNoElector, err)
+	case peer.ReasonNotLoaded:
+		// No authority before its load: nothing it says counts yet.
+		return fmt.Errorf("%w: the Elector has not loaded its node map yet: %v", heartbeat.ErrNoElector, err)
 	case peer.ReasonNotRegistered:
 		r.do(func(c *core, _ **elector.Elector) effects {
 			c.notRegistered()
