@@ -221,8 +221,11 @@ func StartWith(ctx context.Context, cfg config.Config, logger hclog.Logger, deps
 		Store:  n.store,
 		Engine: n.eng,
 		Log:    n.objlog,
-		Conn:   n.pool.Conn,
-		Logger: logger,
+		// Follow streams, and every call to another node's Elector and
+		// Node services, go over the peer pool (TLS and all).
+		Conn:      n.pool.Conn,
+		Transport: roles.GRPCTransport{Conn: n.pool.Conn},
+		Logger:    logger,
 	})
 	if err != nil {
 		return nil, err
