@@ -899,7 +899,7 @@ func (e *Elector) pushAll(ctx context.Context) {
 
 func (e *Elector) emit(kind, node, detail string) {
 	ev := &netsyv1.Event{
-		TimeUnixNano: e.cfg.Clock.Now().UnixNano(),
+		TimeUnixNano: e.cfg.Clock.Wall().UnixNano(),
 		Kind:         kind,
 		NodeId:       node,
 		ElectorTerm:  e.term,

@@ -148,7 +148,7 @@ func (c *testCluster) ready(timeout time.Duration) string {
 				ok = false
 			}
 		}
-		if ok && primary != "" && c.node(primary) != nil && c.node(primary).roles.prim.Active() {
+		if ok && primary != "" && c.node(primary) != nil && c.node(primary).roles.Active() {
 			return primary
 		}
 		if time.Now().After(deadline) {
@@ -184,8 +184,8 @@ func (c *testCluster) separated(timeout time.Duration) string {
 // and returns that term.
 func (c *testCluster) checkStatus(ctx context.Context, primary string) uint64 {
 	c.t.Helper()
-	leader := c.node(primary).roles.memberID.Load()
-	_, term := c.node(primary).roles.prim.State()
+	leader := c.node(primary).roles.MemberID()
+	_, term := c.node(primary).roles.PrimaryState()
 	for _, id := range c.ids() {
 		st, err := c.client(id).Status(ctx, c.node(id).ClientAddr())
 		if err != nil {
@@ -206,7 +206,7 @@ func (c *testCluster) client(id string) *clientv3.Client {
 // electorOf returns the node running the Elector.
 func (c *testCluster) elector() string {
 	for _, id := range c.ids() {
-		if c.node(id).roles.currentElector() != nil {
+		if c.node(id).roles.RunningElector() != nil {
 			return id
 		}
 	}
@@ -229,7 +229,7 @@ func TestClusterServesOnEveryNode(t *testing.T) {
 
 	electors := 0
 	for _, id := range c.ids() {
-		if c.node(id).roles.currentElector() != nil {
+		if c.node(id).roles.RunningElector() != nil {
 			electors++
 		}
 	}
@@ -270,7 +270,7 @@ func TestClusterServesOnEveryNode(t *testing.T) {
 		if name == "" {
 			name = id
 		}
-		want[n.roles.memberID.Load()] = fmt.Sprintf("%s http://%s:2380 http://%s", name, id, n.ClientAddr())
+		want[n.roles.MemberID()] = fmt.Sprintf("%s http://%s:2380 http://%s", name, id, n.ClientAddr())
 	}
 	for _, id := range c.ids() {
 		var got map[uint64]string
@@ -450,17 +450,9 @@ func TestClusterHandoff(t *testing.T) {
 func handoffVia(t *testing.T, c *testCluster, id string) *netsyv1.ClusterState {
 	t.Helper()
 	for attempt := 0; ; attempt++ {
-		cl, e, err := c.node(id).roles.electorClient()
-		if err == nil && e != nil {
-			var cs *netsyv1.ClusterState
-			if cs, err = e.Handoff(t.Context(), ""); err == nil {
-				return cs
-			}
-		} else if err == nil {
-			var resp *netsyv1.HandoffResponse
-			if resp, err = cl.Handoff(t.Context(), &netsyv1.HandoffRequest{}); err == nil {
-				return resp.ClusterState
-			}
+		cs, err := c.node(id).roles.Handoff(t.Context(), "")
+		if err == nil {
+			return cs
 		}
 		if attempt == 20 {
 			t.Fatal(err)
@@ -484,13 +476,13 @@ func TestDeregisteredRunningNodeRegistersAgain(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	if err := c.node(el).roles.currentElector().Deregister(ctx, victim); err != nil {
+	if err := c.node(el).roles.RunningElector().Deregister(ctx, victim); err != nil {
 		t.Fatal(err)
 	}
 	key := discovery.NodeKey(victim)
 	for {
 		_, _, err := c.store.Get(ctx, key)
-		cs, cerr := c.node(el).roles.currentElector().ClusterState(ctx, true)
+		cs, cerr := c.node(el).roles.RunningElector().ClusterState(ctx, true)
 		if cerr != nil {
 			t.Fatal(cerr)
 		}

@@ -3,6 +3,13 @@
 // health and metrics endpoints. It owns start-up order and shutdown order;
 // it implements no database behaviour itself.
 //
+// The cluster roles are internal/roles: node builds them over the engine,
+// the log, the object store and a Transport over its peer connection pool,
+// registers the peer services they give it on the peer port, asks them on
+// shutdown to leave the cluster, and reads their state for /healthz,
+// /readyz, /cluster/* and the metrics. It decides nothing about roles
+// itself: no lease rule, no deposition rule, no local-or-remote choice.
+//
 // It also puts the TLS that internal/tlsconf builds on the ports (tls.go):
 // the client port accepts client identities, the peer port and every
 // connection to a peer peer identities of this cluster. A request that a

@@ -3,11 +3,9 @@ package node
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -75,43 +73,4 @@ func warnQuorum(cfg config.Config, others int, log hclog.Logger) {
 		log.Warn("--quorum asks for more replicas than other nodes are registered: until enough of them follow, every write is acknowledged only once it is in object storage, as with --quorum 0",
 			"quorum", cfg.Quorum, "other_nodes", others)
 	}
-}
-
-// deposition is the fence a Primary lost: another writer took the next
-// wal seq in object storage, so this node's state may be behind the
-// bucket's.
-type deposition struct {
-	err  error
-	at   time.Time
-	term uint64 // the primary term it lost
-}
-
-// noteDeposed records that this node, Primary at term, stepped down
-// because another writer took over object storage (found by an upload or
-// by a fence check).
-func (n *Node) noteDeposed(err error, term uint64) {
-	n.deposed.Store(&deposition{err: err, at: n.clock.Now(), term: term})
-}
-
-// depositionReason says why a node that lost its fence cannot serve yet,
-// or nil. It can once the Elector has named a Primary at a later term:
-// this node, Active again (its Starting step caught up with the bucket),
-// or another node, which it follows (/readyz checks that on its own).
-// Until then /healthz and /readyz give the deposition as their reason;
-// linearizable reads and watches wait for the same thing meanwhile, as a
-// deposed Primary is a Replica whose Primary is not known.
-func (n *Node) depositionReason() error {
-	d := n.deposed.Load()
-	if d == nil {
-		return nil
-	}
-	r := n.roles
-	p, term := r.Primary()
-	_, held := r.prim.State()
-	if p != nil && term > d.term && (p.NodeId != n.cfg.NodeID || r.prim.Active() && held > d.term) {
-		n.deposed.CompareAndSwap(d, nil)
-		return nil
-	}
-	return fmt.Errorf("deposed %s ago as Primary (term %d): another writer took over object storage (%v); stepped down until the Elector names a Primary at a later term and this node has caught up with the bucket",
-		n.clock.Since(d.at).Round(time.Millisecond), d.term, d.err)
 }

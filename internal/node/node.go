@@ -9,7 +9,6 @@ import (
 	"net/http/pprof"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,17 +22,14 @@ import (
 	"github.com/netsy-io/netsy/internal/clock"
 	"github.com/netsy-io/netsy/internal/clusterview"
 	"github.com/netsy-io/netsy/internal/config"
-	"github.com/netsy-io/netsy/internal/discovery"
 	"github.com/netsy-io/netsy/internal/engine"
 	"github.com/netsy-io/netsy/internal/etcdapi"
-	"github.com/netsy-io/netsy/internal/heartbeat"
 	"github.com/netsy-io/netsy/internal/objstore"
 	objopen "github.com/netsy-io/netsy/internal/objstore/open"
 	"github.com/netsy-io/netsy/internal/objwal"
 	"github.com/netsy-io/netsy/internal/peer"
-	"github.com/netsy-io/netsy/internal/primary"
 	"github.com/netsy-io/netsy/internal/replica"
-	"github.com/netsy-io/netsy/internal/s3lect"
+	"github.com/netsy-io/netsy/internal/roles"
 	"github.com/netsy-io/netsy/internal/vfs"
 	"github.com/netsy-io/netsy/internal/wal"
 	"github.com/netsy-io/netsy/proto/netsyv1"
@@ -54,7 +50,7 @@ type Node struct {
 	grpc     *grpc.Server
 	pool     *peer.Pool
 	tls      *nodeTLS
-	roles    *roles
+	roles    *roles.Roles
 	peerL    net.Listener
 	peerAPI  *etcdapi.Server
 	peerGRPC *grpc.Server
@@ -64,9 +60,9 @@ type Node struct {
 	client      net.Listener
 	httpL       net.Listener
 	ready       atomic.Bool
-	// deposed is the fence this node lost as Primary, until it serves
-	// again (see depositionReason).
-	deposed atomic.Pointer[deposition]
+	// rolesP is roles for the engine's OnDeposed, which may run before
+	// the roles exist (a follower's engine then has no Primary to tell).
+	rolesP atomic.Pointer[roles.Roles]
 
 	wg        sync.WaitGroup
 	closeOnce sync.Once
@@ -193,8 +189,6 @@ func StartWith(ctx context.Context, cfg config.Config, logger hclog.Logger, deps
 		spillDir = filepath.Join(cfg.DataDir, "values")
 	}
 	n.pool = peer.NewPool(network, n.tls.peerDialOptions()...)
-	r := newRoles(cfg, logger, clk, n.store, n.pool)
-	n.roles = r
 	n.eng, err = engine.Open(engine.Config{
 		Storage:         n.objlog,
 		SnapshotEntries: uint64(cfg.SnapshotEveryRevisions),
@@ -202,14 +196,17 @@ func StartWith(ctx context.Context, cfg config.Config, logger hclog.Logger, deps
 		SpillMin:        cfg.ValueSpillMin,
 		Clock:           clk,
 		Logger:          logger,
-		ClusterID:       clusterIDHash(cfg.ClusterID),
+		ClusterID:       roles.ClusterIDHash(cfg.ClusterID),
 		Follower:        true,
-		OnDeposed:       func(err error) { r.prim.Deposed(err) },
+		OnDeposed: func(err error) {
+			if r := n.rolesP.Load(); r != nil {
+				r.EngineDeposed(err)
+			}
+		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open engine: %w", err)
 	}
-	r.eng = n.eng
 	// A new log preallocates its first segment (64 MiB of zeros) while
 	// the engine recovers; serve once it is done, so that the first write
 	// does not wait for it (Kubernetes' compactor test allows 100 ms).
@@ -218,9 +215,25 @@ func StartWith(ctx context.Context, cfg config.Config, logger hclog.Logger, deps
 	case <-ctx.Done():
 		return nil, fmt.Errorf("preallocate the log's first segment: %w", ctx.Err())
 	}
-	if err := n.startRoles(); err != nil {
+	r, err := roles.New(roles.Config{
+		Node:   cfg,
+		Clock:  clk,
+		Store:  n.store,
+		Engine: n.eng,
+		Log:    n.objlog,
+		// Follow streams, and every call to another node's Elector and
+		// Node services, go over the peer pool (TLS and all).
+		Conn:      n.pool.Conn,
+		Transport: roles.GRPCTransport{Conn: n.pool.Conn},
+		Logger:    logger,
+	})
+	if err != nil {
 		return nil, err
 	}
+	n.roles = r
+	n.rolesP.Store(r)
+	// Not ctx: it bounds start-up only; Close stops the roles.
+	r.Start(context.Background())
 
 	// The peer port: the netsy peer services, and the etcd API over the
 	// local engine only, for requests other nodes forward to this one
@@ -235,7 +248,7 @@ func StartWith(ctx context.Context, cfg config.Config, logger hclog.Logger, deps
 	peerOpts := append(peer.ServerOptions(),
 		grpc.ChainUnaryInterceptor(replica.CommitIndexInterceptor(n.eng.CommittedIndex)))
 	n.peerGRPC = n.peerAPI.NewGRPCServer(append(peerOpts, n.tls.peerServerOptions()...)...)
-	r.registerPeerServices(n.peerGRPC)
+	r.RegisterPeerServices(n.peerGRPC)
 	n.peerServing = peer.Serve(n.peerGRPC, n.peerL)
 
 	n.api = etcdapi.New(etcdapi.Config{
@@ -292,99 +305,6 @@ func (n *Node) waitReady(ctx context.Context) error {
 	}
 }
 
-// startRoles builds and starts the cluster roles.
-func (n *Node) startRoles() error {
-	r, cfg := n.roles, n.cfg
-	var err error
-	r.follower = replica.NewFollower(replica.FollowerConfig{
-		Self:   cfg.NodeID,
-		Engine: n.eng,
-		CatchUp: func(ctx context.Context) error {
-			r.catchUpsC.Inc()
-			return n.objlog.CatchUp(ctx)
-		},
-		Conn:  n.pool.Conn,
-		State: r.state,
-		Refused: func(refused bool) {
-			if r.primaryRefused.Swap(refused) != refused && refused && r.hb != nil {
-				r.hb.Now()
-			}
-		},
-		HeartbeatInterval: cfg.HeartbeatInterval,
-		Clock:             n.clock,
-		Logger:            n.log,
-	})
-	r.prim, err = primary.New(primary.Config{
-		Self:              cfg.NodeID,
-		Engine:            n.eng,
-		Log:               n.objlog,
-		Quorum:            cfg.Quorum,
-		QuorumTimeout:     cfg.QuorumTimeout,
-		HeartbeatInterval: cfg.HeartbeatInterval,
-		LeaseWindow:       2 * cfg.HeartbeatInterval,
-		Fallback: func(reason string) {
-			r.fallbacksC.Inc()
-			r.event("quorum_fallback", cfg.NodeID, reason)
-		},
-		ReceiptLatency: func(d time.Duration) { r.receiptH.Observe(d.Seconds()) },
-		TermFile:       filepath.Join(cfg.DataDir, "primary-term.json"),
-		StopFollowing:  r.follower.Stop,
-		Fenced:         n.noteDeposed,
-		Changed: func(s netsyv1.PrimaryState, term uint64) {
-			r.event("primary_"+strings.ToLower(s.String()), cfg.NodeID, fmt.Sprintf("term %d", term))
-			r.notify()
-			if r.hb != nil {
-				r.hb.Now()
-			}
-		},
-		Clock:  n.clock,
-		Logger: n.log,
-	})
-	if err != nil {
-		return err
-	}
-	r.follow = &primary.FollowService{P: r.prim}
-	r.lock, err = s3lect.New(s3lect.Config{
-		Store:    n.store,
-		NodeID:   cfg.NodeID,
-		PeerAddr: cfg.AdvertisePeerAddr(),
-		Lease:    cfg.ElectorLease,
-		Renew:    cfg.ElectorRenew,
-		MinTerm:  r.view.ElectorTerm,
-		Clock:    n.clock,
-		Logger:   n.log.Named("s3lect"),
-	})
-	if err != nil {
-		return err
-	}
-	r.hb = heartbeat.New(heartbeat.Config{
-		Interval: cfg.HeartbeatInterval,
-		Clock:    n.clock,
-		Logger:   n.log.Named("heartbeat"),
-		State:    r.state,
-		Send:     r.sendHeartbeat,
-		Answered: r.answered,
-		Health: func(ok bool, err error) {
-			r.healthy.Store(ok)
-			if !ok {
-				r.lock.Suspect()
-				r.event("self_degraded", cfg.NodeID, fmt.Sprint(err))
-			} else {
-				r.event("self_healthy", cfg.NodeID, "")
-			}
-			r.notify()
-		},
-	})
-	r.prim.Start()
-	r.follower.Start()
-	r.lock.Start()
-	r.wg.Add(2)
-	go r.runElectorTerms()
-	go r.watchView()
-	r.hb.Start()
-	return nil
-}
-
 // ClientAddr is the address the client API listens on.
 func (n *Node) ClientAddr() string { return n.client.Addr().String() }
 
@@ -403,35 +323,7 @@ func (n *Node) httpHandler() http.Handler {
 	reg.MustRegister(n.api.Collectors()...)
 	reg.MustRegister(objwalCollector{n.objlog})
 	reg.MustRegister(n.tls.collector())
-	r := n.roles
-	reg.MustRegister(r.eventsC, r.fallbacksC, r.receiptH, r.catchUpsC, replicationCollector{r})
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "netsy_primary_state", Help: "This node's primary state: 1 Replica, 2 Starting, 3 Active, 4 Draining."},
-		func() float64 { s, _ := r.prim.State(); return float64(s) }))
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "netsy_primary_term", Help: "The primary term this node holds or follows."},
-		func() float64 { _, t := r.Primary(); return float64(t) }))
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "netsy_elector", Help: "1 while this node is the Elector."},
-		func() float64 {
-			if r.currentElector() != nil {
-				return 1
-			}
-			return 0
-		}))
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "netsy_elector_term", Help: "The highest Elector term this node has seen."},
-		func() float64 { return float64(r.view.ElectorTerm()) }))
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "netsy_healthy", Help: "1 while this node's heartbeats reach the Elector."},
-		func() float64 {
-			if r.healthy.Load() {
-				return 1
-			}
-			return 0
-		}))
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "netsy_following", Help: "1 while this replica's Follow stream to the Primary is open."},
-		func() float64 {
-			if ok, _, _ := r.follower.Connected(); ok {
-				return 1
-			}
-			return 0
-		}))
+	reg.MustRegister(n.roles.Collectors()...)
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -445,7 +337,7 @@ func (n *Node) httpHandler() http.Handler {
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		err := n.eng.Failed()
 		if err == nil {
-			err = n.depositionReason()
+			err = n.roles.DepositionReason()
 		}
 		if err != nil {
 			w.WriteHeader(http.StatusServiceUnavailable)
@@ -469,21 +361,9 @@ func (n *Node) httpHandler() http.Handler {
 // own Elector), and this node's own state; when the Elector does not
 // answer, only the latter (which holds this node's view).
 func (n *Node) clusterState(ctx context.Context) (*netsyv1.ClusterState, *netsyv1.NodeState, error) {
-	self := n.roles.nodeState()
 	ctx, cancel := clock.WithTimeout(ctx, n.clock, 2*time.Second)
 	defer cancel()
-	c, e, err := n.roles.electorClient()
-	var cs *netsyv1.ClusterState
-	switch {
-	case err != nil:
-	case e != nil:
-		cs, err = e.ClusterState(ctx, true)
-	default:
-		cs, err = c.GetClusterState(ctx, &netsyv1.GetClusterStateRequest{Full: true})
-	}
-	if err != nil {
-		cs = nil
-	}
+	cs, self := n.roles.ClusterState(ctx)
 	return cs, self, nil
 }
 
@@ -491,108 +371,27 @@ func (n *Node) clusterState(ctx context.Context) (*netsyv1.ClusterState, *netsyv
 // is starting or stopping, it does not know the Primary yet, or it cannot
 // serve from the Primary's history yet.
 func (n *Node) notReady() error {
-	r := n.roles
 	switch {
 	case !n.ready.Load():
 		return errors.New("starting or stopping")
 	case n.eng.Deposed() != nil:
 		return n.eng.Deposed()
 	}
-	if err := n.depositionReason(); err != nil {
-		return err
-	}
-	if !r.registered.Load() {
-		return errors.New("not registered with an Elector yet")
-	}
-	p, _ := r.Primary()
-	switch {
-	case p == nil:
-		return errors.New("no Primary elected yet")
-	case p.NodeId == n.cfg.NodeID:
-		if !r.prim.Active() {
-			s, _ := r.prim.State()
-			return fmt.Errorf("this node is the Primary and %s", s)
-		}
-	default:
-		if ok, _, err := r.follower.Connected(); !ok {
-			return fmt.Errorf("not following the Primary %s yet (%v)", p.NodeId, err)
-		}
-	}
-	return nil
+	return n.roles.Ready()
 }
 
 // leaveTimeout bounds a graceful leave: handoff or drain, deregistration
 // and resigning the Elector lock.
 const leaveTimeout = 15 * time.Second
 
-// leave takes this node out of the cluster gracefully: a Primary hands its
-// role to another node (or, alone, drains to object storage), the node
-// deregisters (its member id stays), and an Elector resigns its lock so
-// another node takes over at once.
+// leave takes this node out of the cluster gracefully (roles.Leave): a
+// Primary hands its role off or drains, the node turns Degraded,
+// deregisters and deletes its registration, and an Elector resigns its
+// lock so another node takes over at once.
 func (n *Node) leave() {
-	r := n.roles
 	ctx, cancel := clock.WithTimeout(context.Background(), n.clock, leaveTimeout)
 	defer cancel()
-	if r.eng.Failed() != nil {
-		// Nothing can be flushed or handed over from a failed log; the
-		// Elector notices the silence.
-		return
-	}
-	if r.prim.Active() {
-		handedOff := false
-		if len(r.Members()) > 1 {
-			if err := n.handoff(ctx); err != nil {
-				n.log.Warn("handoff on shutdown failed; draining instead", "error", err)
-			} else {
-				handedOff = true
-			}
-		}
-		if !handedOff {
-			if err := r.prim.Drain(ctx); err != nil {
-				n.log.Warn("drain on shutdown", "error", err)
-			}
-		}
-	}
-	// Heartbeats would register the node again.
-	r.hb.Close()
-	if r.registered.Load() {
-		if err := n.deregister(ctx); err != nil {
-			n.log.Warn("deregister on shutdown; deleting the registration file directly", "error", err)
-			if err := discovery.Deregister(ctx, n.store, n.cfg.NodeID); err != nil {
-				n.log.Warn("delete the registration file", "error", err)
-			}
-		}
-	}
-	rctx, rcancel := clock.WithTimeout(ctx, n.clock, 2*time.Second)
-	defer rcancel()
-	if err := r.lock.Resign(rctx); err != nil {
-		n.log.Warn("resign the Elector lock", "error", err)
-	}
-}
-
-func (n *Node) handoff(ctx context.Context) error {
-	c, e, err := n.roles.electorClient()
-	if err != nil {
-		return err
-	}
-	if e != nil {
-		_, err = e.Handoff(ctx, "")
-		return err
-	}
-	_, err = c.Handoff(ctx, &netsyv1.HandoffRequest{})
-	return err
-}
-
-func (n *Node) deregister(ctx context.Context) error {
-	c, e, err := n.roles.electorClient()
-	if err != nil {
-		return err
-	}
-	if e != nil {
-		return e.Deregister(ctx, n.cfg.NodeID)
-	}
-	_, err = c.DeregisterNode(ctx, &netsyv1.DeregisterNodeRequest{NodeId: n.cfg.NodeID})
-	return err
+	n.roles.Leave(ctx)
 }
 
 // Close leaves the cluster gracefully, stops serving and shuts down in
@@ -606,7 +405,7 @@ func (n *Node) Close() error { return n.shutdown(true) }
 func (n *Node) shutdown(graceful bool) error {
 	n.closeOnce.Do(func() {
 		n.ready.Store(false)
-		if graceful && n.roles != nil && n.roles.prim != nil && n.peerServing != nil {
+		if graceful && n.roles != nil && n.peerServing != nil {
 			n.leave()
 		}
 		if n.api != nil {
@@ -643,21 +442,8 @@ func (n *Node) shutdown(graceful bool) error {
 		} else if n.peerL != nil {
 			n.peerL.Close()
 		}
-		if r := n.roles; r != nil {
-			if r.hb != nil {
-				r.hb.Close()
-			}
-			if r.follower != nil {
-				r.follower.Close()
-			}
-			if r.lock != nil {
-				r.lock.Close()
-			}
-			r.cancel()
-			r.wg.Wait()
-			if r.prim != nil {
-				r.prim.Close()
-			}
+		if n.roles != nil {
+			n.roles.Close()
 		}
 		if n.pool != nil {
 			n.pool.Close()

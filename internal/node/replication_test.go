@@ -18,11 +18,11 @@ func (c *testCluster) quorumReady(timeout time.Duration) string {
 	deadline := time.Now().Add(timeout)
 	for {
 		p := c.ready(timeout)
-		if st := c.node(p).roles.prim.Replication(); st != nil && !st.Fallback {
+		if st := c.node(p).roles.Replication(); st != nil && !st.Fallback {
 			return p
 		}
 		if time.Now().After(deadline) {
-			c.t.Fatalf("the Primary still falls back to object storage: %v", c.node(p).roles.prim.Replication())
+			c.t.Fatalf("the Primary still falls back to object storage: %v", c.node(p).roles.Replication())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -42,7 +42,7 @@ func TestQuorumCommitSurvivesPrimaryCrashWithoutObjectStorage(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	cli := c.client(survivor)
-	before := c.node(primary).roles.prim.Replication().Fallbacks
+	before := c.node(primary).roles.Replication().Fallbacks
 	chunks := c.faults.Fail(faulty.PutIfAbsent, "wal/")
 	var acked []int64
 	for i := range 30 {
@@ -52,7 +52,7 @@ func TestQuorumCommitSurvivesPrimaryCrashWithoutObjectStorage(t *testing.T) {
 		}
 		acked = append(acked, resp.Header.Revision)
 	}
-	if st := c.node(primary).roles.prim.Replication(); st.Fallback || st.Fallbacks != before {
+	if st := c.node(primary).roles.Replication(); st.Fallback || st.Fallbacks != before {
 		t.Fatalf("the writes fell back to object storage: %v", st)
 	}
 	if n := chunks.Fired(); n != 0 {
@@ -96,7 +96,7 @@ func TestQuorumTimeoutFallsBackToObjectStorage(t *testing.T) {
 		t.Fatal(err)
 	}
 	took := time.Since(start)
-	st := c.node(primary).roles.prim.Replication()
+	st := c.node(primary).roles.Replication()
 	t.Logf("a write with stalled replicas took %v; replication %v", took, st)
 	if !st.Fallback || st.Fallbacks == 0 {
 		t.Fatalf("no fallback: %v", st)
@@ -109,11 +109,11 @@ func TestQuorumTimeoutFallsBackToObjectStorage(t *testing.T) {
 		if _, err := cli.Put(ctx, "again", "1"); err != nil {
 			t.Fatal(err)
 		}
-		if st := c.node(primary).roles.prim.Replication(); !st.Fallback {
+		if st := c.node(primary).roles.Replication(); !st.Fallback {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("still falling back after the replicas recovered: %v", c.node(primary).roles.prim.Replication())
+			t.Fatalf("still falling back after the replicas recovered: %v", c.node(primary).roles.Replication())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

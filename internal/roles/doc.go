@@ -1,0 +1,45 @@
+// Package roles wires one node's cluster roles together and owns the truth
+// they share: the Elector lock (s3lect), the Elector this node runs for each
+// lock term it holds, heartbeats, the view of the Cluster State, the Primary
+// life cycle (primary.Primary and its FollowService) and following
+// (replica.Follower).
+//
+// One goroutine, the owner loop, holds the role state no single role owns:
+// whether this node is registered and its member id, its own health
+// judgement, whether it is leaving, whether its last Follow stream was
+// refused, the running Elector, the fence it lost as Primary (its
+// deposition) and its event log. The rules over that state live in core
+// (core.go), which knows no clock, store or goroutine: it takes events and
+// returns effects, and the loop carries them out. Other goroutines post
+// messages to the loop, or read the immutable snapshot it publishes after
+// each one; nothing else writes role state.
+//
+// Everything it says to the Elector or to another node goes through one
+// seam, Transport (transport.go): asked for the Elector or a node, the
+// package answers with its own running Elector or itself when the address
+// is its own, and with the Transport otherwise, so no call site decides
+// local-or-remote. Errors that cross the wire are told apart by gRPC code
+// and peer.Reason, never by their text. The gRPC Transport runs over a
+// Conn function; a simulation hands it in-memory connections.
+//
+// Rules it enforces:
+//   - A heartbeat answer renews the Primary's lease only when it names this
+//     node Primary at the term it holds.
+//   - The Elector stays off the Primary: a node that is both while another
+//     node is Healthy resigns the Elector lock.
+//   - An Elector that has not loaded its map (peer.ReasonNotLoaded) is no
+//     Elector yet: heartbeats and registration retry on the next beat, the
+//     node does not degrade itself for it, and nothing it says reaches the
+//     view.
+//   - Leaving follows the seed: a Primary hands off or drains, the node is
+//     Degraded in every heartbeat and receipt from then on (never Healthy
+//     again in this process), it deregisters with the Elector, and it
+//     deletes nodes/{id}.json.
+//   - A deposition ends once the Elector names a Primary at a later term:
+//     another node, or this one Active again at a later term.
+//
+// It must never open listeners, set up TLS or serve HTTP (internal/node
+// does), nor touch the data directory except through what it is handed
+// (the engine, the log and the term file's path). No role package imports
+// it.
+package roles

@@ -1,0 +1,128 @@
+package roles
+
+import (
+	"context"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/netsy-io/netsy/internal/clock"
+	"github.com/netsy-io/netsy/internal/discovery"
+	"github.com/netsy-io/netsy/internal/elector"
+)
+
+// leaver is what leaving does, step by step (the Roles, or a test's
+// recorder).
+type leaver interface {
+	failed() error
+	primaryActive() bool
+	// others reports whether another node could take the Primary role.
+	others() bool
+	handoff(ctx context.Context) error
+	drain(ctx context.Context) error
+	// degrade makes the node Degraded for good and tells the Elector.
+	degrade(ctx context.Context)
+	stopHeartbeats()
+	registered() bool
+	deregister(ctx context.Context) error
+	deleteRegistration(ctx context.Context) error
+	resign(ctx context.Context) error
+}
+
+// leave takes a node out of the cluster in the seed's order (Node
+// Deregistration): a Primary hands its role to another node or, alone,
+// drains to object storage; the node turns Degraded, in every heartbeat
+// and receipt from then on, so no quorum counts on it; it deregisters
+// with the Elector (its member id stays) and deletes nodes/{id}.json;
+// last it resigns the Elector lock if it holds it, so another node takes
+// over at once.
+func leave(ctx context.Context, log hclog.Logger, l leaver) {
+	if err := l.failed(); err != nil {
+		// Nothing can be flushed or handed over from a failed log; the
+		// Elector notices the silence.
+		log.Warn("not leaving the cluster gracefully: the log failed", "error", err)
+		return
+	}
+	if l.primaryActive() {
+		handedOff := false
+		if l.others() {
+			if err := l.handoff(ctx); err != nil {
+				log.Warn("handoff on shutdown failed; draining instead", "error", err)
+			} else {
+				handedOff = true
+			}
+		}
+		if !handedOff {
+			if err := l.drain(ctx); err != nil {
+				log.Warn("drain on shutdown", "error", err)
+			}
+		}
+	}
+	l.degrade(ctx)
+	// Heartbeats would register the node again.
+	l.stopHeartbeats()
+	if l.registered() {
+		if err := l.deregister(ctx); err != nil {
+			log.Warn("deregister on shutdown", "error", err)
+		}
+	}
+	if err := l.deleteRegistration(ctx); err != nil {
+		log.Warn("delete the registration file", "error", err)
+	}
+	if err := l.resign(ctx); err != nil {
+		log.Warn("resign the Elector lock", "error", err)
+	}
+}
+
+// Leave takes this node out of the cluster gracefully (see leave), within
+// ctx. The roles keep running for Close: the follower still streams
+// receipts, all of them Degraded.
+func (r *Roles) Leave(ctx context.Context) { leave(ctx, r.log, roleLeaver{r}) }
+
+// roleLeaver is leave's steps on the real roles.
+type roleLeaver struct{ r *Roles }
+
+var _ leaver = roleLeaver{}
+
+func (l roleLeaver) failed() error                   { return l.r.eng.Failed() }
+func (l roleLeaver) primaryActive() bool             { return l.r.prim.Active() }
+func (l roleLeaver) others() bool                    { return len(l.r.Members()) > 1 }
+func (l roleLeaver) registered() bool                { return l.r.snap().registered }
+func (l roleLeaver) stopHeartbeats()                 { l.r.hb.Close() }
+func (l roleLeaver) drain(ctx context.Context) error { return l.r.prim.Drain(ctx) }
+
+func (l roleLeaver) handoff(ctx context.Context) error {
+	_, err := l.r.Handoff(ctx, "")
+	return err
+}
+
+func (l roleLeaver) degrade(ctx context.Context) {
+	r := l.r
+	r.do(func(c *core, _ **elector.Elector) effects { return c.leave() })
+	// Tell the Elector now, not at the next beat: it must not count this
+	// node once it is gone from its map.
+	bctx, cancel := clock.WithTimeout(ctx, r.clk, r.cfg.Node.HeartbeatInterval)
+	defer cancel()
+	sentAt := r.clk.Now()
+	if resp, err := r.sendHeartbeat(bctx, r.state()); err == nil {
+		r.answered(resp, sentAt)
+	}
+}
+
+func (l roleLeaver) deregister(ctx context.Context) error {
+	el, err := l.r.electorAPI()
+	if err != nil {
+		return err
+	}
+	return el.Deregister(ctx, l.r.self.NodeId)
+}
+
+func (l roleLeaver) deleteRegistration(ctx context.Context) error {
+	return discovery.Deregister(ctx, l.r.store, l.r.self.NodeId)
+}
+
+func (l roleLeaver) resign(ctx context.Context) error {
+	rctx, cancel := clock.WithTimeout(ctx, l.r.clk, 2*time.Second)
+	defer cancel()
+	return l.r.lock.Resign(rctx)
+}

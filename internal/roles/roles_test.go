@@ -1,0 +1,222 @@
+package roles
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc/codes"
+
+	"github.com/netsy-io/netsy/internal/discovery"
+	"github.com/netsy-io/netsy/internal/elector"
+	"github.com/netsy-io/netsy/internal/peer"
+	"github.com/netsy-io/netsy/proto/netsyv1"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// A leaving node turns Degraded before it deregisters, and stays so: the
+// Elector hears one Degraded heartbeat before the deregistration, the
+// registration file goes after it, no heartbeat says Healthy from then on,
+// and the state every heartbeat and receipt embeds (state) says Degraded
+// even when a heartbeat gets through again. (Reproduced failure 6: the
+// leaving node kept sending Healthy receipts after it was deregistered.)
+func TestLeavingNodeIsDegradedBeforeItDeregistersAndStaysSo(t *testing.T) {
+	n := newTestNode(t, nil)
+	n.calls.next(t, "register n1")
+	if got := n.calls.next(t, "heartbeat"); got != "heartbeat HEALTHY" {
+		t.Fatalf("first heartbeat after registering: %q, want HEALTHY", got)
+	}
+	n.r.Leave(t.Context())
+
+	log := n.calls.all()
+	degraded := slices.Index(log, "heartbeat DEGRADED")
+	dereg := slices.Index(log, "deregister n1")
+	del := slices.Index(log, "delete "+discovery.NodeKey("n1"))
+	if degraded < 0 || dereg < 0 || del < 0 || !(degraded < dereg && dereg < del) {
+		t.Fatalf("calls %v: want a Degraded heartbeat, then deregister, then the file deleted", log)
+	}
+	for _, c := range log[degraded:] {
+		if c == "heartbeat HEALTHY" {
+			t.Fatalf("calls %v: a Healthy heartbeat after leaving started", log)
+		}
+	}
+	if _, _, err := n.store.Get(t.Context(), discovery.NodeKey("n1")); err == nil {
+		t.Fatal("the registration file is still there")
+	}
+	if h := n.r.state().Health; h != netsyv1.HealthState_DEGRADED {
+		t.Fatalf("state after leaving: %v, want DEGRADED", h)
+	}
+	// A heartbeat that gets through again does not make it Healthy.
+	n.r.do(func(c *core, _ **elector.Elector) effects { return c.health(true, nil) })
+	if h := n.r.state().Health; h != netsyv1.HealthState_DEGRADED || n.r.Healthy() {
+		t.Fatalf("state after a successful heartbeat while leaving: %v (Healthy %v), want DEGRADED", h, n.r.Healthy())
+	}
+}
+
+// An Elector that has not loaded its map is no Elector yet: the node
+// retries registering at every beat, does not degrade itself for it, and
+// takes nothing it says into its view; once it has loaded, the node
+// registers and is Healthy. Its refusal is told apart by reason, in its
+// local form and as it arrives over gRPC.
+func TestNotLoadedElectorIsRetriedWithoutDegrading(t *testing.T) {
+	for name, refusal := range map[string]error{
+		"local":  elector.ErrNotLoaded,
+		"remote": peer.Error(codes.Unavailable, peer.ReasonNotLoaded, "still loading"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			n := newTestNode(t, refusal)
+			n.calls.next(t, "register n1")
+			for range 4 {
+				n.beat()
+				// A later attempt comes after the last beat was judged.
+				n.calls.next(t, "register n1")
+				n.settle()
+				if !n.r.Healthy() {
+					t.Fatal("the node degraded itself for an Elector that has not loaded")
+				}
+			}
+			for _, ev := range n.r.NodeState().Events {
+				if ev.Kind == "self_degraded" {
+					t.Fatalf("event %v", ev)
+				}
+			}
+			if cs := n.r.view.Current(); cs != nil {
+				t.Fatalf("the view took %v from an Elector that has not loaded", cs)
+			}
+			if h := n.r.state().Health; h != netsyv1.HealthState_LOADING {
+				t.Fatalf("health %v while not registered, want LOADING", h)
+			}
+			n.el.setRefuse(nil)
+			n.beat()
+			// No heartbeat went out while registering failed.
+			if got := n.calls.next(t, "heartbeat"); got != "heartbeat HEALTHY" {
+				t.Fatalf("heartbeat after registering: %q", got)
+			}
+			if n.r.MemberID() != 7 || n.r.view.Current() == nil {
+				t.Fatalf("member id %d, view %v after the Elector loaded", n.r.MemberID(), n.r.view.Current())
+			}
+		})
+	}
+}
+
+// recLeaver records leave's steps.
+type recLeaver struct {
+	active, hasOthers, handoffFails bool
+	steps                           []string
+}
+
+func (l *recLeaver) failed() error       { return nil }
+func (l *recLeaver) primaryActive() bool { return l.active }
+func (l *recLeaver) others() bool        { return l.hasOthers }
+func (l *recLeaver) handoff(context.Context) error {
+	l.steps = append(l.steps, "handoff")
+	if l.handoffFails {
+		return errors.New("no candidate")
+	}
+	return nil
+}
+func (l *recLeaver) drain(context.Context) error { l.steps = append(l.steps, "drain"); return nil }
+func (l *recLeaver) degrade(context.Context)     { l.steps = append(l.steps, "degraded") }
+func (l *recLeaver) stopHeartbeats()             { l.steps = append(l.steps, "stop heartbeats") }
+func (l *recLeaver) registered() bool            { return true }
+func (l *recLeaver) deregister(context.Context) error {
+	l.steps = append(l.steps, "deregister")
+	return nil
+}
+func (l *recLeaver) deleteRegistration(context.Context) error {
+	l.steps = append(l.steps, "delete")
+	return nil
+}
+func (l *recLeaver) resign(context.Context) error { l.steps = append(l.steps, "resign"); return nil }
+
+// Leaving follows the seed's order: a Primary hands off (or, alone or
+// when the handoff fails, drains), then the node turns Degraded, then it
+// deregisters, then deletes its registration file.
+func TestLeaveOrder(t *testing.T) {
+	for _, tc := range []struct {
+		name                         string
+		active, others, handoffFails bool
+		want                         string
+	}{
+		{"replica", false, true, false, "degraded,stop heartbeats,deregister,delete,resign"},
+		{"lone primary", true, false, false, "drain,degraded,stop heartbeats,deregister,delete,resign"},
+		{"primary", true, true, false, "handoff,degraded,stop heartbeats,deregister,delete,resign"},
+		{"primary, handoff fails", true, true, true, "handoff,drain,degraded,stop heartbeats,deregister,delete,resign"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := &recLeaver{active: tc.active, hasOthers: tc.others, handoffFails: tc.handoffFails}
+			leave(t.Context(), hclog.NewNullLogger(), l)
+			if got := strings.Join(l.steps, ","); got != tc.want {
+				t.Fatalf("steps %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+// A heartbeat answer renews the Primary's lease only when the view took
+// its Cluster State and it names this node Primary at the term it holds.
+func TestLeaseRenewedOnlyByAnAnswerNamingThisNodeAtItsTerm(t *testing.T) {
+	named := func(id string, term uint64) *netsyv1.ClusterState {
+		return &netsyv1.ClusterState{Primary: &netsyv1.NodeInfo{NodeId: id}, PrimaryTerm: term}
+	}
+	for _, tc := range []struct {
+		name     string
+		accepted bool
+		cs       *netsyv1.ClusterState
+		held     uint64
+		want     bool
+	}{
+		{"names this node at its term", true, named("n1", 3), 3, true},
+		{"not accepted by the view", false, named("n1", 3), 3, false},
+		{"names another node", true, named("n2", 3), 3, false},
+		{"names this node at another term", true, named("n1", 4), 3, false},
+		{"names no Primary", true, &netsyv1.ClusterState{}, 3, false},
+		{"no Cluster State", true, nil, 0, false},
+	} {
+		if got := renewsLease("n1", tc.accepted, tc.cs, tc.held); got != tc.want {
+			t.Errorf("%s: renews %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// A deposition ends only once the Elector names a Primary at a later term
+// than the one lost: another node, or this one Active at a later term.
+func TestDepositionEndsAtALaterTermOnly(t *testing.T) {
+	d := &Deposition{Term: 3}
+	other, self := &netsyv1.NodeInfo{NodeId: "n2"}, &netsyv1.NodeInfo{NodeId: "n1"}
+	for _, tc := range []struct {
+		name   string
+		p      *netsyv1.NodeInfo
+		term   uint64
+		active bool
+		held   uint64
+		want   bool
+	}{
+		{"no Primary", nil, 4, false, 3, false},
+		{"another node at the lost term", other, 3, false, 3, false},
+		{"another node at a later term", other, 4, false, 3, true},
+		{"this node named, not Active yet", self, 4, false, 4, false},
+		{"this node Active at the lost term", self, 4, true, 3, false},
+		{"this node Active at a later term", self, 4, true, 4, true},
+	} {
+		if got := depositionOver(d, "n1", tc.p, tc.term, tc.active, tc.held); got != tc.want {
+			t.Errorf("%s: over %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	var c core = newCore("n1")
+	c.fenced(errors.New("fenced"), 3, time.Unix(1, 0))
+	c.reconsider(other, 3, false, 3)
+	if c.deposed == nil {
+		t.Fatal("the deposition ended at the lost term")
+	}
+	c.reconsider(other, 4, false, 3)
+	if c.deposed != nil {
+		t.Fatal("the deposition did not end when another node was named at a later term")
+	}
+}
