@@ -32,6 +32,11 @@ const (
 	ReasonUnknownNode Reason = "UNKNOWN_NODE"
 	// ReasonNotPrimary: the node called is not the Active Primary.
 	ReasonNotPrimary Reason = "NOT_PRIMARY"
+	// ReasonNotDurable: the node to be deregistered is not answering and
+	// object storage may lack entries it acknowledged (or either is
+	// unknown), so removing it could lose acknowledged writes. Wait, or
+	// deregister with force.
+	ReasonNotDurable Reason = "NOT_DURABLE"
 )
 
 // Error is a status error with code c carrying reason r.
