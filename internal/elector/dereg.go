@@ -6,7 +6,12 @@ import (
 	"fmt"
 	"time"
 
+	"google.golang.org/grpc/codes"
+
 	"github.com/netsy-io/netsy/internal/clock"
+	"github.com/netsy-io/netsy/internal/discovery"
+	"github.com/netsy-io/netsy/internal/objstore"
+	"github.com/netsy-io/netsy/internal/peer"
 	"github.com/netsy-io/netsy/proto/netsyv1"
 )
 
@@ -178,4 +183,23 @@ func LossSummary(nodeID string, r *netsyv1.DeregisterNodeResponse) string {
 			nodeID, r.LastIndex, r.DurableTip, r.LastIndex-r.DurableTip)
 	}
 	return fmt.Sprintf("node %s last reported index %d; object storage holds up to %d; nothing it reported is lost", nodeID, r.LastIndex, r.DurableTip)
+}
+
+// deregisterUnloaded handles a node id that is not in the map. A
+// registration file the Elector did not load (it does not decode, or names
+// another cluster id) counts for nothing, so deleting it is the repair the
+// operator asked for; no file at all is NotFound with ReasonUnknownNode.
+func (e *Elector) deregisterUnloaded(ctx context.Context, nodeID string) (*netsyv1.DeregisterNodeResponse, error) {
+	key := discovery.NodeKey(nodeID)
+	if _, _, err := e.cfg.Store.Get(ctx, key); err != nil {
+		if errors.Is(err, objstore.ErrNotFound) {
+			return nil, &peer.CodedError{C: codes.NotFound, R: peer.ReasonUnknownNode, Msg: fmt.Sprintf("node %q is not registered", nodeID)}
+		}
+		return nil, fmt.Errorf("read %s: %w", key, err)
+	}
+	if err := discovery.Deregister(ctx, e.cfg.Store, nodeID); err != nil {
+		return nil, err
+	}
+	e.log.Warn("deleted a registration file the Elector had not loaded (it does not decode, or belongs to another cluster id)", "node", nodeID, "key", key)
+	return &netsyv1.DeregisterNodeResponse{}, nil
 }

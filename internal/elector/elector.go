@@ -658,16 +658,20 @@ func (e *Elector) Deregister(ctx context.Context, nodeID string) error {
 // ReasonNotDurable, unless force is set, in which case it is removed and
 // the answer says what may be lost.
 func (e *Elector) DeregisterNode(ctx context.Context, nodeID string, force bool) (*netsyv1.DeregisterNodeResponse, error) {
+	if err := discovery.ValidateNodeID(nodeID); err != nil {
+		return nil, &peer.CodedError{C: codes.InvalidArgument, R: peer.ReasonUnknownNode, Msg: err.Error()}
+	}
 	var (
 		info      *netsyv1.NodeInfo
 		last      *netsyv1.Heartbeat
 		isPrimary bool
 		live      bool
+		unknown   bool
 	)
 	if err := e.do(ctx, true, func() error {
 		r := e.nodes[nodeID]
-		if r == nil {
-			return &peer.CodedError{C: codes.NotFound, R: peer.ReasonUnknownNode, Msg: fmt.Sprintf("node %q is not registered", nodeID)}
+		if unknown = r == nil; unknown {
+			return nil
 		}
 		info, last = r.info, r.last
 		isPrimary = e.primary != nil && e.primary.NodeId == nodeID
@@ -676,6 +680,9 @@ func (e *Elector) DeregisterNode(ctx context.Context, nodeID string, force bool)
 		return nil
 	}); err != nil {
 		return nil, err
+	}
+	if unknown {
+		return e.deregisterUnloaded(ctx, nodeID)
 	}
 	if isPrimary || !live {
 		cctx, cancel := clock.WithTimeout(ctx, e.cfg.Clock, e.cfg.HeartbeatInterval)

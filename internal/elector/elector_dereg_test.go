@@ -261,3 +261,22 @@ func TestDeregisterDeadNodeNeedsForceUnlessDurable(t *testing.T) {
 		t.Fatalf("dead n4 within the bucket's tip = %v, %v; want allowed", resp, err)
 	}
 }
+
+// A registration file the Elector did not load (it does not decode) is
+// not counted; deregistering its node deletes it, the documented repair.
+func TestDeregisterDeletesAnUnloadedRegistrationFile(t *testing.T) {
+	c := newCluster(t, -1, "n1", "n2").begin(-1)
+	c.run(5*time.Second, primaryIs("", 1))
+	if _, err := c.store.PutIfAbsent(t.Context(), discovery.NodeKey("n5"), []byte("{not json")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.deregister("n5", false); err != nil {
+		t.Fatalf("deregister n5 (corrupt file) = %v", err)
+	}
+	if _, _, err := c.store.Get(t.Context(), discovery.NodeKey("n5")); err == nil {
+		t.Fatal("nodes/n5.json is still there")
+	}
+	if _, err := c.deregister("n5", false); peer.ReasonOf(err) != peer.ReasonUnknownNode {
+		t.Fatalf("deregister n5 again = %v, want UNKNOWN_NODE", err)
+	}
+}
