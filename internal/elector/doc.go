@@ -28,7 +28,8 @@
 //     waits for it: otherwise a stale minority could be elected after the
 //     Primary and its up-to-date replicas died with entries the bucket
 //     lacks. A node never heard from, or an unknown tip, proves nothing
-//     and also waits. Why a node waits is logged and emitted once per
+//     and also waits. Under quorum 0 the rule holds by construction (no
+//     entry is acknowledged before the bucket has it), so no tip is read. Why a node waits is logged and emitted once per
 //     reason and shown in its NodeStatus.deregistration_wait. The same rule
 //     holds for an operator's Deregister of a node that does not answer,
 //     unless forced (the answer then says what may be lost); a live node

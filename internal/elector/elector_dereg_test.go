@@ -106,7 +106,17 @@ func TestDeadNodesStayCountedUntilBucketHoldsTheirEntries(t *testing.T) {
 			c.set("n3", func(f *fakeNode) { f.reach = refused })
 
 			c.advance(30 * time.Second)
-			cs, _ := c.run(time.Second, func(*netsyv1.ClusterState) bool { return true })
+			// The tip is read on its own goroutine: wait until its answer
+			// is in both nodes' reasons.
+			cs, _ := c.run(5*time.Second, func(cs *netsyv1.ClusterState) bool {
+				n := 0
+				for _, ns := range cs.Nodes {
+					if strings.Contains(ns.DeregistrationWait, "object storage holds up to 10") {
+						n++
+					}
+				}
+				return n == 2 || cs.RegisteredNodes != 3
+			})
 			if cs.RegisteredNodes != 3 || cs.Primary != nil {
 				t.Fatalf("after 30 s: registered %d, Primary %v; want 3 and none (n2 and n3 hold entries the bucket lacks)",
 					cs.RegisteredNodes, cs.Primary)
@@ -158,8 +168,11 @@ func TestUnknownTipOrIndexKeepsNodeCounted(t *testing.T) {
 		c.run(5*time.Second, primaryIs("", 1))
 		c.set("n3", func(f *fakeNode) { f.reach = refused })
 		c.advance(20 * time.Second)
-		if got := c.status("n3").GetDeregistrationWait(); !strings.Contains(got, "connection reset") {
-			t.Fatalf("deregistration_wait %q, want the tip's error", got)
+		c.run(5*time.Second, func(*netsyv1.ClusterState) bool {
+			return strings.Contains(c.status("n3").GetDeregistrationWait(), "connection reset")
+		})
+		if n := c.events("deregistration_waiting", "n3"); n != 1 {
+			t.Fatalf("%d deregistration_waiting events, want 1", n)
 		}
 		tip.set(10, nil)
 		c.run(10*time.Second, func(cs *netsyv1.ClusterState) bool { return cs.RegisteredNodes == 2 })
@@ -171,9 +184,9 @@ func TestUnknownTipOrIndexKeepsNodeCounted(t *testing.T) {
 		c.begin(-1).withTip(10*time.Second, tip)
 		c.run(5*time.Second, primaryIs("", 1))
 		c.advance(20 * time.Second)
-		if got := c.status("n3").GetDeregistrationWait(); !strings.Contains(got, "unknown") {
-			t.Fatalf("deregistration_wait %q, want it to say n3's index is unknown", got)
-		}
+		c.run(5*time.Second, func(*netsyv1.ClusterState) bool {
+			return strings.Contains(c.status("n3").GetDeregistrationWait(), "its last log index is unknown")
+		})
 		if n := tip.reads.Load(); n != 0 {
 			t.Fatalf("%d tip reads, want none: no tip can prove an unknown index safe", n)
 		}
@@ -278,5 +291,20 @@ func TestDeregisterDeletesAnUnloadedRegistrationFile(t *testing.T) {
 	}
 	if _, err := c.deregister("n5", false); peer.ReasonOf(err) != peer.ReasonUnknownNode {
 		t.Fatalf("deregister n5 again = %v, want UNKNOWN_NODE", err)
+	}
+}
+
+// Under quorum 0 no node acknowledges an entry the bucket lacks, so a dead
+// node is deregistered after the timeout without reading the tip.
+func TestQuorumZeroDeregistersWithoutTip(t *testing.T) {
+	tip := &bucketTip{err: errors.New("bucket unreachable")}
+	c := newCluster(t, 0, "n1", "n2", "n3")
+	c.set("n3", func(f *fakeNode) { f.hb.LatestIndex = 99 })
+	c.begin(0).withTip(10*time.Second, tip)
+	c.run(5*time.Second, primaryIs("", 0))
+	c.set("n2", func(f *fakeNode) { f.reach = refused })
+	c.run(20*time.Second, func(cs *netsyv1.ClusterState) bool { return cs.RegisteredNodes == 2 })
+	if n := tip.reads.Load(); n != 0 {
+		t.Fatalf("%d tip reads under quorum 0, want none", n)
 	}
 }
