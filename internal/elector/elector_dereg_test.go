@@ -135,8 +135,9 @@ func TestDeadNodesStayCountedUntilBucketHoldsTheirEntries(t *testing.T) {
 					t.Errorf("%s: %d deregistration_waiting events, want 1 (once per reason)", id, n)
 				}
 			}
-			// At most one read per interval (3 s) while nodes wait.
-			if n := tip.reads.Load(); n < 2 || n > 8 {
+			// At most one read per interval (3 s) while nodes wait, not one per
+			// tick (80 ticks); under load a read may lag behind the fake clock.
+			if n := tip.reads.Load(); n < 1 || n > 8 {
 				t.Errorf("%d tip reads in ~20 s of waiting, want a read every few seconds", n)
 			}
 
