@@ -36,8 +36,10 @@ type fakePeer struct {
 	state *netsyv1.ClusterState
 	// handoffTo is the Primary a Handoff moves the role to.
 	handoffTo *netsyv1.NodeInfo
-	// deregErr, when set, is what DeregisterNode answers.
-	deregErr error
+	// deregErr, when set, is what DeregisterNode answers; else deregResp
+	// (or an empty answer).
+	deregErr  error
+	deregResp *netsyv1.DeregisterNodeResponse
 
 	nodeStateCalls int
 	stateReqs      []*netsyv1.GetClusterStateRequest
@@ -108,6 +110,9 @@ func (f *fakePeer) DeregisterNode(_ context.Context, req *netsyv1.DeregisterNode
 	}
 	if f.deregErr != nil {
 		return nil, f.deregErr
+	}
+	if f.deregResp != nil {
+		return f.deregResp, nil
 	}
 	return &netsyv1.DeregisterNodeResponse{}, nil
 }

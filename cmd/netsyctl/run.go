@@ -32,7 +32,12 @@ Commands:
                       view of the node that did, marked as such
   members             list the cluster's members (with role, health and
                       revision when the Elector answers)
-  deregister NODE     ask the Elector to remove NODE from the cluster
+  deregister NODE     ask the Elector to remove NODE from the cluster; a
+                      node that is not answering goes only once object
+                      storage holds every entry it reported, or with
+                      --force (which prints what may be lost); with the
+                      cluster stopped, --storage URL deletes
+                      nodes/NODE.json from the bucket itself (--force)
   handoff             ask the Elector to move the Primary role gracefully
                       (--to NODE prefers NODE); prints the new Primary, its
                       term and how long it took

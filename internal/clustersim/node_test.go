@@ -453,9 +453,11 @@ func (n *simNode) runElectorTerms(ctx context.Context, lock *s3lect.Election) {
 			return
 		}
 		e, err := elector.New(elector.Config{
-			Self:                  &netsyv1.NodeInfo{NodeId: n.id, PeerAddr: n.id},
-			ClusterID:             cfg.ClusterID,
-			Store:                 n.store,
+			Self:      &netsyv1.NodeInfo{NodeId: n.id, PeerAddr: n.id},
+			ClusterID: cfg.ClusterID,
+			Store:     n.store,
+			// The modelled nodes report index 10 and write no wal/.
+			DurableTip:            func(context.Context) (uint64, error) { return 10, nil },
 			Peers:                 simPeers{n},
 			Quorum:                cfg.Quorum,
 			HeartbeatInterval:     cfg.HeartbeatInterval,

@@ -14,11 +14,20 @@
 // # Registrations
 //
 // A node creates its file with PutIfAbsent. Finding its own file with the
-// same cluster id and addresses is a restart and succeeds; finding other
-// addresses is an error that stops start-up, because either two processes
-// claim one --node-id or the node moved and the old entry must be removed
-// on purpose (netsyctl deregister). The one field a node may change in
-// place is its member name (--name, absent meaning the node id), with
+// same cluster id and addresses is a restart and succeeds. Finding other
+// addresses means either two processes claim one --node-id, or the node
+// restarted with another address (even only --http-addr) after a crash
+// that left its file behind. RegisterTakingOver tells the two apart with
+// an injected Prober: it asks the old peer address which node answers
+// there. The same node id answering is a live process, and start-up stops
+// with ErrConflict; anything else (no answer, another id) means the writer
+// is gone, and the file is replaced with PutIfMatch on the ETag that was
+// read, so of two starters racing to take it over only one can win, and
+// the other then finds the winner alive. The replaced registration is
+// returned for the caller to log. Without a Prober (Register) a conflict
+// always stops start-up and the old entry must be removed on purpose
+// (netsyctl deregister). The one field a node may change in place without
+// a probe is its member name (--name, absent meaning the node id), with
 // PutIfMatch on the ETag it read, so a name never replaces another node's
 // addresses. Deregistering is an
 // unconditional Delete; the node's member id survives in members.json. Node
@@ -52,6 +61,7 @@
 // increment skips a value, which is never reused).
 //
 // This package must never write members.json without a precondition, delete
-// it, reuse a member id or a primary term, or touch keys outside nodes/ and
+// it, reuse a member id or a primary term, replace a registration whose
+// writer answers as that node, or touch keys outside nodes/ and
 // members.json.
 package discovery

@@ -213,25 +213,47 @@ func decodeJSON(body []byte, v any, strict bool) error {
 	return nil
 }
 
+// Prober asks the process listening at peerAddr which node it is (the
+// node calls Node.GetNodeState through its peer pool). A nil error with
+// the registration's node id means the process that wrote the
+// registration is alive; any error, or another id, means it is gone. It
+// must give up within a bounded time.
+type Prober func(ctx context.Context, peerAddr string) (nodeID string, err error)
+
 // Register makes sure nodes/{r.NodeID}.json advertises r. It creates the
 // file if absent and accepts an existing one with the same node, cluster,
 // addresses and member name as a no-op. An existing one that differs only
 // in the member name is replaced, on the ETag it was read with: the node
 // was restarted with another --name. Anything else is an error and the
-// file is left as it is.
+// file is left as it is. It is RegisterTakingOver without a prober.
 func Register(ctx context.Context, s objstore.Store, r Registration) error {
+	_, err := RegisterTakingOver(ctx, s, r, nil)
+	return err
+}
+
+// RegisterTakingOver is Register that also takes over a registration of
+// the same node and cluster at other addresses when the process that wrote
+// it is gone: probe is asked about the old peer address, and unless it
+// answers as r.NodeID the file is replaced with PutIfMatch on the ETag that
+// was read, so of two nodes racing to take it over one wins and the other
+// reads the winner's registration (and, finding it alive, fails). It
+// returns the registration it replaced, for the caller to log; nil if it
+// replaced none (a rename is not a takeover). A nil probe takes nothing
+// over. A registration whose peer address answers as r.NodeID is an
+// ErrConflict: two processes claim one --node-id.
+func RegisterTakingOver(ctx context.Context, s objstore.Store, r Registration, probe Prober) (replaced *Registration, err error) {
 	if err := r.validate(); err != nil {
-		return fmt.Errorf("register: %w", err)
+		return nil, fmt.Errorf("register: %w", err)
 	}
 	key := NodeKey(r.NodeID)
 	body := encodeRegistration(r)
 	for range registerAttempts {
 		_, err := s.PutIfAbsent(ctx, key, body)
 		if err == nil {
-			return nil
+			return nil, nil
 		}
 		if !errors.Is(err, objstore.ErrPreconditionFailed) {
-			return fmt.Errorf("register %s: %w", key, err)
+			return nil, fmt.Errorf("register %s: %w", key, err)
 		}
 		// The file exists: it is ours (a restart, or our own create whose
 		// answer was lost) or somebody else's.
@@ -240,37 +262,57 @@ func Register(ctx context.Context, s objstore.Store, r Registration) error {
 			continue // deregistered between the two calls: try again
 		}
 		if err != nil {
-			return fmt.Errorf("register %s: read existing registration: %w", key, err)
+			return nil, fmt.Errorf("register %s: read existing registration: %w", key, err)
 		}
 		old, err := decodeRegistration(key, got)
 		if err != nil {
-			return fmt.Errorf("register: %w (inspect it; if node %s is not running elsewhere, remove it with \"netsyctl deregister %s\")",
+			return nil, fmt.Errorf("register: %w (inspect it; if node %s is not running elsewhere, remove it with \"netsyctl deregister %s\")",
 				err, r.NodeID, r.NodeID)
 		}
 		if old.ClusterID != r.ClusterID {
-			return fmt.Errorf("register: %w: %s belongs to cluster %q, but this node was started with --cluster-id %q; "+
+			return nil, fmt.Errorf("register: %w: %s belongs to cluster %q, but this node was started with --cluster-id %q; "+
 				"two clusters must not share a bucket and prefix: fix --cluster-id or the storage location",
 				ErrClusterMismatch, key, old.ClusterID, r.ClusterID)
 		}
-		if !old.sameAddresses(r) {
-			return fmt.Errorf("register: %w: %s already advertises node %s at %s, but this node advertises %s; "+
-				"either another process is running with --node-id %s (give this one another id), "+
-				"or the node moved: deregister it with \"netsyctl deregister %s\" first",
-				ErrConflict, key, old.NodeID, old.addrs(), r.addrs(), r.NodeID, r.NodeID)
-		}
-		if old.MemberName() == r.MemberName() {
-			return nil
+		takeover := false
+		switch {
+		case !old.sameAddresses(r):
+			if probe == nil {
+				return nil, fmt.Errorf("register: %w: %s already advertises node %s at %s, but this node advertises %s; "+
+					"either another process is running with --node-id %s (give this one another id), "+
+					"or the node moved: deregister it with \"netsyctl deregister %s\" first",
+					ErrConflict, key, old.NodeID, old.addrs(), r.addrs(), r.NodeID, r.NodeID)
+			}
+			if id, perr := probe(ctx, old.PeerAddr); perr == nil && id == r.NodeID {
+				return nil, fmt.Errorf("register: %w: %s advertises node %s at %s, and the process at peer address %s answers as node %s: "+
+					"another process is running with --node-id %s (give this one another id, or stop that one first)",
+					ErrConflict, key, old.NodeID, old.addrs(), old.PeerAddr, id, r.NodeID)
+			}
+			if err := ctx.Err(); err != nil {
+				// A probe cut short by our own deadline proves nothing.
+				return nil, fmt.Errorf("register %s: probe %s: %w", key, old.PeerAddr, err)
+			}
+			takeover = true
+		case old.MemberName() == r.MemberName():
+			return nil, nil
 		}
 		_, err = s.PutIfMatch(ctx, key, body, etag)
 		if err == nil {
-			return nil
+			if takeover {
+				return &old, nil
+			}
+			return nil, nil
 		}
 		if !errors.Is(err, objstore.ErrPreconditionFailed) {
-			return fmt.Errorf("register %s: rename %q to %q: %w", key, old.MemberName(), r.MemberName(), err)
+			if takeover {
+				return nil, fmt.Errorf("register %s: take over the registration at %s: %w", key, old.addrs(), err)
+			}
+			return nil, fmt.Errorf("register %s: rename %q to %q: %w", key, old.MemberName(), r.MemberName(), err)
 		}
-		// Changed or deregistered since the read: look again.
+		// Changed or deregistered since the read (another starter may
+		// have taken it over first): look again.
 	}
-	return fmt.Errorf("register %s: the file keeps changing under this node; is another process registering and deregistering node %s?",
+	return nil, fmt.Errorf("register %s: the file keeps changing under this node; is another process registering and deregistering node %s?",
 		key, r.NodeID)
 }
 

@@ -22,11 +22,27 @@
 //     Active.
 //  3. A node is Degraded once two heartbeats in a row are missing (or it
 //     says so itself, or, for the Primary, once it is 1.5 heartbeats late
-//     and does not answer a probe), Healthy again on its next heartbeat. A
-//     node Degraded for longer than the deregistration timeout (0: never)
-//     is deregistered: removed from the map, its nodes/ file deleted; its
-//     member id stays. Degraded is detection only: it ends no wait of
-//     rule 5.
+//     and does not answer a probe), Healthy again on its next heartbeat.
+//     Degraded is detection only: it ends no wait of rule 5. A node
+//     Degraded for longer than the deregistration timeout (0: never) is
+//     deregistered (removed from the map, its nodes/ file deleted; its
+//     member id stays) only once object storage holds every entry it may
+//     have acknowledged: its last reported index (latest or committed, as
+//     this Elector last heard it) is at or below the bucket's durable tip
+//     (Config.DurableTip, read off the loop at most every
+//     DurableTipInterval, and only while a node waits on it). Until then it
+//     stays counted, so the contact rule waits for it: otherwise a stale
+//     minority could be elected after the Primary and its up-to-date
+//     replicas died with entries the bucket lacks. A node never heard from,
+//     or an unknown tip, proves nothing and also waits. Under quorum 0 the
+//     rule holds by construction (no entry is acknowledged before the
+//     bucket has it), so no tip is read. Why a node waits is logged and
+//     emitted once per reason and shown in its
+//     NodeStatus.deregistration_wait. The same rule holds for an operator's
+//     Deregister of a node that does not answer, unless forced (the answer
+//     then says what may be lost); a live node (heard from within the
+//     degradation window, or answering as itself) may always leave. An
+//     unknown node is NotFound (ReasonUnknownNode).
 //  4. An election starts when there is no Primary, when the Primary is
 //     Degraded or says it is no longer Active, or for a handoff. A round
 //     that fails is retried RetryInterval (500 ms) after it ended, not

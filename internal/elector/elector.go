@@ -88,6 +88,15 @@ type Config struct {
 	// checked before every answer and push another node relies on; nil:
 	// only Run's context counts.
 	LockValid func() bool
+	// DurableTip reads the highest log index object storage holds
+	// (objwal.DurableTip over Store). A node Degraded past the
+	// deregistration timeout is deregistered only once its last reported
+	// index is at or below it; nil: the tip is never known, so no node
+	// that stopped answering is ever deregistered without force.
+	DurableTip func(ctx context.Context) (index uint64, err error)
+	// DurableTipInterval is the least time between two reads of the tip
+	// while a node waits on it (default 3s).
+	DurableTipInterval time.Duration
 }
 
 func (c *Config) setDefaults() error {
@@ -187,6 +196,9 @@ type Elector struct {
 	parked  []func(error)
 	handoff *handoffReq
 	pushGen uint64
+	// tip is what the Elector knows of the bucket's durable tip, and which
+	// nodes wait on it to be deregistered (dereg.go).
+	tip tipState
 
 	wg sync.WaitGroup
 }
@@ -537,9 +549,14 @@ func (e *Elector) tick(ctx context.Context, now time.Time) {
 			e.log.Warn("node Degraded: missed 2 heartbeats", "node", id)
 		}
 		if r.health == netsyv1.HealthState_DEGRADED && e.cfg.DeregistrationTimeout > 0 && now.Sub(r.degradedAt) > e.cfg.DeregistrationTimeout && id != e.cfg.Self.NodeId {
-			e.log.Warn("deregistering a node Degraded for longer than the deregistration timeout", "node", id, "timeout", e.cfg.DeregistrationTimeout)
+			if !e.mayAutoDeregister(id, r) {
+				// Still counted: the cluster waits for it (SPEC §5.2).
+				continue
+			}
+			e.log.Warn("deregistering a node Degraded for longer than the deregistration timeout", "node", id, "timeout", e.cfg.DeregistrationTimeout,
+				"last_index", lastIndexOf(r.last), "durable_tip", e.tip.index)
 			delete(e.nodes, id)
-			e.emit("node_deregistered", id, "degraded longer than the deregistration timeout")
+			e.emit("node_deregistered", id, "degraded longer than the deregistration timeout; object storage holds every entry it reported")
 			e.goOwned(func() {
 				if err := discovery.Deregister(ctx, e.cfg.Store, id); err != nil && ctx.Err() == nil {
 					e.log.Warn("delete a node's registration", "node", id, "error", err)
@@ -548,6 +565,7 @@ func (e *Elector) tick(ctx context.Context, now time.Time) {
 			changed = true
 		}
 	}
+	e.refreshTip(ctx, now)
 	// A Primary one heartbeat late is probed: an election round can then
 	// start (and wait out the lease) before the second miss.
 	if p := e.primary; p != nil && !e.electing {
@@ -692,28 +710,82 @@ func (e *Elector) Register(ctx context.Context, info *netsyv1.NodeInfo, clusterI
 }
 
 // Deregister removes a node from the map and deletes its nodes/ file; its
-// member id stays in members.json.
+// member id stays in members.json. It is DeregisterNode without force.
 func (e *Elector) Deregister(ctx context.Context, nodeID string) error {
-	var info *netsyv1.NodeInfo
+	_, err := e.DeregisterNode(ctx, nodeID, false)
+	return err
+}
+
+// DeregisterNode removes a node from the map and deletes its nodes/ file;
+// its member id stays in members.json.
+//
+// An unknown node is a NotFound error (ReasonUnknownNode). The Primary may
+// go only once it no longer acts as one. A live node (this node, one heard
+// from within the degradation window, or one whose peer address answers as
+// that node) always may: it leaves gracefully, after draining. A node that
+// does not answer leaves the count only under the rule of automatic
+// deregistration (its last reported index at or below the bucket's durable
+// tip); otherwise the call fails with FailedPrecondition and
+// ReasonNotDurable, unless force is set, in which case it is removed and
+// the answer says what may be lost.
+func (e *Elector) DeregisterNode(ctx context.Context, nodeID string, force bool) (*netsyv1.DeregisterNodeResponse, error) {
+	if err := discovery.ValidateNodeID(nodeID); err != nil {
+		return nil, &peer.CodedError{C: codes.InvalidArgument, R: peer.ReasonUnknownNode, Msg: err.Error()}
+	}
+	var (
+		info      *netsyv1.NodeInfo
+		last      *netsyv1.Heartbeat
+		isPrimary bool
+		live      bool
+		unknown   bool
+	)
 	if err := e.do(ctx, true, func() error {
-		if e.primary != nil && e.primary.NodeId == nodeID {
-			info = e.primary
+		r := e.nodes[nodeID]
+		if unknown = r == nil; unknown {
+			return nil
 		}
+		info, last = r.info, r.last
+		isPrimary = e.primary != nil && e.primary.NodeId == nodeID
+		live = nodeID == e.cfg.Self.NodeId ||
+			!r.lastAt.IsZero() && e.cfg.Clock.Now().Sub(r.lastAt) <= 2*e.cfg.HeartbeatInterval
 		return nil
 	}); err != nil {
-		return err
+		return nil, err
 	}
-	if info != nil {
-		// The Primary may go only once it is no longer acting as one (it
-		// drained, or its process is gone).
+	if unknown {
+		return e.deregisterUnloaded(ctx, nodeID)
+	}
+	if isPrimary || !live {
 		cctx, cancel := clock.WithTimeout(ctx, e.cfg.Clock, e.cfg.HeartbeatInterval)
 		st, err := e.cfg.Peers.GetNodeState(cctx, info)
 		cancel()
-		if err == nil {
-			switch st.GetState().GetPrimaryState() {
-			case netsyv1.PrimaryState_ACTIVE, netsyv1.PrimaryState_STARTING, netsyv1.PrimaryState_DRAINING:
-				return fmt.Errorf("node %s is the Primary: hand the role off first (netsyctl handoff)", nodeID)
+		if err == nil && st.GetState().GetNodeId() == nodeID {
+			live = true
+			if isPrimary {
+				// The Primary may go only once it is no longer acting
+				// as one (it drained, or its process is gone).
+				switch st.GetState().GetPrimaryState() {
+				case netsyv1.PrimaryState_ACTIVE, netsyv1.PrimaryState_STARTING, netsyv1.PrimaryState_DRAINING:
+					return nil, fmt.Errorf("node %s is the Primary: hand the role off first (netsyctl handoff)", nodeID)
+				}
 			}
+		}
+	}
+	resp := &netsyv1.DeregisterNodeResponse{}
+	resp.LastIndex, resp.LastIndexKnown = lastIndexOf(last), last != nil
+	detail := ""
+	if !live && e.cfg.Quorum != 0 { // under quorum 0 the bucket holds every acknowledged entry
+		tip, tipErr := e.readTip(ctx)
+		resp.DurableTip, resp.DurableTipKnown = tip, tipErr == nil
+		if ok, _, why := deregVerdict(last, tipErr == nil, tip, tipErr); !ok {
+			if !force {
+				return nil, &peer.CodedError{C: codes.FailedPrecondition, R: peer.ReasonNotDurable, Msg: fmt.Sprintf(
+					"node %s is not answering and %s: removing it could lose acknowledged writes; "+
+						"wait for it to come back (or for object storage to catch up), or force it out (netsyctl deregister --force %s)",
+					nodeID, why, nodeID)}
+			}
+			resp.Forced = true
+			detail = "forced: " + LossSummary(nodeID, resp)
 		}
 	}
 	err := e.do(ctx, true, func() error {
@@ -725,16 +797,24 @@ func (e *Elector) Deregister(ctx context.Context, nodeID string) error {
 			return nil
 		}
 		delete(e.nodes, nodeID)
+		delete(e.tip.waits, nodeID)
 		e.version++
-		e.emit("node_deregistered", nodeID, "")
-		e.log.Info("node deregistered", "node", nodeID)
+		e.emit("node_deregistered", nodeID, detail)
+		if resp.Forced {
+			e.log.Warn("node forced out of the cluster: acknowledged entries may be lost", "node", nodeID, "detail", detail)
+		} else {
+			e.log.Info("node deregistered", "node", nodeID)
+		}
 		e.pushAll(ctx)
 		return nil
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return discovery.Deregister(ctx, e.cfg.Store, nodeID)
+	if err := discovery.Deregister(ctx, e.cfg.Store, nodeID); err != nil {
+		return nil, err
+	}
+	return resp, nil
 }
 
 // ClusterState returns the current state; full adds nodes and events.
@@ -831,6 +911,7 @@ func (e *Elector) clusterState(full bool) *netsyv1.ClusterState {
 		if r.health == netsyv1.HealthState_DEGRADED {
 			ns.DegradedForMs = now.Sub(r.degradedAt).Milliseconds()
 		}
+		ns.DeregistrationWait = e.tip.waits[id].why
 		cs.Nodes = append(cs.Nodes, ns)
 	}
 	if full {

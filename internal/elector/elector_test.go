@@ -388,10 +388,11 @@ func TestContactRules(t *testing.T) {
 		if cs, _ := c.e.ClusterState(t.Context(), false); cs.Primary != nil {
 			t.Fatalf("static quorum elected %s with n3 unreachable", cs.Primary.NodeId)
 		}
-		err := c.e.Deregister(t.Context(), "n3")
+		// n3 was never heard from, so only force removes it.
+		_, err := c.e.DeregisterNode(t.Context(), "n3", true)
 		for i := 0; i < 1000 && errors.Is(err, ErrNotLoaded); i++ {
 			time.Sleep(time.Millisecond) // the map loads on its own goroutine
-			err = c.e.Deregister(t.Context(), "n3")
+			_, err = c.e.DeregisterNode(t.Context(), "n3", true)
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -432,6 +433,8 @@ func TestDeregistrationTimeout(t *testing.T) {
 		t.Run(fmt.Sprint(timeout), func(t *testing.T) {
 			c := newCluster(t, -1, "n1", "n2", "n3").begin(-1)
 			c.e.cfg.DeregistrationTimeout = timeout
+			// The bucket holds everything n2 reported (index 10).
+			c.e.cfg.DurableTip = func(context.Context) (uint64, error) { return 10, nil }
 			c.run(5*time.Second, func(cs *netsyv1.ClusterState) bool { return cs.Primary != nil })
 			c.set("n2", func(f *fakeNode) { f.reach = silent })
 			for range 200 { // 100 s

@@ -71,10 +71,11 @@ func (s *Service) DeregisterNode(ctx context.Context, r *netsyv1.DeregisterNodeR
 	if err != nil {
 		return nil, err
 	}
-	if err := e.Deregister(ctx, r.NodeId); err != nil {
+	resp, err := e.DeregisterNode(ctx, r.NodeId, r.Force)
+	if err != nil {
 		return nil, grpcErr(err)
 	}
-	return &netsyv1.DeregisterNodeResponse{}, nil
+	return resp, nil
 }
 
 func (s *Service) Heartbeat(ctx context.Context, hb *netsyv1.Heartbeat) (*netsyv1.HeartbeatResponse, error) {

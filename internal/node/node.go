@@ -154,7 +154,8 @@ func StartWith(ctx context.Context, cfg config.Config, logger hclog.Logger, deps
 		}
 		n.ownStore = true
 	}
-	others, err := checkRegistration(ctx, cfg, n.store, clk)
+	n.pool = peer.NewPool(network, n.tls.peerDialOptions()...)
+	others, err := checkRegistration(ctx, cfg, n.store, clk, probeNode(n.pool, clk, cfg.HeartbeatInterval), logger)
 	if err != nil {
 		return nil, fmt.Errorf("register node %s in %s: %w", cfg.NodeID, storageURL, err)
 	}

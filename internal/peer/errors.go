@@ -37,6 +37,11 @@ const (
 	// successor is running): it vouches for no lease of the caller's, so
 	// the caller's lease is not renewed. Not a fault of the Elector's.
 	ReasonElectingSuccessor Reason = "ELECTING_SUCCESSOR"
+	// ReasonNotDurable: the node to be deregistered is not answering and
+	// object storage may lack entries it acknowledged (or either is
+	// unknown), so removing it could lose acknowledged writes. Wait, or
+	// deregister with force.
+	ReasonNotDurable Reason = "NOT_DURABLE"
 )
 
 // Error is a status error with code c carrying reason r.

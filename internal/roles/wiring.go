@@ -10,6 +10,7 @@ import (
 	"github.com/netsy-io/netsy/internal/discovery"
 	"github.com/netsy-io/netsy/internal/elector"
 	"github.com/netsy-io/netsy/internal/heartbeat"
+	"github.com/netsy-io/netsy/internal/objwal"
 	"github.com/netsy-io/netsy/internal/peer"
 	"github.com/netsy-io/netsy/internal/s3lect"
 	"github.com/netsy-io/netsy/proto/netsyv1"
@@ -217,8 +218,11 @@ func (r *Roles) runElectorTerms(ctx context.Context) {
 			HeartbeatInterval:     nc.HeartbeatInterval,
 			DeregistrationTimeout: nc.DeregistrationTimeout,
 			HandshakeTimeout:      nc.PrimaryHandshakeTimeout,
-			Clock:                 r.clk,
-			Logger:                r.log,
+			DurableTip: func(ctx context.Context) (uint64, error) {
+				return objwal.DurableTip(ctx, r.store)
+			},
+			Clock:  r.clk,
+			Logger: r.log,
 			OnEvent: func(ev *netsyv1.Event) {
 				r.post(func(c *core, _ **elector.Elector) effects {
 					c.record(ev)

@@ -817,8 +817,13 @@ type NodeStatus struct {
 	LastHeartbeatAgeMs int64 `protobuf:"varint,4,opt,name=last_heartbeat_age_ms,json=lastHeartbeatAgeMs,proto3" json:"last_heartbeat_age_ms,omitempty"`
 	// degraded_for_ms is how long the node has been Degraded (0 if it is not).
 	DegradedForMs int64 `protobuf:"varint,5,opt,name=degraded_for_ms,json=degradedForMs,proto3" json:"degraded_for_ms,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// deregistration_wait says why a node Degraded for longer than the
+	// deregistration timeout is still registered and counted: object storage
+	// may lack entries it acknowledged (its last reported index is above the
+	// bucket's durable tip), or either is unknown. Empty otherwise.
+	DeregistrationWait string `protobuf:"bytes,6,opt,name=deregistration_wait,json=deregistrationWait,proto3" json:"deregistration_wait,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *NodeStatus) Reset() {
@@ -884,6 +889,13 @@ func (x *NodeStatus) GetDegradedForMs() int64 {
 		return x.DegradedForMs
 	}
 	return 0
+}
+
+func (x *NodeStatus) GetDeregistrationWait() string {
+	if x != nil {
+		return x.DeregistrationWait
+	}
+	return ""
 }
 
 // Event is one role change, as logged.
@@ -1094,8 +1106,13 @@ func (x *RegisterNodeResponse) GetClusterState() *ClusterState {
 }
 
 type DeregisterNodeRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// force removes a node that is not answering even when object storage may
+	// lack entries it acknowledged (netsyctl deregister --force). Without it
+	// such a deregistration is refused with reason NOT_DURABLE. A live node
+	// deregistering itself never needs it.
+	Force         bool `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1137,8 +1154,28 @@ func (x *DeregisterNodeRequest) GetNodeId() string {
 	return ""
 }
 
+func (x *DeregisterNodeRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
 type DeregisterNodeResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// last_index is the node's last reported log index as the Elector heard
+	// it; last_index_known is false if it never heard one.
+	LastIndex      uint64 `protobuf:"varint,1,opt,name=last_index,json=lastIndex,proto3" json:"last_index,omitempty"`
+	LastIndexKnown bool   `protobuf:"varint,2,opt,name=last_index_known,json=lastIndexKnown,proto3" json:"last_index_known,omitempty"`
+	// durable_tip is the highest log index object storage held when the
+	// Elector judged the request; durable_tip_known is false if it could not
+	// be read.
+	DurableTip      uint64 `protobuf:"varint,3,opt,name=durable_tip,json=durableTip,proto3" json:"durable_tip,omitempty"`
+	DurableTipKnown bool   `protobuf:"varint,4,opt,name=durable_tip_known,json=durableTipKnown,proto3" json:"durable_tip_known,omitempty"`
+	// forced is true when the node was removed only because force was set:
+	// entries above durable_tip up to last_index (or an unknown number) may
+	// have been acknowledged and may now be lost.
+	Forced        bool `protobuf:"varint,5,opt,name=forced,proto3" json:"forced,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1171,6 +1208,41 @@ func (x *DeregisterNodeResponse) ProtoReflect() protoreflect.Message {
 // Deprecated: Use DeregisterNodeResponse.ProtoReflect.Descriptor instead.
 func (*DeregisterNodeResponse) Descriptor() ([]byte, []int) {
 	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *DeregisterNodeResponse) GetLastIndex() uint64 {
+	if x != nil {
+		return x.LastIndex
+	}
+	return 0
+}
+
+func (x *DeregisterNodeResponse) GetLastIndexKnown() bool {
+	if x != nil {
+		return x.LastIndexKnown
+	}
+	return false
+}
+
+func (x *DeregisterNodeResponse) GetDurableTip() uint64 {
+	if x != nil {
+		return x.DurableTip
+	}
+	return 0
+}
+
+func (x *DeregisterNodeResponse) GetDurableTipKnown() bool {
+	if x != nil {
+		return x.DurableTipKnown
+	}
+	return false
+}
+
+func (x *DeregisterNodeResponse) GetForced() bool {
+	if x != nil {
+		return x.Forced
+	}
+	return false
 }
 
 type GetClusterStateRequest struct {
@@ -2412,14 +2484,15 @@ const file_netsy_v1_peer_proto_rawDesc = "" +
 	"\x05nodes\x18\b \x03(\v2\x14.netsy.v1.NodeStatusR\x05nodes\x12'\n" +
 	"\x06events\x18\t \x03(\v2\x0f.netsy.v1.EventR\x06events\x12,\n" +
 	"\amembers\x18\n" +
-	" \x03(\v2\x12.netsy.v1.NodeInfoR\amembers\"\xe7\x01\n" +
+	" \x03(\v2\x12.netsy.v1.NodeInfoR\amembers\"\x98\x02\n" +
 	"\n" +
 	"NodeStatus\x12&\n" +
 	"\x04info\x18\x01 \x01(\v2\x12.netsy.v1.NodeInfoR\x04info\x12-\n" +
 	"\x06health\x18\x02 \x01(\x0e2\x15.netsy.v1.HealthStateR\x06health\x12'\n" +
 	"\x04last\x18\x03 \x01(\v2\x13.netsy.v1.HeartbeatR\x04last\x121\n" +
 	"\x15last_heartbeat_age_ms\x18\x04 \x01(\x03R\x12lastHeartbeatAgeMs\x12&\n" +
-	"\x0fdegraded_for_ms\x18\x05 \x01(\x03R\rdegradedForMs\"\xf0\x01\n" +
+	"\x0fdegraded_for_ms\x18\x05 \x01(\x03R\rdegradedForMs\x12/\n" +
+	"\x13deregistration_wait\x18\x06 \x01(\tR\x12deregistrationWait\"\xf0\x01\n" +
 	"\x05Event\x12$\n" +
 	"\x0etime_unix_nano\x18\x01 \x01(\x03R\ftimeUnixNano\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x17\n" +
@@ -2435,10 +2508,18 @@ const file_netsy_v1_peer_proto_rawDesc = "" +
 	"cluster_id\x18\x02 \x01(\tR\tclusterId\"p\n" +
 	"\x14RegisterNodeResponse\x12\x1b\n" +
 	"\tmember_id\x18\x01 \x01(\x04R\bmemberId\x12;\n" +
-	"\rcluster_state\x18\x02 \x01(\v2\x16.netsy.v1.ClusterStateR\fclusterState\"0\n" +
+	"\rcluster_state\x18\x02 \x01(\v2\x16.netsy.v1.ClusterStateR\fclusterState\"F\n" +
 	"\x15DeregisterNodeRequest\x12\x17\n" +
-	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\x18\n" +
-	"\x16DeregisterNodeResponse\",\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\"\xc6\x01\n" +
+	"\x16DeregisterNodeResponse\x12\x1d\n" +
+	"\n" +
+	"last_index\x18\x01 \x01(\x04R\tlastIndex\x12(\n" +
+	"\x10last_index_known\x18\x02 \x01(\bR\x0elastIndexKnown\x12\x1f\n" +
+	"\vdurable_tip\x18\x03 \x01(\x04R\n" +
+	"durableTip\x12*\n" +
+	"\x11durable_tip_known\x18\x04 \x01(\bR\x0fdurableTipKnown\x12\x16\n" +
+	"\x06forced\x18\x05 \x01(\bR\x06forced\",\n" +
 	"\x16GetClusterStateRequest\x12\x12\n" +
 	"\x04full\x18\x01 \x01(\bR\x04full\"\x15\n" +
 	"\x13GetNodeStateRequest\"\xc4\x01\n" +

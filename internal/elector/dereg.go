@@ -1,0 +1,207 @@
+package elector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/netsy-io/netsy/internal/clock"
+	"github.com/netsy-io/netsy/internal/discovery"
+	"github.com/netsy-io/netsy/internal/objstore"
+	"github.com/netsy-io/netsy/internal/peer"
+	"github.com/netsy-io/netsy/proto/netsyv1"
+)
+
+const (
+	// defaultTipInterval is the least time between two reads of the
+	// durable tip while a node waits on it: a read lists wal/, so it is
+	// not made every tick.
+	defaultTipInterval = 3 * time.Second
+	// tipTimeout bounds one read of the durable tip.
+	tipTimeout = 10 * time.Second
+)
+
+// errNoTip is the tip error of an Elector configured without DurableTip.
+var errNoTip = errors.New("this Elector has no way to read the bucket's durable tip")
+
+// Reasons a node past the deregistration timeout is still counted; the
+// Elector logs and emits an event when a node's reason changes, not on
+// every tick.
+const (
+	waitIndexUnknown = "index_unknown"
+	waitTipUnknown   = "tip_unknown"
+	waitAboveTip     = "above_tip"
+	waitTipPending   = "tip_pending" // the first read is under way
+)
+
+// tipState is the Elector's knowledge of the bucket's durable tip. It is
+// owned by the loop goroutine; reads run on an owned goroutine and report
+// back through the loop.
+type tipState struct {
+	known bool
+	// index is the highest tip read so far: the bucket's tip never goes
+	// down, so an older answer is still a lower bound.
+	index uint64
+	// err is the last read's error (nil once a read succeeds).
+	err     error
+	reading bool
+	readAt  time.Time
+	// waits holds every node Degraded past the deregistration timeout that
+	// is still counted, and why.
+	waits map[string]deregWait
+}
+
+type deregWait struct {
+	kind string
+	why  string
+}
+
+// lastIndexOf is the highest log index a node reported: what it holds
+// fsync'd, and so may have acknowledged (receipted), or what it knew
+// committed, whichever is higher.
+func lastIndexOf(hb *netsyv1.Heartbeat) uint64 {
+	if hb == nil {
+		return 0
+	}
+	return max(hb.LatestIndex, hb.CommittedIndex)
+}
+
+// deregVerdict decides whether a node that stopped answering may leave the
+// count: only once object storage holds every entry it may have
+// acknowledged. A node never heard from, or an unknown tip, proves nothing,
+// so the answer is no; why says what is missing, kind names it.
+func deregVerdict(last *netsyv1.Heartbeat, tipKnown bool, tip uint64, tipErr error) (ok bool, kind, why string) {
+	switch idx := lastIndexOf(last); {
+	case last == nil:
+		return false, waitIndexUnknown, "its last log index is unknown (this Elector has not heard from it)"
+	case !tipKnown:
+		if tipErr == nil {
+			tipErr = errors.New("not read yet")
+		}
+		return false, waitTipUnknown, fmt.Sprintf("it last reported log index %d, and the bucket's durable tip is unknown (%v)", idx, tipErr)
+	case idx > tip:
+		return false, waitAboveTip, fmt.Sprintf("it last reported log index %d; object storage holds up to %d", idx, tip)
+	}
+	return true, "", ""
+}
+
+// mayAutoDeregister applies the deregistration rule to a node Degraded
+// past the timeout, recording and reporting (once per reason) why it must
+// wait.
+func (e *Elector) mayAutoDeregister(id string, r *nodeRec) bool {
+	ok, kind, why := deregVerdict(r.last, e.tip.known, e.tip.index, e.tip.err)
+	if ok || e.cfg.Quorum == 0 {
+		// Under quorum 0 no node acknowledges an entry before object
+		// storage holds it: whatever it reported is safe by definition.
+		delete(e.tip.waits, id)
+		return true
+	}
+	if e.tip.known && e.tip.err != nil {
+		why += fmt.Sprintf(" (reading it again failed: %v)", e.tip.err)
+	}
+	if e.tip.waits == nil {
+		e.tip.waits = make(map[string]deregWait)
+	}
+	pending := kind == waitTipUnknown && e.tip.err == nil // not read yet: say why once it is
+	if pending {
+		kind = waitTipPending
+	}
+	prev, had := e.tip.waits[id]
+	e.tip.waits[id] = deregWait{kind: kind, why: why}
+	if !pending && (!had || prev.kind != kind) {
+		e.log.Warn("not deregistering a node Degraded past the deregistration timeout: object storage may lack entries it acknowledged; "+
+			"the cluster waits for it (or force it out with netsyctl deregister --force)", "node", id, "reason", why)
+		e.emit("deregistration_waiting", id, why)
+	}
+	return false
+}
+
+// refreshTip forgets waits of nodes that are no longer past the timeout
+// and, while some node waits on the tip, reads it again at most every
+// DurableTipInterval, off the loop.
+func (e *Elector) refreshTip(ctx context.Context, now time.Time) {
+	need := false
+	for id, w := range e.tip.waits {
+		r := e.nodes[id]
+		if r == nil || r.health != netsyv1.HealthState_DEGRADED || now.Sub(r.degradedAt) <= e.cfg.DeregistrationTimeout {
+			delete(e.tip.waits, id)
+			continue
+		}
+		if w.kind != waitIndexUnknown {
+			need = true
+		}
+	}
+	interval := e.cfg.DurableTipInterval
+	if interval <= 0 {
+		interval = defaultTipInterval
+	}
+	if !need || e.tip.reading || !e.tip.readAt.IsZero() && now.Sub(e.tip.readAt) < interval {
+		return
+	}
+	e.tip.reading, e.tip.readAt = true, now
+	e.goOwned(func() {
+		tip, err := e.readTip(ctx)
+		_ = e.do(ctx, false, func() error {
+			e.tip.reading = false
+			e.tip.err = err
+			if err == nil {
+				e.tip.known, e.tip.index = true, max(e.tip.index, tip)
+			} else if ctx.Err() == nil {
+				e.log.Debug("read the bucket's durable tip", "error", err)
+			}
+			return nil
+		})
+	})
+}
+
+// readTip reads the bucket's durable tip, bounded in time.
+func (e *Elector) readTip(ctx context.Context) (uint64, error) {
+	if e.cfg.DurableTip == nil {
+		return 0, errNoTip
+	}
+	cctx, cancel := clock.WithTimeout(ctx, e.cfg.Clock, tipTimeout)
+	defer cancel()
+	tip, err := e.cfg.DurableTip(cctx)
+	if err != nil {
+		return 0, fmt.Errorf("read the bucket's durable tip: %w", err)
+	}
+	return tip, nil
+}
+
+// LossSummary says what a forced deregistration of nodeID, answered with
+// r, may have lost, in the words netsyctl prints.
+func LossSummary(nodeID string, r *netsyv1.DeregisterNodeResponse) string {
+	switch {
+	case !r.LastIndexKnown:
+		return fmt.Sprintf("node %s's last log index is unknown; any entries it acknowledged that object storage lacks may be lost", nodeID)
+	case !r.DurableTipKnown:
+		return fmt.Sprintf("node %s last reported index %d; object storage's durable tip is unknown; acknowledged entries up to %d may be lost",
+			nodeID, r.LastIndex, r.LastIndex)
+	case r.LastIndex > r.DurableTip:
+		return fmt.Sprintf("node %s last reported index %d; object storage holds up to %d; up to %d acknowledged entries may be lost",
+			nodeID, r.LastIndex, r.DurableTip, r.LastIndex-r.DurableTip)
+	}
+	return fmt.Sprintf("node %s last reported index %d; object storage holds up to %d; nothing it reported is lost", nodeID, r.LastIndex, r.DurableTip)
+}
+
+// deregisterUnloaded handles a node id that is not in the map. A
+// registration file the Elector did not load (it does not decode, or names
+// another cluster id) counts for nothing, so deleting it is the repair the
+// operator asked for; no file at all is NotFound with ReasonUnknownNode.
+func (e *Elector) deregisterUnloaded(ctx context.Context, nodeID string) (*netsyv1.DeregisterNodeResponse, error) {
+	key := discovery.NodeKey(nodeID)
+	if _, _, err := e.cfg.Store.Get(ctx, key); err != nil {
+		if errors.Is(err, objstore.ErrNotFound) {
+			return nil, &peer.CodedError{C: codes.NotFound, R: peer.ReasonUnknownNode, Msg: fmt.Sprintf("node %q is not registered", nodeID)}
+		}
+		return nil, fmt.Errorf("read %s: %w", key, err)
+	}
+	if err := discovery.Deregister(ctx, e.cfg.Store, nodeID); err != nil {
+		return nil, err
+	}
+	e.log.Warn("deleted a registration file the Elector had not loaded (it does not decode, or belongs to another cluster id)", "node", nodeID, "key", key)
+	return &netsyv1.DeregisterNodeResponse{}, nil
+}
