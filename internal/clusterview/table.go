@@ -58,6 +58,11 @@ func WriteTable(out io.Writer, v View, events bool) error {
 		fmt.Fprintln(tw, "(none)")
 	}
 	tw.Flush()
+	for _, r := range v.Nodes {
+		if r.DeregistrationWait != "" {
+			fmt.Fprintf(w, "%s stays counted past the deregistration timeout: %s\n", r.NodeID, r.DeregistrationWait)
+		}
+	}
 
 	if !events {
 		return w.err

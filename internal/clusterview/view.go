@@ -55,6 +55,11 @@ type NodeRow struct {
 	LastHeartbeat string `json:"last_heartbeat,omitempty"`
 	DegradedForMS int64  `json:"degraded_for_ms"`
 	DegradedFor   string `json:"degraded_for,omitempty"`
+	// DeregistrationWait says why a node Degraded for longer than the
+	// deregistration timeout is still counted (object storage may lack
+	// entries it acknowledged); empty otherwise or when the row is not the
+	// Elector's.
+	DeregistrationWait string `json:"deregistration_wait,omitempty"`
 	// SeenPrimaryID and SeenPrimaryTerm are the roles as the node itself
 	// last knew them: a node that missed a Cluster State push shows an
 	// older term here than the view's.
@@ -253,6 +258,8 @@ func electorRow(ns *netsyv1.NodeStatus) NodeRow {
 		PrimaryState:  "Unknown",
 		LastHeartbeat: "never",
 		DegradedForMS: ns.GetDegradedForMs(),
+
+		DeregistrationWait: ns.GetDeregistrationWait(),
 	}
 	if age := ns.GetLastHeartbeatAgeMs(); age >= 0 {
 		r.LastHeartbeatAgeMS = &age

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -310,5 +311,30 @@ func TestJSONShape(t *testing.T) {
 	}
 	if v, ok := m["nodes"].([]any); !ok || len(v) != 0 {
 		t.Errorf("nodes with none known should be []: %s", b)
+	}
+}
+
+// A node the Elector keeps counting past the deregistration timeout says
+// why, in the JSON row and under the table.
+func TestDeregistrationWaitShown(t *testing.T) {
+	cs, self := fixture()
+	const why = "its last reported index 40 is above the bucket's durable tip 12"
+	for _, ns := range cs.Nodes {
+		if ns.GetInfo().GetNodeId() == "n3" {
+			ns.DeregistrationWait = why
+		}
+	}
+	v := FromProto(cs, self)
+	for _, r := range v.Nodes {
+		if got, want := r.DeregistrationWait, map[bool]string{true: why}[r.NodeID == "n3"]; got != want {
+			t.Fatalf("row %s: DeregistrationWait %q, want %q", r.NodeID, got, want)
+		}
+	}
+	var b strings.Builder
+	if err := WriteTable(&b, v, false); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "n3 stays counted past the deregistration timeout: "+why) {
+		t.Fatalf("the table does not say why n3 stays counted:\n%s", b.String())
 	}
 }
