@@ -47,11 +47,16 @@ func TestPausedPrimaryStepsDownAndFollowsWithinTwoSeconds(t *testing.T) {
 				if err == nil && newPrimary != "" {
 					acked++
 				}
-				if p, _ := c.node(others[0]).roles.Primary(); p != nil && p.NodeId != old && c.node(p.NodeId).roles.prim.Active() {
+				if p, _ := c.node(others[0]).roles.Primary(); p != nil && p.NodeId != old && c.node(p.NodeId).roles.Active() {
 					newPrimary = p.NodeId
 				}
 				if time.Since(paused) > 20*time.Second {
-					t.Fatal("no new Primary while the old one is paused")
+					var why []string
+					for _, id := range others {
+						p, term := c.node(id).roles.Primary()
+						why = append(why, fmt.Sprintf("%s: Primary %s at term %d, %v", id, p.GetNodeId(), term, c.node(id).notReady()))
+					}
+					t.Fatalf("after 20 s, %d writes acknowledged by a new Primary (%q) while %s is paused: %v", acked, newPrimary, old, why)
 				}
 			}
 			for _, id := range others {
@@ -89,6 +94,25 @@ func TestPausedPrimaryStepsDownAndFollowsWithinTwoSeconds(t *testing.T) {
 			}
 			if got, err := oc.Get(ctx, "before"); err != nil || len(got.Kvs) != 1 {
 				t.Fatalf("the write acknowledged before the pause, read on the old Primary: %v %v", got, err)
+			}
+			// Whatever the old Primary wrote at its old term that the new
+			// one lacks was never acknowledged: it serves exactly the new
+			// Primary's history.
+			want, err := c.client(newPrimary).Get(ctx, "", clientv3.WithPrefix(), clientv3.WithSerializable())
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := oc.Get(ctx, "", clientv3.WithPrefix(), clientv3.WithSerializable())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Header.Revision != want.Header.Revision || len(got.Kvs) != len(want.Kvs) {
+				t.Fatalf("the old Primary serves %d keys at revision %d, the new Primary %d at %d", len(got.Kvs), got.Header.Revision, len(want.Kvs), want.Header.Revision)
+			}
+			for i, kv := range got.Kvs {
+				if w := want.Kvs[i]; string(kv.Key) != string(w.Key) || kv.ModRevision != w.ModRevision || string(kv.Value) != string(w.Value) {
+					t.Fatalf("the old Primary serves %s at %d, the new Primary %s at %d", kv.Key, kv.ModRevision, w.Key, w.ModRevision)
+				}
 			}
 		})
 	}

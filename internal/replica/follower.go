@@ -180,6 +180,9 @@ func (f *Follower) run() {
 	backoff := 20 * time.Millisecond
 	retrying := false // the last session's send failed; this one is its retry
 	for f.ctx.Err() == nil {
+		// Asked before f.mu: it reads the node's state, which must not
+		// wait on the Follower.
+		writing := f.writing()
 		f.mu.Lock()
 		target, term, paused := f.target, f.term, f.paused
 		// This reads the newest target: a change signalled before it is
@@ -188,7 +191,7 @@ func (f *Follower) run() {
 		case <-f.changed:
 		default:
 		}
-		if target == nil || paused || f.writing() {
+		if target == nil || paused || writing {
 			// When only this node's own writer role holds us back, it
 			// was the Primary and is stepping down, which runs on its own (the
 			// engine stops writing, then the log gives the writer role
