@@ -214,9 +214,9 @@ func (j *Judge) Sent(what string, err error) {
 		return
 	}
 	if ok {
-		j.log.Info("sends get through; this node is Healthy", "send", what)
+		j.log.Info(what + "s get through; this node is Healthy")
 	} else {
-		j.log.Warn("a send and its immediate retry failed; this node is Degraded until a send gets through", "send", what, "error", err)
+		j.log.Warn(what+" and its retry failed; this node is Degraded until a send gets through", "error", err)
 	}
 	j.health(ok, err)
 }
