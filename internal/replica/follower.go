@@ -193,12 +193,12 @@ func (f *Follower) run() {
 		}
 		if target == nil || paused || writing {
 			// When only this node's own writer role holds us back, it
-			// was the Primary and is stepping down, which runs on its own (the
-			// engine stops writing, then the log gives the writer role
-			// up and cuts what no Primary committed) and tells nobody
-			// here. Look again shortly instead of waiting for a Cluster
-			// State that will not come again: the one naming the new
-			// Primary is already here.
+			// was the Primary and is stepping down. That runs on its own
+			// (the engine stops writing, then the log gives the writer
+			// role up and cuts what no Primary committed) and tells
+			// nobody here. Look again shortly instead of waiting for a
+			// Cluster State that will not come again: the one naming the
+			// new Primary is already here.
 			var recheck <-chan time.Time
 			if target != nil && !paused {
 				recheck = f.cfg.Clock.After(writerRecheck)
