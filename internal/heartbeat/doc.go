@@ -5,7 +5,16 @@
 // 500 ms) one Heartbeat goes to the current Elector; a failed send is
 // retried once at once, and if that fails too the node marks itself
 // Degraded. It returns to Healthy by itself as soon as a send succeeds
-// again, with no restart. Every answered send reports the time it was
+// again, with no restart.
+//
+// It owns the node's one health decision too (Judge): the replica's
+// Receipts to the Primary report to it as Heartbeats do, so a Receipt
+// that fails with its one immediate retry degrades the node the same way,
+// and any send of either kind that gets through makes it Healthy again
+// (a dead Primary's failed receipts must not keep its replicas Degraded,
+// or none could be elected). It states the receivers' rule as numbers
+// (MissedBeats, DegradeWindow: Degraded after 2 missed heartbeats) but
+// does not apply it: the Elector and the Primary do. Every answered send reports the time it was
 // sent, by this node's monotonic clock: the Primary's lease counts from
 // the send, never from the answer.
 //
@@ -14,5 +23,6 @@
 // Elector judges itself by the same rule.
 //
 // It must never decide roles, interpret the Elector's answer beyond
-// handing it on, or send anything but Heartbeats.
+// handing it on, or send anything but Heartbeats (receipts are the
+// replica's to send; only their outcome comes here).
 package heartbeat

@@ -15,6 +15,17 @@ import (
 // DefaultInterval is the heartbeat cadence.
 const DefaultInterval = 500 * time.Millisecond
 
+// MissedBeats is how many consecutive heartbeats a receiver (the Elector,
+// the Primary) may miss from a node before it marks that node Degraded.
+const MissedBeats = 2
+
+// DegradeWindow is how long a receiver goes without hearing from a node
+// before it marks the node Degraded: MissedBeats intervals (1 s at the
+// default interval).
+func DegradeWindow(interval time.Duration) time.Duration {
+	return MissedBeats * interval
+}
+
 // ErrNoElector is what a send reports while no Elector is known.
 var ErrNoElector = errors.New("heartbeat: no Elector known")
 
@@ -33,21 +44,25 @@ type Config struct {
 	Answered func(resp *netsyv1.HeartbeatResponse, sentAt time.Time)
 	// Health is told this node's own health after the first beat and
 	// whenever it changes: false after a send and its retry both failed,
-	// true after a success.
+	// true after a success. Ignored when Judge is set (the Judge's own
+	// Health is told).
 	Health func(healthy bool, err error)
+	// Judge is this node's one health decision, which the follower's
+	// receipts report to as well; nil: the Sender makes one of its own
+	// from Health.
+	Judge *Judge
 }
 
 // Sender is the heartbeat loop of one node.
 type Sender struct {
 	cfg    Config
+	judge  *Judge
 	kick   chan struct{}
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu      sync.Mutex
-	healthy bool
-	judged  bool // healthy holds a judgement (none before the first beat)
-	seq     uint64
+	mu  sync.Mutex
+	seq uint64
 }
 
 // New returns a Sender; Start runs it.
@@ -64,10 +79,11 @@ func New(cfg Config) *Sender {
 	if cfg.Answered == nil {
 		cfg.Answered = func(*netsyv1.HeartbeatResponse, time.Time) {}
 	}
-	if cfg.Health == nil {
-		cfg.Health = func(bool, error) {}
+	judge := cfg.Judge
+	if judge == nil {
+		judge = NewJudge(cfg.Logger, cfg.Health)
 	}
-	return &Sender{cfg: cfg, kick: make(chan struct{}, 1)}
+	return &Sender{cfg: cfg, judge: judge, kick: make(chan struct{}, 1)}
 }
 
 // Start runs the loop until Close.
@@ -109,11 +125,7 @@ func (s *Sender) Close() {
 }
 
 // Healthy reports this node's own judgement of its health.
-func (s *Sender) Healthy() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.healthy
-}
+func (s *Sender) Healthy() bool { return s.judge.Healthy() }
 
 // beat sends one heartbeat, and its one immediate retry if it fails.
 func (s *Sender) beat(ctx context.Context) {
@@ -124,7 +136,7 @@ func (s *Sender) beat(ctx context.Context) {
 		resp, sentAt, err = s.send(ctx)
 		if err == nil {
 			s.cfg.Answered(resp, sentAt)
-			s.setHealth(true, nil)
+			s.judge.Sent("heartbeat", nil)
 			return
 		}
 		if errors.Is(err, ErrNoElector) {
@@ -134,7 +146,7 @@ func (s *Sender) beat(ctx context.Context) {
 		}
 	}
 	if ctx.Err() == nil {
-		s.setHealth(false, err)
+		s.judge.Sent("heartbeat", err)
 	}
 }
 
@@ -153,18 +165,66 @@ func (s *Sender) send(ctx context.Context) (*netsyv1.HeartbeatResponse, time.Tim
 	return resp, sentAt, err
 }
 
-func (s *Sender) setHealth(ok bool, err error) {
-	s.mu.Lock()
-	changed := !s.judged || s.healthy != ok
-	s.healthy, s.judged = ok, true
-	s.mu.Unlock()
+// Judge is this node's one decision about its own health, from how its
+// sends go: Heartbeats to the Elector (the Sender) and Receipts, with the
+// heartbeat they embed, to the Primary (the replica's Follower). Each
+// reports a send with its one immediate retry: a failure of both makes
+// the node Degraded, and any send that gets through afterwards, of
+// either kind, makes it Healthy again, with no restart. A success of the
+// other kind clears a failure on purpose: when the Primary dies, every
+// replica's receipts fail while its heartbeats reach the Elector, and a
+// replica that stayed Degraded until its next receipt could never be
+// elected to give it a next Primary. It is safe for concurrent use.
+type Judge struct {
+	log    hclog.Logger
+	health func(healthy bool, err error)
+
+	// order holds reports one at a time, so health hears the changes in
+	// the order they were judged.
+	order   sync.Mutex
+	mu      sync.Mutex
+	healthy bool
+	judged  bool // healthy holds a judgement (none before the first report)
+}
+
+// NewJudge returns a Judge that tells health (nil: nobody) its first
+// judgement and every change.
+func NewJudge(logger hclog.Logger, health func(healthy bool, err error)) *Judge {
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	if health == nil {
+		health = func(bool, error) {}
+	}
+	return &Judge{log: logger, health: health}
+}
+
+// Sent reports one send and its immediate retry: what names it
+// ("heartbeat", "receipt"); err is nil when it got through, else the
+// retry's error (both failed).
+func (j *Judge) Sent(what string, err error) {
+	ok := err == nil
+	j.order.Lock()
+	defer j.order.Unlock()
+	j.mu.Lock()
+	changed := !j.judged || j.healthy != ok
+	j.healthy, j.judged = ok, true
+	j.mu.Unlock()
 	if !changed {
 		return
 	}
 	if ok {
-		s.cfg.Logger.Info("heartbeats reach the Elector; this node is Healthy")
+		j.log.Info(what + "s get through; this node is Healthy")
 	} else {
-		s.cfg.Logger.Warn("heartbeat and its retry failed; this node is Degraded until a heartbeat gets through", "error", err)
+		j.log.Warn(what+" and its retry failed; this node is Degraded until a send gets through", "error", err)
 	}
-	s.cfg.Health(ok, err)
+	j.health(ok, err)
+}
+
+// Healthy reports the judgement: false only after a send and its retry
+// both failed and nothing got through since.
+func (j *Judge) Healthy() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.healthy
 }

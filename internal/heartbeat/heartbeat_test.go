@@ -160,3 +160,92 @@ func TestSendBoundedByInterval(t *testing.T) {
 		t.Fatal("hanging sends did not degrade the node")
 	}
 }
+
+// Without an Interval a node heartbeats every 500 ms (the seed's cadence),
+// on the injected clock.
+func TestDefaultIntervalIs500ms(t *testing.T) {
+	if DefaultInterval != 500*time.Millisecond {
+		t.Fatalf("DefaultInterval is %v, want 500ms", DefaultInterval)
+	}
+	clk := clock.NewFake(time.Unix(1000, 0))
+	el := &elector{calls: make(chan struct{}, 100)}
+	s := New(Config{Clock: clk, State: func() *netsyv1.Heartbeat { return &netsyv1.Heartbeat{} }, Send: el.send})
+	s.Start()
+	defer s.Close()
+	<-el.calls // the first beat, at once
+	for range 3 {
+		if err := clk.BlockUntil(t.Context(), 1); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(499 * time.Millisecond)
+		select {
+		case <-el.calls:
+			t.Fatal("a heartbeat before 500 ms passed")
+		default:
+		}
+		clk.Advance(time.Millisecond)
+		<-el.calls
+	}
+}
+
+// A receiver marks a node Degraded after 2 missed heartbeats: 1 s at the
+// default interval.
+func TestDegradedAfterTwoMissedBeats(t *testing.T) {
+	if MissedBeats != 2 {
+		t.Fatalf("MissedBeats is %d, want 2", MissedBeats)
+	}
+	if got := DegradeWindow(DefaultInterval); got != time.Second {
+		t.Fatalf("DegradeWindow(DefaultInterval) is %v, want 1s", got)
+	}
+	if got := DegradeWindow(50 * time.Millisecond); got != 100*time.Millisecond {
+		t.Fatalf("DegradeWindow(50ms) is %v, want 100ms", got)
+	}
+}
+
+// Receipts and heartbeats go through one health decision: a receipt that
+// failed with its retry degrades the node as a heartbeat does, and the
+// next send that gets through, a heartbeat here, makes it Healthy again.
+func TestReceiptFailureDegradesLikeAHeartbeat(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1000, 0))
+	el := &elector{calls: make(chan struct{}, 100)}
+	health := make(chan bool, 10)
+	judge := NewJudge(nil, func(ok bool, _ error) { health <- ok })
+	s := New(Config{
+		Clock: clk, Judge: judge,
+		State: func() *netsyv1.Heartbeat { return &netsyv1.Heartbeat{} },
+		Send:  el.send,
+	})
+	s.Start()
+	defer s.Close()
+	<-el.calls
+	if ok := <-health; !ok {
+		t.Fatal("the first heartbeat did not report Healthy")
+	}
+	judge.Sent("receipt", errors.New("receipt and retry failed"))
+	if ok := <-health; ok || s.Healthy() || judge.Healthy() {
+		t.Fatal("a failed receipt and retry did not make the node Degraded")
+	}
+	if err := clk.BlockUntil(t.Context(), 1); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(DefaultInterval)
+	<-el.calls
+	if ok := <-health; !ok || !s.Healthy() {
+		t.Fatal("a heartbeat that got through did not make the node Healthy again")
+	}
+	// And the other way round: a heartbeat failure is cured by a receipt.
+	el.setDown(true)
+	clk.Advance(DefaultInterval)
+	<-el.calls
+	<-el.calls
+	if ok := <-health; ok {
+		t.Fatal("a failed heartbeat and retry did not make the node Degraded")
+	}
+	judge.Sent("receipt", nil)
+	if ok := <-health; !ok || !s.Healthy() {
+		t.Fatal("a receipt that got through did not make the node Healthy again")
+	}
+	if len(health) > 0 {
+		t.Fatalf("%d more reports than changes", len(health))
+	}
+}

@@ -80,7 +80,8 @@ type BackendConfig struct {
 	// node to apply the confirmed commit point (default 1 s); past it the
 	// read fails with engine.ErrTimeout, it is never forwarded. It also
 	// bounds a forwarded write's wait to apply the Primary's commit index,
-	// after which the write is answered anyway.
+	// after which the write fails with engine.ErrTimeout (its outcome is
+	// unknown to the client, as when a Primary times a write out).
 	ReadIndexWait time.Duration
 	Clock         clock.Clock
 }
@@ -181,11 +182,15 @@ func write[T any](ctx context.Context, b *Backend, local func(context.Context) (
 		if err == nil && conn != nil {
 			// As on etcd, a write answered by a node is applied there: a
 			// serializable read or a watch on this node that follows it
-			// sees it. The Primary says how far it had committed. The wait
-			// is bounded by ReadIndexWait; the write is durable either
-			// way, so it is answered even if this node lags that far.
+			// sees it. The Primary says how far it had committed. A node
+			// that has not applied that far within ReadIndexWait (it is
+			// not following, or lags) answers an error instead of OK: the
+			// write happened, but an OK its client could not read back on
+			// this node would break read-your-writes.
 			if idx, perr := strconv.ParseUint(firstOf(trailer.Get(CommitIndexTrailer)), 10, 64); perr == nil {
-				_ = b.waitApplied(ctx, idx)
+				if werr := b.waitApplied(ctx, idx); werr != nil {
+					return zero, fmt.Errorf("the Primary applied the write, but %w", werr)
+				}
 			}
 		}
 		if err == nil || !notEvaluated(err) || ctx.Err() != nil {

@@ -77,6 +77,10 @@ type fakePrimary struct {
 	readIndex func(ctx context.Context, call int) (*netsyv1.ReadIndexResponse, error)
 	put       func(ctx context.Context, call int, r *pb.PutRequest) (*pb.PutResponse, error)
 
+	// commit is the commit index the Primary's answers carry (its
+	// CommitIndexInterceptor), 0 until a test sets it.
+	commit atomic.Uint64
+
 	mu    sync.Mutex
 	calls map[string]int // by method name
 }
@@ -93,7 +97,7 @@ func (w *world) servePrimary(id string, memberID uint64) *fakePrimary {
 		n := p.calls[m]
 		p.mu.Unlock()
 		return h(context.WithValue(ctx, callKey{}, n), req)
-	}))
+	}, CommitIndexInterceptor(p.commit.Load)))
 	netsyv1.RegisterNodeServer(g, p)
 	pb.RegisterKVServer(g, p)
 	l, err := w.net.Host(id).Listen(p.info.PeerAddr)
@@ -572,3 +576,51 @@ func TestBackendForwardUnknownOutcomeIsNotResent(t *testing.T) {
 		})
 	}
 }
+
+// A write forwarded to the Primary is answered OK only once this node has
+// applied it (the Primary's commit index, from its trailer): a node that
+// cannot apply it within ReadIndexWait answers ErrTimeout, never an OK
+// its client's next serializable read on this node would contradict.
+func TestBackendForwardedWriteWaitsUntilApplied(t *testing.T) {
+	w := newWorld(t)
+	p := w.servePrimary("p", 10)
+	p.commit.Store(3)
+	p.put = func(context.Context, int, *pb.PutRequest) (*pb.PutResponse, error) {
+		return &pb.PutResponse{Header: &pb.ResponseHeader{Revision: 4}}, nil
+	}
+	n := w.startBackend(p.info, 1)
+	n.hold(t, 3)
+	put := func() <-chan outcome[*pb.PutResponse] {
+		return async(func() (*pb.PutResponse, error) {
+			return n.b.Put(context.Background(), &pb.PutRequest{Key: []byte("g3"), Value: []byte("v")})
+		})
+	}
+
+	// Applied while it waits: OK, and the read on this node sees it.
+	res := put()
+	waitFor(t, "the write to wait for apply", func() bool { return n.local.waits.Load() > 0 || len(res) > 0 })
+	if len(res) > 0 {
+		t.Fatalf("the write was answered before this node applied the Primary's commit index: %+v", <-res)
+	}
+	n.apply(t, 3)
+	if o := await(t, "the write", res); o.err != nil || o.v.Header.GetRevision() != 4 {
+		t.Fatalf("the write, applied here while it waited: %v, %v; want the Primary's answer", o.v, o.err)
+	}
+	wantValue(t, "the serializable read after the write", outcome[*pb.RangeResponse]{}.of(n.b.Range(context.Background(), &pb.RangeRequest{Key: []byte("g3"), Serializable: true})), "v", 4)
+
+	// Never applied (this node does not follow): an error, not OK.
+	p.commit.Store(5)
+	waits := n.local.waits.Load()
+	res = put()
+	waitFor(t, "the write to wait for apply", func() bool { return n.local.waits.Load() > waits || len(res) > 0 })
+	w.clk.Advance(time.Second)
+	o := await(t, "the write to time out", res)
+	if !errors.Is(o.err, engine.ErrTimeout) {
+		t.Fatalf("a write this node never applied: %v, %v; want ErrTimeout", o.v, o.err)
+	}
+	if c := p.count("Put"); c != 2 {
+		t.Fatalf("the Primary got %d puts, want 2: a write that timed out waiting to apply is not sent again", c)
+	}
+}
+
+func (outcome[T]) of(v T, err error) outcome[T] { return outcome[T]{v, err} }

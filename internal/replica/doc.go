@@ -7,18 +7,31 @@
 //   - On a Cluster State naming another node Primary, the node opens a
 //     Follow stream to it at once, saying where its log ends (index, the
 //     term that wrote it) and its commit point; a broken stream is
-//     reopened with backoff, resuming from the log's end.
+//     reopened with backoff (20 ms doubling to 1 s, cut short by a new
+//     Primary), resuming from the log's end.
+//   - A node that was the Primary follows only once its own writer role
+//     has let go of the log (the engine stopped writing and its heartbeat
+//     no longer says Starting, Active or Draining: stepping down releases
+//     the log and cuts what no Primary committed), and then by itself,
+//     looking again every 20 ms: the Cluster State naming the new Primary
+//     may have come while it still wrote, and will not come again.
 //   - Every message must carry the term the stream was opened for; any
 //     other term ends the stream. The Initial message may cut the log back
 //     (entries no Primary committed) or send the node to object storage
 //     first (it is further behind than the Primary holds); entries must
-//     then continue the log exactly, or the stream ends.
+//     then continue the log exactly, or the stream ends. Initial's commit
+//     point takes the path every Commit takes. Compact is deliberately
+//     not acted on: the compaction is an entry, applied at its place in
+//     the history once a commit covers it.
 //   - Entries are appended to the local log (group-committed fsync) and
 //     applied once the Primary's Commit covers them and they are durable
 //     here. A Receipt (the highest fsync'd index, with this node's
 //     heartbeat embedded) goes out whenever that index advances, and a
 //     heartbeat alone when no receipt went out within the cadence; one
-//     goroutine sends, so sends never interleave.
+//     goroutine sends, so sends never interleave. A send that fails ends
+//     the stream and is retried at once on a new one; when the retry
+//     fails too, Sent is told (the node's one health decision,
+//     heartbeat.Judge), and told again once a send gets through.
 //   - Stop ends following before a promotion and returns only once nothing
 //     more reaches the engine.
 //
@@ -28,7 +41,10 @@
 //     else the Primary's peer port. A request the Primary refused without
 //     evaluating it (it is not, or no longer, the Primary) waits for the
 //     next Primary and is sent there; a request whose outcome is unknown is
-//     never sent twice.
+//     never sent twice. A write forwarded to the Primary is answered OK
+//     only once this node has applied the Primary's commit index from the
+//     answer; if it has not within ReadIndexWait, the client gets
+//     ErrTimeout instead (read-your-writes on every node).
 //   - Serializable reads are served locally at once. Linearizable reads are
 //     served locally after a read index: the Primary confirms its commit
 //     point (concurrent reads share one request that began after they
@@ -37,7 +53,9 @@
 //   - Watches read the local committed log, so they carry only committed
 //     entries on every node.
 //
-// It must never apply an entry the Primary has not committed, answer a
-// linearizable read before it has applied the confirmed commit point, or
-// retry a write that may have been applied.
+// It must never apply an entry the Primary has not committed, append to
+// the log while this node's Primary role holds it, answer a linearizable
+// read before it has applied the confirmed commit point, answer OK to a
+// forwarded write it has not applied, or retry a write that may have been
+// applied.
 package replica

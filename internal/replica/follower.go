@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -36,11 +37,19 @@ type FollowerConfig struct {
 	CatchUp func(ctx context.Context) error
 	// Conn returns a connection to a peer address.
 	Conn func(addr string) (*grpc.ClientConn, error)
-	// State is this node's heartbeat, embedded in receipts.
+	// State is this node's heartbeat, embedded in receipts. Its primary
+	// state also says whether the Primary role still holds the log: the
+	// node follows only while it says Replica (or nothing).
 	State func() *netsyv1.Heartbeat
 	// Refused is told when the Primary's address refused the stream (its
 	// process is gone), or nil once a stream is open again.
 	Refused func(refused bool)
+	// Sent is told how sending to the Primary goes, for this node's one
+	// health decision (heartbeat.Judge.Sent): nil once a receipt or
+	// heartbeat got through on the stream (first, or after a failure), an
+	// error once one failed and its immediate retry (a new stream opened
+	// at once) failed too. Nil: nobody is told.
+	Sent func(err error)
 	// HeartbeatInterval is the cadence of standalone heartbeats on the
 	// stream when no receipt went out (default 500 ms).
 	HeartbeatInterval time.Duration
@@ -65,6 +74,9 @@ type Follower struct {
 	stop   context.CancelFunc
 	wg     sync.WaitGroup
 	status followStatus
+	// reported is the last send outcome told to Sent: 0 none, 1 got
+	// through, 2 failed with its retry.
+	reported atomic.Int32
 }
 
 type followStatus struct {
@@ -166,14 +178,36 @@ func (f *Follower) Connected() (bool, time.Time, error) {
 func (f *Follower) run() {
 	defer f.wg.Done()
 	backoff := 20 * time.Millisecond
+	retrying := false // the last session's send failed; this one is its retry
 	for f.ctx.Err() == nil {
+		// Asked before f.mu: it reads the node's state, which must not
+		// wait on the Follower.
+		writing := f.writing()
 		f.mu.Lock()
 		target, term, paused := f.target, f.term, f.paused
-		if target == nil || paused || f.cfg.Engine.IsWriter() {
+		// This reads the newest target: a change signalled before it is
+		// taken into account (Observe signals under f.mu).
+		select {
+		case <-f.changed:
+		default:
+		}
+		if target == nil || paused || writing {
+			// When only this node's own writer role holds us back, it
+			// was the Primary and is stepping down. That runs on its own
+			// (the engine stops writing, then the log gives the writer
+			// role up and cuts what no Primary committed) and tells
+			// nobody here. Look again shortly instead of waiting for a
+			// Cluster State that will not come again: the one naming the
+			// new Primary is already here.
+			var recheck <-chan time.Time
+			if target != nil && !paused {
+				recheck = f.cfg.Clock.After(writerRecheck)
+			}
 			f.running = nil
 			f.mu.Unlock()
 			select {
 			case <-f.changed:
+			case <-recheck:
 			case <-f.ctx.Done():
 				return
 			}
@@ -185,7 +219,10 @@ func (f *Follower) run() {
 		f.running = running
 		f.mu.Unlock()
 
-		err := f.session(ctx, target, term)
+		sent, err := f.session(ctx, target, term)
+		// Read before cancel: cancelled by Observe or Stop means a new
+		// target, not a failure.
+		retarget := ctx.Err() != nil
 		cancel()
 		close(running)
 		f.setStatus(false, err)
@@ -195,12 +232,39 @@ func (f *Follower) run() {
 		if f.ctx.Err() != nil {
 			return
 		}
-		if err != nil && ctx.Err() == nil {
+		var se *sendError
+		switch failed := errors.As(err, &se); {
+		case retarget:
+			retrying = false // a new target: judge its stream afresh
+		case failed && (!retrying || sent):
+			// A receipt or heartbeat failed to go out: retry at once on a
+			// new stream before judging.
+			f.log.Debug("a send to the Primary failed; retrying at once on a new stream", "primary", target.NodeId, "error", err)
+			retrying = true
+			continue
+		case failed || (retrying && !sent && err != nil):
+			// The retry failed too (its send failed, or it could not even
+			// open a stream): the seed's rule degrades this node.
+			retrying = false
+			f.reportSend(fmt.Errorf("a send to the Primary %s and its immediate retry failed: %w", target.NodeId, err))
+		case sent:
+			retrying = false
+		}
+		if err != nil && !retarget {
 			f.log.Debug("follow stream ended; reconnecting", "primary", target.NodeId, "error", err, "in", backoff)
-			if f.cfg.Clock.Sleep(f.ctx, backoff) != nil {
+			// A Cluster State naming another Primary ends the wait: the
+			// node reconnects to a new Primary at once.
+			t := f.cfg.Clock.NewTimer(backoff)
+			select {
+			case <-t.C():
+				backoff = min(2*backoff, time.Second)
+			case <-f.changed:
+				backoff = 20 * time.Millisecond
+			case <-f.ctx.Done():
+				t.Stop()
 				return
 			}
-			backoff = min(2*backoff, time.Second)
+			t.Stop()
 		} else {
 			backoff = 20 * time.Millisecond
 		}
@@ -216,17 +280,66 @@ func (f *Follower) setStatus(connected bool, err error) {
 	}
 }
 
+// writerRecheck is how often a Follower named a Primary to follow looks
+// again whether the local engine stopped writing (a step-down finished).
+const writerRecheck = 20 * time.Millisecond
+
 var errTerm = errors.New("replica: a Follow message carries another primary term")
 
-// session follows target at term until the stream ends.
-func (f *Follower) session(ctx context.Context, target *netsyv1.NodeInfo, term uint64) error {
+// writing reports whether this node still holds the writer's role: its
+// engine evaluates writes, or its Primary role has not finished handing
+// the log back (Starting, Active, Draining or stepping down). Following
+// meanwhile would append to a log the writer still owns.
+func (f *Follower) writing() bool {
+	if f.cfg.Engine.IsWriter() {
+		return true
+	}
+	if f.cfg.State == nil {
+		return false
+	}
+	switch f.cfg.State().GetPrimaryState() {
+	case netsyv1.PrimaryState_STARTING, netsyv1.PrimaryState_ACTIVE, netsyv1.PrimaryState_DRAINING:
+		return true
+	}
+	return false
+}
+
+// reportSend tells Sent how sending goes, when that changes.
+func (f *Follower) reportSend(err error) {
+	if f.cfg.Sent == nil {
+		return
+	}
+	state := int32(1)
+	if err != nil {
+		state = 2
+	}
+	if f.reported.Swap(state) != state {
+		f.cfg.Sent(err)
+	}
+}
+
+// sendError is a receipt or heartbeat that failed to go out on the stream.
+type sendError struct{ err error }
+
+func (e *sendError) Error() string { return "send on the Follow stream: " + e.err.Error() }
+func (e *sendError) Unwrap() error { return e.err }
+
+// session follows target at term until the stream ends. sent reports
+// whether a receipt or heartbeat went out on it.
+func (f *Follower) session(ctx context.Context, target *netsyv1.NodeInfo, term uint64) (sent bool, err error) {
+	var sentAny atomic.Bool
+	defer func() { sent = sentAny.Load() }()
 	conn, err := f.cfg.Conn(target.PeerAddr)
 	if err != nil {
-		return err
+		return false, err
 	}
-	stream, err := netsyv1.NewFollowClient(conn).Follow(ctx)
+	// A failed send ends the stream at once (the receive loop may be
+	// waiting on a quiet Primary).
+	streamCtx, endStream := context.WithCancel(ctx)
+	defer endStream()
+	stream, err := netsyv1.NewFollowClient(conn).Follow(streamCtx)
 	if err != nil {
-		return err
+		return false, err
 	}
 	eng := f.cfg.Engine
 	last, rev, lastTerm := eng.LastAppended()
@@ -235,35 +348,36 @@ func (f *Follower) session(ctx context.Context, target *netsyv1.NodeInfo, term u
 		CommittedIndex: eng.CommittedIndex(),
 	}}})
 	if err != nil {
-		return err
+		return false, err
 	}
 	first, err := stream.Recv()
 	if err != nil {
-		return err
+		return false, err
 	}
 	if first.PrimaryTerm != term {
-		return fmt.Errorf("%w: %d, following %d", errTerm, first.PrimaryTerm, term)
+		return false, fmt.Errorf("%w: %d, following %d", errTerm, first.PrimaryTerm, term)
 	}
 	init := first.GetInitial()
 	if init == nil {
-		return errors.New("replica: the Follow stream did not start with Initial")
+		return false, errors.New("replica: the Follow stream did not start with Initial")
 	}
 	if init.CatchUpFromStorage {
 		f.log.Info("too far behind the Primary; catching up from object storage first", "primary", target.NodeId, "from", init.NextIndex)
-		return eng.Resync(ctx, f.cfg.CatchUp)
+		return false, eng.Resync(ctx, f.cfg.CatchUp)
 	}
 	if init.Truncate {
 		f.log.Warn("the Primary's history diverges from the local log: cutting entries no Primary committed",
 			"after", init.TruncateAfter, "local_last", last)
 		if err := eng.TruncateFollowed(ctx, init.TruncateAfter); err != nil {
-			return fmt.Errorf("cut the local log after %d: %w", init.TruncateAfter, err)
+			return false, fmt.Errorf("cut the local log after %d: %w", init.TruncateAfter, err)
 		}
 	}
 	if last, _, _ := eng.LastAppended(); init.NextIndex != last+1 {
-		return fmt.Errorf("replica: the Primary streams from index %d but the local log ends at %d", init.NextIndex, last)
+		return false, fmt.Errorf("replica: the Primary streams from index %d but the local log ends at %d", init.NextIndex, last)
 	}
-	if err := eng.CommitTo(ctx, init.CommittedIndex); err != nil {
-		return err
+	// Initial's commit point takes the path every Commit takes.
+	if err := f.committed(ctx, init.CommittedIndex); err != nil {
+		return false, err
 	}
 	f.setStatus(true, nil)
 	if f.cfg.Refused != nil {
@@ -275,47 +389,71 @@ func (f *Follower) session(ctx context.Context, target *netsyv1.NodeInfo, term u
 	sendErr := make(chan error, 1)
 	sctx, stopSend := context.WithCancel(ctx)
 	defer stopSend()
-	go func() { sendErr <- f.sendReceipts(sctx, stream) }()
+	go func() {
+		err := f.sendReceipts(sctx, stream, &sentAny)
+		if err != nil {
+			endStream()
+		}
+		sendErr <- err
+	}()
+	// end stops the sender; a failed send is the cause to report (a
+	// broken stream fails the receive too).
+	end := func(err error) (bool, error) {
+		stopSend()
+		var se *sendError
+		if serr := <-sendErr; errors.As(serr, &se) {
+			return false, serr
+		}
+		return false, err
+	}
 	for {
 		m, err := stream.Recv()
 		if err != nil {
-			stopSend()
-			<-sendErr
-			return err
+			return end(err)
 		}
 		if m.PrimaryTerm != term {
-			stopSend()
-			<-sendErr
-			return fmt.Errorf("%w: %d, following %d", errTerm, m.PrimaryTerm, term)
+			return end(fmt.Errorf("%w: %d, following %d", errTerm, m.PrimaryTerm, term))
 		}
 		switch v := m.Msg.(type) {
 		case *netsyv1.FollowResponse_Entries:
 			err = eng.Follow(ctx, int64(term), v.Entries.Entries)
 			if c := v.Entries.CommitIndex; err == nil && c > 0 {
-				err = eng.CommitTo(ctx, c)
+				err = f.committed(ctx, c)
 			}
 		case *netsyv1.FollowResponse_Commit:
-			err = eng.CommitTo(ctx, v.Commit.Index)
-		case *netsyv1.FollowResponse_Compact, *netsyv1.FollowResponse_Initial:
-			// Compaction is an entry of the log; Initial comes once.
+			err = f.committed(ctx, v.Commit.Index)
+		case *netsyv1.FollowResponse_Compact:
+			// Deliberately not acted on: a compaction is an entry of the
+			// log, applied by every node at the same place in the history
+			// once a commit covers it (so the floor already follows
+			// Initial and Commit). Compacting here on the message instead
+			// could compact a replica ahead of entries it has not applied.
+		case *netsyv1.FollowResponse_Initial:
+			return end(errors.New("replica: a second Initial on one Follow stream"))
 		}
 		if err != nil {
-			stopSend()
-			<-sendErr
-			return err
+			return end(err)
 		}
 		select {
 		case err := <-sendErr:
-			return err
+			return false, err
 		default:
 		}
 	}
 }
 
+// committed applies the Primary's commit point: Initial's, an entry
+// batch's and every Commit's take this one path. Entries through index
+// that are durable here become visible, and with them any compaction
+// among them, so the committed revision and the compaction floor follow.
+func (f *Follower) committed(ctx context.Context, index uint64) error {
+	return f.cfg.Engine.CommitTo(ctx, index)
+}
+
 // sendReceipts sends a Receipt whenever the durable index advances, and a
 // heartbeat whenever nothing went out for a whole interval: the Primary
 // never goes longer than one interval without hearing from this node.
-func (f *Follower) sendReceipts(ctx context.Context, stream netsyv1.Follow_FollowClient) error {
+func (f *Follower) sendReceipts(ctx context.Context, stream netsyv1.Follow_FollowClient, sentAny *atomic.Bool) error {
 	eng := f.cfg.Engine
 	var sent uint64
 	quiet := f.cfg.Clock.NewTimer(f.cfg.HeartbeatInterval)
@@ -335,8 +473,9 @@ func (f *Follower) sendReceipts(ctx context.Context, stream netsyv1.Follow_Follo
 		if d := eng.DurableIndex(); d > sent {
 			err := stream.Send(&netsyv1.FollowRequest{Msg: &netsyv1.FollowRequest_Receipt{Receipt: &netsyv1.Receipt{Index: d, Heartbeat: f.cfg.State()}}})
 			if err != nil {
-				return err
+				return &sendError{err}
 			}
+			f.sentOK(sentAny)
 			sent = d
 			rearm()
 		}
@@ -345,11 +484,19 @@ func (f *Follower) sendReceipts(ctx context.Context, stream netsyv1.Follow_Follo
 		case <-quiet.C():
 			err := stream.Send(&netsyv1.FollowRequest{Msg: &netsyv1.FollowRequest_Heartbeat{Heartbeat: f.cfg.State()}})
 			if err != nil {
-				return err
+				return &sendError{err}
 			}
+			f.sentOK(sentAny)
 			quiet.Reset(f.cfg.HeartbeatInterval)
 		case <-ctx.Done():
 			return nil
 		}
+	}
+}
+
+// sentOK notes a receipt or heartbeat that went out.
+func (f *Follower) sentOK(sentAny *atomic.Bool) {
+	if !sentAny.Swap(true) {
+		f.reportSend(nil)
 	}
 }
