@@ -117,8 +117,10 @@ func TestDeadNodesStayCountedUntilBucketHoldsTheirEntries(t *testing.T) {
 				}
 				return n == 2 || cs.RegisteredNodes != 3
 			})
-			if cs.RegisteredNodes != 3 || cs.Primary != nil {
-				t.Fatalf("after 30 s: registered %d, Primary %v; want 3 and none (n2 and n3 hold entries the bucket lacks)",
+			// The state keeps naming the old Primary while no successor can
+			// be elected (a round that fails does not drop it).
+			if cs.RegisteredNodes != 3 || cs.Primary != nil && cs.Primary.NodeId != "n2" {
+				t.Fatalf("after 30 s: registered %d, Primary %v; want 3 and no successor (n2 and n3 hold entries the bucket lacks)",
 					cs.RegisteredNodes, cs.Primary)
 			}
 			if regs, _, _ := discovery.List(t.Context(), c.store); len(regs) != 3 {
@@ -147,7 +149,7 @@ func TestDeadNodesStayCountedUntilBucketHoldsTheirEntries(t *testing.T) {
 			if c.status("n2") == nil || c.status("n3") != nil {
 				t.Fatal("want n3 deregistered and n2 (the previous Primary, index 50) still counted")
 			}
-			if cs, _ := c.e.ClusterState(t.Context(), false); cs.Primary != nil {
+			if cs, _ := c.e.ClusterState(t.Context(), false); cs.Primary != nil && cs.Primary.NodeId != "n2" {
 				t.Fatalf("elected %s while n2 still holds entries the bucket lacks", cs.Primary.NodeId)
 			}
 			tip.set(50, nil)
