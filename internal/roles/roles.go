@@ -183,6 +183,12 @@ func New(cfg Config) (*Roles, error) {
 	}
 	r.publish()
 	var err error
+	// One judge of this node's own health for heartbeats and receipts
+	// alike: a failed send of either, after one immediate retry,
+	// self-degrades (seed: Heartbeat-Based Degradation).
+	judge := heartbeat.NewJudge(cfg.Logger.Named("heartbeat"), func(ok bool, err error) {
+		r.post(func(c *core, _ **elector.Elector) effects { return c.health(ok, err) })
+	})
 	r.follower = replica.NewFollower(replica.FollowerConfig{
 		Self:   nc.NodeID,
 		Engine: cfg.Engine,
@@ -195,6 +201,7 @@ func New(cfg Config) (*Roles, error) {
 		Refused: func(refused bool) {
 			r.post(func(c *core, _ **elector.Elector) effects { return c.refused(refused) })
 		},
+		Sent:              func(err error) { judge.Sent("receipt", err) },
 		HeartbeatInterval: nc.HeartbeatInterval,
 		Clock:             cfg.Clock,
 		Logger:            cfg.Logger,
@@ -249,9 +256,7 @@ func New(cfg Config) (*Roles, error) {
 		State:    r.state,
 		Send:     r.sendHeartbeat,
 		Answered: r.answered,
-		Health: func(ok bool, err error) {
-			r.post(func(c *core, _ **elector.Elector) effects { return c.health(ok, err) })
-		},
+		Judge:    judge,
 	})
 	return r, nil
 }
