@@ -68,3 +68,36 @@ func socketInode(local, remote int) (string, error) {
 	}
 	return "", fmt.Errorf("faultproxy: no socket %d -> %d in /proc/net/tcp", local, remote)
 }
+
+// ChildPIDs lists the processes whose parent is parent, from /proc. A test
+// that starts its servers as child processes passes them to OwnerPID, so a
+// connection is named by its process even while that process is still
+// starting.
+func ChildPIDs(parent int) ([]int, error) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, fmt.Errorf("faultproxy: %w", err)
+	}
+	var pids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		data, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue // gone meanwhile
+		}
+		// pid (comm) state ppid ...; comm may hold spaces and parentheses.
+		s := string(data)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		fs := strings.Fields(s[i+1:])
+		if len(fs) >= 2 && fs[1] == strconv.Itoa(parent) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids, nil
+}

@@ -196,6 +196,17 @@ func (p *Proxy) Conns() int {
 	return len(p.conns)
 }
 
+// Sources counts the open client connections by source.
+func (p *Proxy) Sources() map[string]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := map[string]int{}
+	for c := range p.conns {
+		n[c.source]++
+	}
+	return n
+}
+
 // Close stops listening, resets every connection and waits for every
 // goroutine of the proxy.
 func (p *Proxy) Close() error {

@@ -5,6 +5,8 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -210,8 +212,13 @@ func TestResetResetsOpenAndNewConnections(t *testing.T) {
 	setMode(t, p, Reset)
 	wasReset(t, c)
 	wasReset(t, s)
-	c2 := dial(t, p.Addr())
-	wasReset(t, c2)
+	// The RST can beat the dialer's return from connect.
+	if c2, err := net.DialTimeout("tcp", p.Addr(), patience); err == nil {
+		wasReset(t, c2)
+		_ = c2.Close()
+	} else if !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("dial while resetting: %v, want a connection reset", err)
+	}
 	u.noneAccepted(t)
 	setMode(t, p, Pass)
 	c3, s3 := pair(t, p, u)
@@ -370,4 +377,22 @@ func TestOwnerPIDNamesTheProcessThatDialed(t *testing.T) {
 		t.Fatalf("OwnerPID among others = %d, %v; want 0", o.pid, o.err)
 	}
 	_ = u.accepted(t)
+}
+
+func TestChildPIDsListsAChildProcess(t *testing.T) {
+	cmd := exec.Command("sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Skipf("no sleep binary: %v", err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	pids, err := ChildPIDs(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(pids, cmd.Process.Pid) {
+		t.Fatalf("ChildPIDs = %v, missing the child %d", pids, cmd.Process.Pid)
+	}
+	if pids, _ := ChildPIDs(cmd.Process.Pid); len(pids) != 0 {
+		t.Fatalf("ChildPIDs of a childless process = %v", pids)
+	}
 }
