@@ -25,7 +25,11 @@
 //
 // A source's mode overrides the proxy's; Refuse cannot close the
 // listener for one source only, so for a source it resets (accepts and
-// RSTs) instead.
+// RSTs) instead. On one host every process dials from 127.0.0.1, so the
+// address does not say who dialed: OwnerPID and ChildPIDs (Linux, from
+// /proc) name a connection by the test's child process that opened it,
+// which lets a test cut one node's outbound connections on its peers'
+// proxies.
 //
 // Ownership: the Proxy owns its listener, one accept goroutine per
 // listener, and per connection one goroutine that dials the upstream and
