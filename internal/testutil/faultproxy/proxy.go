@@ -320,8 +320,8 @@ func (p *Proxy) handle(c *conn) {
 	c.upstream = up
 	c.mu.Unlock()
 	select {
-	case <-c.done: // reset while dialing
-		_ = up.Close()
+	case <-c.done: // reset while dialing: the upstream sees the reset too
+		resetConn(up)
 		return
 	default:
 	}
@@ -392,16 +392,19 @@ func (c *conn) reset() {
 		c.mu.Lock()
 		up := c.upstream
 		c.mu.Unlock()
-		for _, nc := range []net.Conn{c.client, up} {
-			if nc == nil {
-				continue
-			}
-			if tc, ok := nc.(*net.TCPConn); ok {
-				_ = tc.SetLinger(0) // close sends RST instead of FIN
-			}
-			_ = nc.Close()
+		resetConn(c.client)
+		if up != nil {
+			resetConn(up)
 		}
 	})
+}
+
+// resetConn closes nc with an RST instead of a FIN.
+func resetConn(nc net.Conn) {
+	if tc, ok := nc.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	_ = nc.Close()
 }
 
 // close tears c down with an ordinary close once both directions ended.
