@@ -453,8 +453,10 @@ func linFaults(t *testing.T) []linFault {
 // lifted a write through every node must succeed within linRecover (the
 // time it took is logged). A final read of every key through every node
 // joins the history, so an acknowledged write that was lost fails it too.
-// Both quorum modes together must finish within linBudget. make soak runs
-// it with a long random fault plan (linFaults).
+// Both quorum modes together must finish within linBudget. The cluster is
+// proxied (startProxiedCluster); the default plan leaves its proxies
+// passing. make soak runs it with a long random fault plan (linFaults) that
+// also draws the network cuts and SIGSTOPs of TestClusterPartitions.
 func TestClusterLinearizable(t *testing.T) {
 	skipUnlessNetsy(t)
 	start := time.Now()
