@@ -95,12 +95,13 @@ test-e2e: build
 		-run '^(TestEtcdctl|TestElection|TestMutex|TestWatchStitching|TestTxnManyCompares|TestProgressNotify|TestLinearizability)' ./test/e2e/
 
 # soak runs the linearizability check under faults with a long random
-# fault plan (not part of test or CI): SOAK_ROUNDS faults per quorum mode;
-# NETSY_SOAK_SEED=N replays a plan the log names.
+# fault plan (not part of test or CI): SOAK_ROUNDS faults per quorum mode,
+# network cuts and SIGSTOPs included; NETSY_SOAK_SEED=N replays a plan the
+# log names. Then every partition class under both quorum modes.
 SOAK_ROUNDS ?= 60
 soak: tools build
-	NETSY_REQUIRE_MINIO=1 NETSY_SOAK_ROUNDS=$(SOAK_ROUNDS) NETSY_BIN=$(CURDIR)/bin/netsy NETSYCTL_BIN=$(CURDIR)/bin/netsyctl \
-		$(GO) test -tags e2e -count=1 -timeout 6h -v -run '^TestClusterLinearizable$$' ./test/e2e/
+	NETSY_REQUIRE_MINIO=1 NETSY_SOAK_ROUNDS=$(SOAK_ROUNDS) NETSY_PARTITION_QUORUM=-1,0 NETSY_BIN=$(CURDIR)/bin/netsy NETSYCTL_BIN=$(CURDIR)/bin/netsyctl \
+		$(GO) test -tags e2e -count=1 -timeout 6h -v -run '^(TestClusterLinearizable|TestClusterPartitions)$$' ./test/e2e/
 
 # test-e2e-etcd runs the same suite against etcd 3.6.10, proving the tests.
 test-e2e-etcd:

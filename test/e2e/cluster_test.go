@@ -32,6 +32,9 @@ import (
 type cluster struct {
 	t     *testing.T
 	nodes map[string]*procutil.Server
+	// net is the proxies in front of the nodes and MinIO
+	// (startProxiedCluster), nil without.
+	net *faultNet
 }
 
 // clusterElectorLease is the Elector lock's lease in the cluster tests:
@@ -42,20 +45,43 @@ const clusterElectorLease = 3 * time.Second
 // file store when srv is nil) and waits for them all to be ready.
 func startCluster(t *testing.T, n int, srv *miniotest.Server, extra ...string) *cluster {
 	t.Helper()
+	return startClusterNet(t, n, srv, nil, extra...)
+}
+
+// startProxiedCluster is startCluster with a faultNet: every peer
+// connection and every object storage request passes a faultproxy the
+// test can cut (c.net).
+func startProxiedCluster(t *testing.T, n int, srv *miniotest.Server, extra ...string) *cluster {
+	t.Helper()
+	return startClusterNet(t, n, srv, newFaultNet(t), extra...)
+}
+
+func startClusterNet(t *testing.T, n int, srv *miniotest.Server, fn *faultNet, extra ...string) *cluster {
+	t.Helper()
 	var args, env []string
 	if srv != nil {
 		args, env = minioArgs(srv, "cluster")
 		// minioArgs asks for sync mode; the cluster tests choose their own.
 		args = args[:len(args)-6]
+		if fn != nil {
+			args[slices.Index(args, "--s3-endpoint")+1] = fn.s3Endpoint(srv)
+		}
 	} else {
 		args = []string{"--storage", "file://" + t.TempDir()}
 	}
 	args = append(args, "--elector-lease", clusterElectorLease.String(), "--elector-renew", "1s")
-	c := &cluster{t: t, nodes: map[string]*procutil.Server{}}
+	c := &cluster{t: t, nodes: map[string]*procutil.Server{}, net: fn}
 	for i := 1; i <= n; i++ {
 		id := fmt.Sprintf("n%d", i)
 		a := append(append([]string{"--node-id", id}, args...), extra...)
-		c.nodes[id] = procutil.StartNetsy(t, procutil.Options{Args: a, Env: env})
+		var opts procutil.Options
+		if fn != nil {
+			var more []string
+			opts, more = fn.nodeOptions(id)
+			a = append(a, more...)
+		}
+		opts.Args, opts.Env = a, env
+		c.nodes[id] = procutil.StartNetsy(t, opts)
 	}
 	c.waitState(30*time.Second, func(v clusterview.View) bool {
 		return v.Primary != nil && v.RegisteredNodes == uint32(n)
@@ -398,7 +424,7 @@ func linFaults(t *testing.T) []linFault {
 	}
 	t.Logf("soak: %d faults from seed %d (NETSY_SOAK_SEED=%d replays the plan)", rounds, seed, seed)
 	rng := rand.New(rand.NewPCG(seed, 0))
-	kinds := []string{faultPrimaryKill, faultElectorKill, faultReplicaKill, faultReplicaStop, faultMinIOFreeze, faultMinIOKill}
+	kinds := append([]string{faultPrimaryKill, faultElectorKill, faultReplicaKill, faultReplicaStop, faultMinIOFreeze, faultMinIOKill}, netFaultKinds...)
 	between := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rng.Int64N(int64(hi-lo))) }
 	plan := make([]linFault, rounds)
 	for i := range plan {
@@ -406,8 +432,10 @@ func linFaults(t *testing.T) []linFault {
 		switch f.kind {
 		case faultReplicaStop:
 			f.hold = between(500*time.Millisecond, 8*time.Second)
-		case faultMinIOFreeze, faultMinIOKill:
+		case faultMinIOFreeze, faultMinIOKill, faultS3Drop, faultS3Reset:
 			f.hold = between(time.Second, 15*time.Second)
+		case faultPrimaryPartition, faultPrimaryInDrop, faultPrimaryInRefuse, faultPrimaryMute, faultPrimaryDeaf, faultPrimaryStop, faultElectorStop:
+			f.hold = between(500*time.Millisecond, 10*time.Second)
 		default:
 			f.hold = between(0, 5*time.Second)
 		}
@@ -425,8 +453,10 @@ func linFaults(t *testing.T) []linFault {
 // lifted a write through every node must succeed within linRecover (the
 // time it took is logged). A final read of every key through every node
 // joins the history, so an acknowledged write that was lost fails it too.
-// Both quorum modes together must finish within linBudget. make soak runs
-// it with a long random fault plan (linFaults).
+// Both quorum modes together must finish within linBudget. The cluster is
+// proxied (startProxiedCluster); the default plan leaves its proxies
+// passing. make soak runs it with a long random fault plan (linFaults) that
+// also draws the network cuts and SIGSTOPs of TestClusterPartitions.
 func TestClusterLinearizable(t *testing.T) {
 	skipUnlessNetsy(t)
 	start := time.Now()
@@ -449,34 +479,72 @@ func TestClusterLinearizable(t *testing.T) {
 func clusterLinearizable(t *testing.T, quorum string) {
 	srv := miniotest.Start(t)
 	t.Cleanup(func() { syscall.Kill(srv.PID, syscall.SIGCONT) })
-	c := startCluster(t, 3, srv, "--quorum", quorum)
-	nodes := c.running()
-	probes := map[string]*clientv3.Client{}
-	for _, id := range nodes {
-		probes[id] = c.client(id)
+	c := startProxiedCluster(t, 3, srv, "--quorum", quorum)
+	r := startLinRun(t, c, srv, linRecover)
+	for _, f := range linFaults(t) {
+		time.Sleep(f.pause)
+		if !r.fault(f) {
+			break
+		}
 	}
-	h := lincheck.NewHistory()
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	const keys = 32 // 16 pairs: each partition of the check has few open writes
-	var failed atomic.Int64
+	r.finish()
+}
+
+// linKeys is the number of keys of a linRun: 16 pairs, so each partition
+// of the check has few open writes.
+const linKeys = 32
+
+// linRun is a linearizability check in progress over a cluster: clients
+// record a history through every node while the test injects faults one
+// at a time (fault), and finish checks it.
+type linRun struct {
+	t   *testing.T
+	c   *cluster
+	srv *miniotest.Server
+	// recover bounds how long after a fault is lifted a write through
+	// every node must succeed.
+	recover   time.Duration
+	h         *lincheck.History
+	nodes     []string
+	probes    map[string]*clientv3.Client
+	stop      chan struct{}
+	wg        sync.WaitGroup
+	failed    atomic.Int64
+	recovered []string
+}
+
+// startLinRun starts two clients on each node of c.
+func startLinRun(t *testing.T, c *cluster, srv *miniotest.Server, recover time.Duration) *linRun {
+	r := &linRun{t: t, c: c, srv: srv, recover: recover, h: lincheck.NewHistory(), nodes: c.running(),
+		probes: map[string]*clientv3.Client{}, stop: make(chan struct{})}
+	for _, id := range r.nodes {
+		r.probes[id] = c.client(id)
+	}
+	// Runs before the servers stop (cleanups run last-in first-out).
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, id := range r.nodes {
+				t.Logf("what %s's log says about its roles (%s):\n%s", id, c.nodes[id].LogPath, logStory(c.nodes[id].LogPath, 120))
+			}
+		}
+	})
 	for i, id := range []string{"n1", "n2", "n3", "n1", "n2", "n3"} {
 		cli := c.client(id)
-		lc := newLinClient(uint64(i), "lin", keys)
-		wg.Add(1)
+		lc := newLinClient(uint64(i), "lin", linKeys)
+		r.wg.Add(1)
 		go func() {
-			defer wg.Done()
+			defer r.wg.Done()
 			backoff := linBackoff
 			for n := 0; ; n++ {
 				select {
-				case <-stop:
+				case <-r.stop:
 					return
 				case <-t.Context().Done(): // a Fatal elsewhere
 					return
 				default:
 				}
 				in := lc.next(fmt.Sprintf("c%d-%d", i, n))
-				out, err := h.Run(t.Context(), i, cli, in, 5*time.Second)
+				out, err := r.h.Run(t.Context(), i, cli, in, 5*time.Second)
 				if err == nil {
 					lc.saw(in, out)
 					backoff = linBackoff
@@ -486,115 +554,133 @@ func clusterLinearizable(t *testing.T, quorum string) {
 				// good, and each one multiplies the checker's work on its
 				// keys: back off longer while calls keep failing, so an
 				// outage leaves few of them.
-				failed.Add(1)
+				r.failed.Add(1)
 				time.Sleep(backoff)
 				backoff = min(2*backoff, linMaxBackoff)
 			}
 		}()
 	}
-	settled := func() clusterview.View {
-		return c.waitState(60*time.Second, func(v clusterview.View) bool {
-			return v.Primary != nil && v.Elector != nil && v.Primary.NodeID != v.Elector.NodeID && v.RegisteredNodes == 3
-		})
-	}
-	// writable waits until a put through each node succeeds, at most
-	// linRecover after lifted, and returns how long after lifted the
-	// last of them did.
-	writable := func(lifted time.Time) (time.Duration, error) {
-		ctx, cancel := context.WithDeadline(t.Context(), lifted.Add(linRecover))
-		defer cancel()
-		for _, id := range nodes {
-			var last error
-			for n := 1; ; n++ {
-				pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
-				_, err := probes[id].Put(pctx, "progress/"+id, "v")
-				timedOut := pctx.Err() != nil && ctx.Err() == nil
-				pcancel()
-				if err == nil {
-					break
-				}
-				if timedOut {
-					err = fmt.Errorf("no answer within 2s: %w", err)
-				}
-				if ctx.Err() == nil || last == nil {
-					last = err
-				}
-				if ctx.Err() != nil {
-					return 0, fmt.Errorf("no write through %s succeeded within %v (%d attempts, the last complete one: %v)", id, linRecover, n, last)
-				}
-				time.Sleep(50 * time.Millisecond)
+	return r
+}
+
+// settled waits for a Primary and an Elector on two different nodes and
+// every node registered.
+func (r *linRun) settled() clusterview.View {
+	return r.c.waitState(60*time.Second, func(v clusterview.View) bool {
+		return v.Primary != nil && v.Elector != nil && v.Primary.NodeID != v.Elector.NodeID && v.RegisteredNodes == 3
+	})
+}
+
+// writable waits until a put through each node succeeds, at most
+// r.recover after lifted, and returns how long after lifted the last of
+// them did.
+func (r *linRun) writable(lifted time.Time) (time.Duration, error) {
+	ctx, cancel := context.WithDeadline(r.t.Context(), lifted.Add(r.recover))
+	defer cancel()
+	for _, id := range r.nodes {
+		var last error
+		for n := 1; ; n++ {
+			pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+			_, err := r.probes[id].Put(pctx, "progress/"+id, "v")
+			timedOut := pctx.Err() != nil && ctx.Err() == nil
+			pcancel()
+			if err == nil {
+				break
 			}
+			if timedOut {
+				err = fmt.Errorf("no answer within 2s: %w", err)
+			}
+			if ctx.Err() == nil || last == nil {
+				last = err
+			}
+			if ctx.Err() != nil {
+				return 0, fmt.Errorf("no write through %s succeeded within %v (%d attempts, the last complete one: %v)", id, r.recover, n, last)
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
-		return time.Since(lifted), nil
 	}
-	var recovered []string
-	for _, f := range linFaults(t) {
-		time.Sleep(f.pause)
-		v := settled()
-		elector, primary := v.Elector.NodeID, v.Primary.NodeID
-		replica := c.other(elector, primary)
-		before, ops := failed.Load(), h.Len()
-		t.Logf("%s for %v (elector %s, primary %s, replica %s)", f.kind, f.hold, elector, primary, replica)
-		injected := time.Now()
-		var lifted time.Time
-		switch f.kind {
-		case faultPrimaryKill, faultElectorKill, faultReplicaKill:
-			victim := map[string]string{faultPrimaryKill: primary, faultElectorKill: elector, faultReplicaKill: replica}[f.kind]
-			if err := c.nodes[victim].Kill(); err != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(f.hold)
-			lifted = time.Now()
-			if err := c.nodes[victim].Restart(); err != nil {
-				t.Fatal(err)
-			}
-		case faultReplicaStop, faultMinIOFreeze:
-			pid := srv.PID
-			if f.kind == faultReplicaStop {
-				pid = c.nodes[replica].PID()
-			}
-			if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(f.hold)
-			lifted = time.Now()
-			if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
-				t.Fatal(err)
-			}
-		case faultMinIOKill:
-			srv.Kill()
-			time.Sleep(f.hold)
-			lifted = time.Now()
-			if err := srv.Restart(); err != nil {
-				t.Fatal(err)
-			}
+	return time.Since(lifted), nil
+}
+
+// fault injects f once the cluster is settled, lifts it after f.hold and
+// checks that a write through every node succeeds within r.recover. It
+// reports false (after t.Errorf) when one did not.
+func (r *linRun) fault(f linFault) bool {
+	t, c := r.t, r.c
+	v := r.settled()
+	elector, primary := v.Elector.NodeID, v.Primary.NodeID
+	replica := c.other(elector, primary)
+	before, ops := r.failed.Load(), r.h.Len()
+	t.Logf("%s for %v (elector %s, primary %s, replica %s)", f.kind, f.hold, elector, primary, replica)
+	injected := time.Now()
+	var lifted time.Time
+	switch f.kind {
+	case faultPrimaryKill, faultElectorKill, faultReplicaKill:
+		victim := map[string]string{faultPrimaryKill: primary, faultElectorKill: elector, faultReplicaKill: replica}[f.kind]
+		if err := c.nodes[victim].Kill(); err != nil {
+			t.Fatal(err)
 		}
-		rec, err := writable(lifted)
-		if err != nil {
-			t.Errorf("%s: not recovered: %v", f.kind, err)
-			break
+		time.Sleep(f.hold)
+		lifted = time.Now()
+		if err := c.nodes[victim].Restart(); err != nil {
+			t.Fatal(err)
 		}
-		rec, all := rec.Round(time.Millisecond), (rec + lifted.Sub(injected)).Round(time.Millisecond)
-		recovered = append(recovered, fmt.Sprintf("%s %v", f.kind, rec))
-		t.Logf("%s: a write through every node %v after the fault was lifted (%v after it was injected); %d operations, %d failed or timed out",
-			f.kind, rec, all, h.Len()-ops, failed.Load()-before)
-		settled()
+	case faultReplicaStop, faultMinIOFreeze:
+		pid := r.srv.PID
+		if f.kind == faultReplicaStop {
+			pid = c.nodes[replica].PID()
+		}
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(f.hold)
+		lifted = time.Now()
+		if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+	case faultMinIOKill:
+		r.srv.Kill()
+		time.Sleep(f.hold)
+		lifted = time.Now()
+		if err := r.srv.Restart(); err != nil {
+			t.Fatal(err)
+		}
+	default:
+		lifted = r.netFault(f, elector, primary)
 	}
+	rec, err := r.writable(lifted)
+	if err != nil {
+		t.Errorf("%s: not recovered: %v", f.kind, err)
+		return false
+	}
+	rec, all := rec.Round(time.Millisecond), (rec + lifted.Sub(injected)).Round(time.Millisecond)
+	r.recovered = append(r.recovered, fmt.Sprintf("%s %v", f.kind, rec))
+	t.Logf("%s: a write through every node %v after the fault was lifted (%v after it was injected); %d operations, %d failed or timed out",
+		f.kind, rec, all, r.h.Len()-ops, r.failed.Load()-before)
+	after := r.settled()
+	t.Logf("%s: then elector %s (term %d), primary %s (term %d)", f.kind, after.Elector.NodeID, after.ElectorTerm, after.Primary.NodeID, after.PrimaryTerm)
+	return true
+}
+
+// finish stops the clients, reads every key through every node into the
+// history, and checks it.
+func (r *linRun) finish() {
+	t := r.t
 	time.Sleep(time.Second)
-	close(stop)
-	wg.Wait()
+	close(r.stop)
+	r.wg.Wait()
 	// Every key, read through every node at the end; a node that fails
 	// one is not asked again, so a dead cluster fails in seconds.
-	for n, id := range nodes {
-		for k := range keys {
+	for n, id := range r.nodes {
+		for k := range linKeys {
 			in := lincheck.Input{Op: lincheck.Get, Key: fmt.Sprintf("lin/%d", k)}
-			if _, err := h.Run(t.Context(), 100+n, probes[id], in, 10*time.Second); err != nil {
+			if _, err := r.h.Run(t.Context(), 100+n, r.probes[id], in, 10*time.Second); err != nil {
 				t.Errorf("final read of %s through %s: %v", in.Key, id, err)
 				break
 			}
 		}
 	}
-	t.Logf("recovery after the fault was lifted: %s", strings.Join(recovered, ", "))
-	t.Logf("%d operations, %d failed or timed out", h.Len(), failed.Load())
-	lincheck.Check(t, h.Ops())
+	t.Logf("recovery after the fault was lifted: %s", strings.Join(r.recovered, ", "))
+	t.Logf("%d operations, %d failed or timed out", r.h.Len(), r.failed.Load())
+	lincheck.Check(t, r.h.Ops())
 }
