@@ -219,7 +219,7 @@ func TestDeadReplicaLeavesOnceTipReachesThePrimaryIndexFrozenWhenItWentSilent(t 
 			t.Fatalf("n3 still counted 20 s after the tip reached 30 (n2 now at %d)", c.hb("n2").LatestIndex)
 		}
 		c.primaryWrites("n2", 5, 500*time.Millisecond)
-		time.Sleep(time.Millisecond) // the tip is read on its own goroutine
+		time.Sleep(5 * time.Millisecond) // the tip is read on its own goroutine
 	}
 	if regs, _, _ := discovery.List(t.Context(), c.store); len(regs) != 2 {
 		for i := 0; i < 1000 && len(regs) != 2; i++ {
@@ -274,7 +274,7 @@ func TestDeadPrimaryLeavesOnceTipReachesItsSuccessorsFirstReport(t *testing.T) {
 			t.Fatalf("n2 still counted 20 s after the tip reached 45 (n3 now at %d)", c.hb("n3").LatestIndex)
 		}
 		c.primaryWrites("n3", 5, 500*time.Millisecond)
-		time.Sleep(time.Millisecond) // the tip is read on its own goroutine
+		time.Sleep(5 * time.Millisecond) // the tip is read on its own goroutine
 	}
 }
 
@@ -284,8 +284,12 @@ func TestUnknownTipOrIndexKeepsNodeCounted(t *testing.T) {
 	t.Run("bucket unreachable", func(t *testing.T) {
 		tip := &bucketTip{err: errors.New("connection reset")}
 		c := newCluster(t, -1, "n1", "n2", "n3")
+		// n2 wins the tie, so the dying n3 is a replica the Primary
+		// reports after at once (a dead Primary would wait first for a
+		// successor, elected on goroutines that may lag the fake clock).
+		c.set("n2", func(f *fakeNode) { f.hb.StartTimeUnixNano = 10 })
 		c.begin(-1).withTip(10*time.Second, tip)
-		c.run(5*time.Second, primaryIs("", 1))
+		c.run(5*time.Second, primaryIs("n2", 1))
 		c.set("n3", func(f *fakeNode) { f.reach = refused })
 		c.advance(20 * time.Second)
 		c.run(5*time.Second, func(*netsyv1.ClusterState) bool {
