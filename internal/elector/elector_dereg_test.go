@@ -450,3 +450,48 @@ func TestQuorumZeroDeregistersWithoutTip(t *testing.T) {
 		t.Fatalf("%d tip reads under quorum 0, want none", n)
 	}
 }
+
+// A mark belongs to one Degraded spell: a replica that comes back,
+// receipts more and dies again is bounded by the Primary's report after
+// its second silence, not by the first.
+func TestMarkStartsOverWhenANodeIsDegradedAgain(t *testing.T) {
+	tip := &bucketTip{index: 20}
+	c := newCluster(t, -1, "n1", "n2", "n3")
+	c.set("n2", func(f *fakeNode) { f.hb.LatestIndex, f.hb.StartTimeUnixNano = 20, 10 }) // n2 wins the tie
+	c.set("n3", func(f *fakeNode) { f.hb.LatestIndex = 20 })
+	c.begin(-1).withTip(10*time.Second, tip)
+	c.run(5*time.Second, primaryIs("n2", 1))
+	degraded := func(*netsyv1.ClusterState) bool { return c.status("n3").GetHealth() == netsyv1.HealthState_DEGRADED }
+
+	c.set("n3", func(f *fakeNode) { f.reach = refused })
+	c.set("n2", func(f *fakeNode) { f.hb.LatestIndex = 30 })
+	c.run(5*time.Second, degraded)
+	c.beat() // first mark: 30
+	// n3 returns, catches up to 40, receipts up to 50 and dies again.
+	c.set("n3", func(f *fakeNode) { f.reach, f.hb.LatestIndex = up, 40 })
+	c.set("n2", func(f *fakeNode) { f.hb.LatestIndex = 40 })
+	c.run(5*time.Second, func(*netsyv1.ClusterState) bool { return c.status("n3").GetHealth() == netsyv1.HealthState_HEALTHY })
+	c.set("n3", func(f *fakeNode) { f.reach = refused })
+	c.set("n2", func(f *fakeNode) { f.hb.LatestIndex = 50 })
+	c.run(5*time.Second, degraded)
+	c.beat() // second mark: 50
+
+	tip.set(40, nil)
+	c.primaryWrites("n2", 5, 15*time.Second)
+	c.run(5*time.Second, func(*netsyv1.ClusterState) bool {
+		ns := c.status("n3")
+		return ns == nil || strings.Contains(ns.DeregistrationWait, "object storage holds up to 40")
+	})
+	want := "it last reported log index 40 and the Primary n2 reported 50 after it went silent"
+	if got := c.status("n3").GetDeregistrationWait(); !strings.Contains(got, want) {
+		t.Fatalf("n3 (nil: deregistered): deregistration_wait %q, want it to say %q", got, want)
+	}
+	tip.set(50, nil)
+	for i := 0; c.status("n3") != nil; i++ {
+		if i == 40 {
+			t.Fatal("n3 still counted 20 s after the tip reached 50")
+		}
+		c.primaryWrites("n2", 5, 500*time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // the tip is read on its own goroutine
+	}
+}
