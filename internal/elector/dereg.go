@@ -32,10 +32,26 @@ var errNoTip = errors.New("this Elector has no way to read the bucket's durable 
 // every tick.
 const (
 	waitIndexUnknown = "index_unknown"
-	waitTipUnknown   = "tip_unknown"
-	waitAboveTip     = "above_tip"
-	waitTipPending   = "tip_pending" // the first read is under way
+	// waitNoPrimaryReport: no Active Primary other than the node has
+	// reported since it went silent, so nothing bounds what it receipted.
+	waitNoPrimaryReport = "no_primary_report"
+	// waitNoSuccessor: the node was the Primary, and no successor has
+	// reported yet, so nothing bounds what it acknowledged.
+	waitNoSuccessor = "no_successor"
+	waitTipUnknown  = "tip_unknown"
+	waitAboveTip    = "above_tip"
+	waitTipPending  = "tip_pending" // the first read is under way
 )
+
+// needsTip reports whether a node waiting for this reason waits on the
+// bucket's durable tip (the others wait on something no tip can prove).
+func needsTip(kind string) bool {
+	switch kind {
+	case waitIndexUnknown, waitNoPrimaryReport, waitNoSuccessor:
+		return false
+	}
+	return true
+}
 
 // tipState is the Elector's knowledge of the bucket's durable tip. It is
 // owned by the loop goroutine; reads run on an owned goroutine and report
@@ -59,6 +75,60 @@ type deregWait struct {
 	why  string
 }
 
+// deregMark is the bound on what a silent node may hold beyond its last
+// report (package doc, rule 3): the log index an Active Primary other than
+// the node reported in the first heartbeat this Elector received from it
+// after the node was marked Degraded.
+type deregMark struct {
+	known bool
+	index uint64
+	// from is the Primary that reported it.
+	from string
+}
+
+// markDegraded records that the node became Degraded at now. A new
+// Degraded spell starts a new mark: the node may have caught up (and
+// receipted more) while it was Healthy.
+func (r *nodeRec) markDegraded(now time.Time) {
+	r.health, r.degradedAt, r.mark = netsyv1.HealthState_DEGRADED, now, deregMark{}
+}
+
+// notePrimaryReport takes hb, a heartbeat of the recorded Primary, as the
+// mark of every Degraded node that has none yet, if it comes from an
+// Active Primary at the current term. Whatever a silent node acknowledged
+// or receipted was appended by the Primary it followed, or by itself as
+// Primary, before it went silent; this Primary either is that one or was
+// elected with the node counted, so holds all of it; and its report,
+// received after the node was marked Degraded, is newer than the silence.
+// A mark is frozen: the Primary's later growth does not move it, or a busy
+// cluster would never let a dead node go.
+func (e *Elector) notePrimaryReport(hb *netsyv1.Heartbeat) {
+	if hb.PrimaryState != netsyv1.PrimaryState_ACTIVE || hb.PrimaryId != hb.NodeId || hb.PrimaryTerm != e.primaryTerm {
+		return
+	}
+	for id, r := range e.nodes {
+		if id == hb.NodeId || r.health != netsyv1.HealthState_DEGRADED || r.mark.known {
+			continue
+		}
+		if saysPrimary(r.last) && r.last.PrimaryTerm >= hb.PrimaryTerm {
+			// It said it was the Primary at this term or later: a report
+			// of another at this term is no successor's.
+			continue
+		}
+		r.mark = deregMark{known: true, index: lastIndexOf(hb), from: hb.NodeId}
+	}
+}
+
+// saysPrimary reports whether hb says its node holds (or takes up, or
+// hands off) a primary term.
+func saysPrimary(hb *netsyv1.Heartbeat) bool {
+	switch hb.GetPrimaryState() {
+	case netsyv1.PrimaryState_STARTING, netsyv1.PrimaryState_ACTIVE, netsyv1.PrimaryState_DRAINING:
+		return true
+	}
+	return false
+}
+
 // lastIndexOf is the highest log index a node reported: what it holds
 // fsync'd, and so may have acknowledged (receipted), or what it knew
 // committed, whichever is higher.
@@ -69,37 +139,66 @@ func lastIndexOf(hb *netsyv1.Heartbeat) uint64 {
 	return max(hb.LatestIndex, hb.CommittedIndex)
 }
 
+// deregTarget is the index object storage must hold before a silent node
+// may leave the count: the higher of its last report and its mark.
+func deregTarget(last *netsyv1.Heartbeat, mark deregMark) uint64 {
+	return max(lastIndexOf(last), mark.index)
+}
+
 // deregVerdict decides whether a node that stopped answering may leave the
 // count: only once object storage holds every entry it may have
-// acknowledged. A node never heard from, or an unknown tip, proves nothing,
-// so the answer is no; why says what is missing, kind names it.
-func deregVerdict(last *netsyv1.Heartbeat, tipKnown bool, tip uint64, tipErr error) (ok bool, kind, why string) {
-	switch idx := lastIndexOf(last); {
+// acknowledged or receipted, up to deregTarget. A node never heard from, a
+// node no Primary has reported after (wasPrimary: it is or said it was the
+// Primary), or an unknown tip, proves nothing, so the answer is no; why
+// says what is missing, kind names it.
+func deregVerdict(last *netsyv1.Heartbeat, wasPrimary bool, mark deregMark, tipKnown bool, tip uint64, tipErr error) (ok bool, kind, why string) {
+	idx := lastIndexOf(last)
+	switch {
 	case last == nil:
 		return false, waitIndexUnknown, "its last log index is unknown (this Elector has not heard from it)"
+	case !mark.known && wasPrimary:
+		return false, waitNoSuccessor, fmt.Sprintf("it was the Primary and may have acknowledged entries after its last report (log index %d); "+
+			"it stays counted until a successor is Active and reports its log index", idx)
+	case !mark.known:
+		return false, waitNoPrimaryReport, fmt.Sprintf("it may have receipted entries after its last report (log index %d), "+
+			"and no Active Primary has reported since it went silent", idx)
+	}
+	facts := fmt.Sprintf("it last reported log index %d and the Primary %s reported %d after it went silent", idx, mark.from, mark.index)
+	switch {
 	case !tipKnown:
 		if tipErr == nil {
 			tipErr = errors.New("not read yet")
 		}
-		return false, waitTipUnknown, fmt.Sprintf("it last reported log index %d, and the bucket's durable tip is unknown (%v)", idx, tipErr)
-	case idx > tip:
-		return false, waitAboveTip, fmt.Sprintf("it last reported log index %d; object storage holds up to %d", idx, tip)
+		return false, waitTipUnknown, fmt.Sprintf("%s, and the bucket's durable tip is unknown (%v)", facts, tipErr)
+	case deregTarget(last, mark) > tip:
+		return false, waitAboveTip, fmt.Sprintf("%s; object storage holds up to %d", facts, tip)
 	}
 	return true, "", ""
+}
+
+// wasPrimary reports whether node id is the recorded Primary or last said
+// it was one: what it acknowledged is bounded only by a successor's report.
+func (e *Elector) wasPrimary(id string, r *nodeRec) bool {
+	return e.primary != nil && e.primary.NodeId == id || saysPrimary(r.last)
 }
 
 // mayAutoDeregister applies the deregistration rule to a node Degraded
 // past the timeout, recording and reporting (once per reason) why it must
 // wait.
 func (e *Elector) mayAutoDeregister(id string, r *nodeRec) bool {
-	ok, kind, why := deregVerdict(r.last, e.tip.known, e.tip.index, e.tip.err)
-	if ok || e.cfg.Quorum == 0 {
+	if e.cfg.Quorum == 0 {
 		// Under quorum 0 no node acknowledges an entry before object
-		// storage holds it: whatever it reported is safe by definition.
+		// storage holds it: whatever it reported or receipted is safe by
+		// definition.
 		delete(e.tip.waits, id)
 		return true
 	}
-	if e.tip.known && e.tip.err != nil {
+	ok, kind, why := deregVerdict(r.last, e.wasPrimary(id, r), r.mark, e.tip.known, e.tip.index, e.tip.err)
+	if ok {
+		delete(e.tip.waits, id)
+		return true
+	}
+	if needsTip(kind) && e.tip.known && e.tip.err != nil {
 		why += fmt.Sprintf(" (reading it again failed: %v)", e.tip.err)
 	}
 	if e.tip.waits == nil {
@@ -130,7 +229,7 @@ func (e *Elector) refreshTip(ctx context.Context, now time.Time) {
 			delete(e.tip.waits, id)
 			continue
 		}
-		if w.kind != waitIndexUnknown {
+		if needsTip(w.kind) {
 			need = true
 		}
 	}

@@ -27,22 +27,49 @@
 //     Degraded for longer than the deregistration timeout (0: never) is
 //     deregistered (removed from the map, its nodes/ file deleted; its
 //     member id stays) only once object storage holds every entry it may
-//     have acknowledged: its last reported index (latest or committed, as
-//     this Elector last heard it) is at or below the bucket's durable tip
-//     (Config.DurableTip, read off the loop at most every
-//     DurableTipInterval, and only while a node waits on it). Until then it
-//     stays counted, so the contact rule waits for it: otherwise a stale
+//     have acknowledged or receipted (rule 3a). Until then it stays
+//     counted, so the contact rule waits for it: otherwise a stale
 //     minority could be elected after the Primary and its up-to-date
-//     replicas died with entries the bucket lacks. A node never heard from,
-//     or an unknown tip, proves nothing and also waits. Under quorum 0 the
-//     rule holds by construction (no entry is acknowledged before the
-//     bucket has it), so no tip is read. Why a node waits is logged and
+//     replicas died with entries the bucket lacks. Under quorum 0 the rule
+//     holds by construction (no entry is acknowledged before the bucket
+//     has it), so nothing is waited for. Why a node waits is logged and
 //     emitted once per reason and shown in its
-//     NodeStatus.deregistration_wait. The same rule holds for an operator's
-//     Deregister of a node that does not answer, unless forced (the answer
-//     then says what may be lost); a live node (heard from within the
-//     degradation window, or answering as itself) may always leave. An
-//     unknown node is NotFound (ReasonUnknownNode).
+//     NodeStatus.deregistration_wait. The same rule holds for an
+//     operator's Deregister of a node that does not answer, unless forced
+//     (the answer's last_index is the target below, and the answer says
+//     what may be lost); a live node (heard from within the degradation
+//     window, or answering as itself) may always leave. An unknown node is
+//     NotFound (ReasonUnknownNode).
+//     a. A node's last report is no bound on what it holds: a replica
+//     fsyncs and receipts entries after its last heartbeat to the Elector,
+//     and a Primary acknowledges entries for up to its lease window after
+//     its last one. What bounds it is this: everything a silent node N
+//     could have acknowledged or receipted was appended, before N went
+//     silent, by the Primary N followed or by N itself as Primary; and the
+//     Primary the Elector names, if it is not N, is that Primary or was
+//     elected with N still counted, so it holds all of it. So the Elector
+//     records, per Degraded node, the mark: the log index in the first
+//     heartbeat it receives, after it marked N Degraded, from the Active
+//     Primary at the current term, if that Primary is not N (and, if N
+//     last said it was a Primary, is at a higher term). The mark is frozen
+//     (a busy Primary's later growth would otherwise keep N counted
+//     forever) and starts over if N is Degraded again. The report is newer
+//     than N's silence: N was marked Degraded only after two of its
+//     heartbeats went missing, so it stopped at least one interval before
+//     the mark was taken (the mark is the Primary's fsync'd index: it
+//     assumes the Primary's fsync of what it streamed lags less than that
+//     interval). N leaves only once the bucket's durable tip
+//     (Config.DurableTip, read off the loop at most every
+//     DurableTipInterval, and only while a node waits on it) is at or
+//     above max(N's last reported index, latest or committed, and its
+//     mark). A node with no mark stays counted whatever the tip: a dead
+//     Primary (or one that last said it was) until a successor, elected
+//     under the contact rule with it still counted, is Active and reports;
+//     a dead replica until the Primary reports. A node never heard from,
+//     or an unknown tip, proves nothing and also waits. Loss of the
+//     Primary and every replica that receipted its last entries therefore
+//     stops the cluster until one of them returns or an operator forces
+//     them out, stating what may be lost.
 //  4. An election starts when there is no Primary, when the Primary is
 //     Degraded or says it is no longer Active, or for a handoff. A round
 //     that fails is retried RetryInterval (500 ms) after it ended, not

@@ -91,8 +91,9 @@ type Config struct {
 	// DurableTip reads the highest log index object storage holds
 	// (objwal.DurableTip over Store). A node Degraded past the
 	// deregistration timeout is deregistered only once its last reported
-	// index is at or below it; nil: the tip is never known, so no node
-	// that stopped answering is ever deregistered without force.
+	// index and its mark (package doc, rule 3a) are at or below it; nil:
+	// the tip is never known, so no node that stopped answering is ever
+	// deregistered without force (except under quorum 0).
 	DurableTip func(ctx context.Context) (index uint64, err error)
 	// DurableTipInterval is the least time between two reads of the tip
 	// while a node waits on it (default 3s).
@@ -154,6 +155,12 @@ type nodeRec struct {
 	// this Elector took over, for a node not heard from).
 	health     netsyv1.HealthState
 	degradedAt time.Time
+	// mark bounds what the node may have acknowledged or receipted after
+	// its last report: the log index an Active Primary other than it
+	// reported in the first heartbeat this Elector received from it after
+	// the node was marked Degraded (dereg.go). Frozen once taken, cleared
+	// when the node is marked Degraded again.
+	mark deregMark
 }
 
 // Elector runs tier 2 while its lock is held. Create one per lock term.
@@ -543,8 +550,7 @@ func (e *Elector) tick(ctx context.Context, now time.Time) {
 	for id, r := range e.nodes {
 		silent := r.lastAt.IsZero() && now.Sub(e.started) > missed || !r.lastAt.IsZero() && now.Sub(r.lastAt) > missed
 		if silent && r.health != netsyv1.HealthState_DEGRADED {
-			r.health = netsyv1.HealthState_DEGRADED
-			r.degradedAt = now
+			r.markDegraded(now)
 			e.emit("node_degraded", id, "missed 2 heartbeats")
 			e.log.Warn("node Degraded: missed 2 heartbeats", "node", id)
 		}
@@ -554,9 +560,9 @@ func (e *Elector) tick(ctx context.Context, now time.Time) {
 				continue
 			}
 			e.log.Warn("deregistering a node Degraded for longer than the deregistration timeout", "node", id, "timeout", e.cfg.DeregistrationTimeout,
-				"last_index", lastIndexOf(r.last), "durable_tip", e.tip.index)
+				"last_index", lastIndexOf(r.last), "primary_index", r.mark.index, "primary", r.mark.from, "durable_tip", e.tip.index)
 			delete(e.nodes, id)
-			e.emit("node_deregistered", id, "degraded longer than the deregistration timeout; object storage holds every entry it reported")
+			e.emit("node_deregistered", id, "degraded longer than the deregistration timeout; object storage holds every entry it may have acknowledged")
 			e.goOwned(func() {
 				if err := discovery.Deregister(ctx, e.cfg.Store, id); err != nil && ctx.Err() == nil {
 					e.log.Warn("delete a node's registration", "node", id, "error", err)
@@ -594,7 +600,7 @@ func (e *Elector) probePrimary(ctx context.Context, p *netsyv1.NodeInfo) {
 		}
 		_ = e.do(ctx, true, func() error {
 			if r := e.nodes[p.NodeId]; r != nil && e.primary != nil && e.primary.NodeId == p.NodeId && r.health != netsyv1.HealthState_DEGRADED {
-				r.health, r.degradedAt = netsyv1.HealthState_DEGRADED, e.cfg.Clock.Now()
+				r.markDegraded(e.cfg.Clock.Now())
 				e.emit("node_degraded", p.NodeId, "it did not answer a probe")
 				e.log.Warn("the Primary is late and did not answer a probe; electing a new one once its lease has run out", "node", p.NodeId, "error", err)
 			}
@@ -631,7 +637,7 @@ func (e *Elector) Heartbeat(ctx context.Context, hb *netsyv1.Heartbeat) (*netsyv
 				e.log.Info("node Healthy again", "node", hb.NodeId)
 			}
 			if h == netsyv1.HealthState_DEGRADED {
-				r.degradedAt = now
+				r.markDegraded(now)
 				e.emit("node_degraded", hb.NodeId, "it says it is Degraded")
 			}
 			r.health = h
@@ -639,6 +645,7 @@ func (e *Elector) Heartbeat(ctx context.Context, hb *netsyv1.Heartbeat) (*netsyv
 		fromPrimary := e.primary != nil && hb.NodeId == e.primary.NodeId
 		if fromPrimary {
 			e.heardPrimary = now
+			e.notePrimaryReport(hb)
 		}
 		if hb.PrimaryRefused && e.primary != nil && hb.PrimaryId == e.primary.NodeId && !e.electing {
 			// A replica's stream to the Primary was refused: check now.
@@ -724,28 +731,37 @@ func (e *Elector) Deregister(ctx context.Context, nodeID string) error {
 // from within the degradation window, or one whose peer address answers as
 // that node) always may: it leaves gracefully, after draining. A node that
 // does not answer leaves the count only under the rule of automatic
-// deregistration (its last reported index at or below the bucket's durable
-// tip); otherwise the call fails with FailedPrecondition and
-// ReasonNotDurable, unless force is set, in which case it is removed and
-// the answer says what may be lost.
+// deregistration (package doc, rule 3a: its last reported index and the
+// index the Primary reported after it went silent at or below the bucket's
+// durable tip; the answer's last_index is the higher of the two);
+// otherwise the call fails with FailedPrecondition and ReasonNotDurable,
+// unless force is set, in which case it is removed and the answer says
+// what may be lost.
 func (e *Elector) DeregisterNode(ctx context.Context, nodeID string, force bool) (*netsyv1.DeregisterNodeResponse, error) {
 	if err := discovery.ValidateNodeID(nodeID); err != nil {
 		return nil, &peer.CodedError{C: codes.InvalidArgument, R: peer.ReasonUnknownNode, Msg: err.Error()}
 	}
 	var (
-		info      *netsyv1.NodeInfo
-		last      *netsyv1.Heartbeat
-		isPrimary bool
-		live      bool
-		unknown   bool
+		info       *netsyv1.NodeInfo
+		last       *netsyv1.Heartbeat
+		mark       deregMark
+		isPrimary  bool
+		wasPrimary bool
+		live       bool
+		unknown    bool
 	)
 	if err := e.do(ctx, true, func() error {
 		r := e.nodes[nodeID]
 		if unknown = r == nil; unknown {
 			return nil
 		}
-		info, last = r.info, r.last
+		info, last, mark = r.info, r.last, r.mark
+		if r.health != netsyv1.HealthState_DEGRADED {
+			// Not marked Degraded yet: no report bounds its silence.
+			mark = deregMark{}
+		}
 		isPrimary = e.primary != nil && e.primary.NodeId == nodeID
+		wasPrimary = e.wasPrimary(nodeID, r)
 		live = nodeID == e.cfg.Self.NodeId ||
 			!r.lastAt.IsZero() && e.cfg.Clock.Now().Sub(r.lastAt) <= 2*e.cfg.HeartbeatInterval
 		return nil
@@ -775,14 +791,26 @@ func (e *Elector) DeregisterNode(ctx context.Context, nodeID string, force bool)
 	resp.LastIndex, resp.LastIndexKnown = lastIndexOf(last), last != nil
 	detail := ""
 	if !live && e.cfg.Quorum != 0 { // under quorum 0 the bucket holds every acknowledged entry
-		tip, tipErr := e.readTip(ctx)
-		resp.DurableTip, resp.DurableTipKnown = tip, tipErr == nil
-		if ok, _, why := deregVerdict(last, tipErr == nil, tip, tipErr); !ok {
+		// What it may have acknowledged is bounded by its mark, not its
+		// last report (package doc, rule 3a): the answer reports the
+		// target, and with no mark yet the index is unknown.
+		resp.LastIndex, resp.LastIndexKnown = deregTarget(last, mark), last != nil && mark.known
+		var tip uint64
+		var tipErr error = errors.New("not read: nothing bounds what it may have acknowledged")
+		if resp.LastIndexKnown {
+			tip, tipErr = e.readTip(ctx)
+			resp.DurableTip, resp.DurableTipKnown = tip, tipErr == nil
+		}
+		if ok, kind, why := deregVerdict(last, wasPrimary, mark, tipErr == nil, tip, tipErr); !ok {
 			if !force {
+				hint := "for object storage to catch up"
+				if !needsTip(kind) {
+					hint = "for an Active Primary to report its log index"
+				}
 				return nil, &peer.CodedError{C: codes.FailedPrecondition, R: peer.ReasonNotDurable, Msg: fmt.Sprintf(
 					"node %s is not answering and %s: removing it could lose acknowledged writes; "+
-						"wait for it to come back (or for object storage to catch up), or force it out (netsyctl deregister --force %s)",
-					nodeID, why, nodeID)}
+						"wait for it to come back (or %s), or force it out (netsyctl deregister --force %s)",
+					nodeID, why, hint, nodeID)}
 			}
 			resp.Forced = true
 			detail = "forced: " + LossSummary(nodeID, resp)

@@ -86,49 +86,44 @@ func (c *cluster) advance(d time.Duration) {
 	}
 }
 
-// The scenario in miniature: the Primary (n2) and the up-to-date
-// replica (n3) acknowledged entries up to 50 while object storage held only
-// up to 10, then both died. The stale node n1 is the Elector. Past the
-// deregistration timeout neither may leave the count, so n1 (1 of 3) is
-// not elected over a history without the acknowledged entries; once the
-// bucket's durable tip reaches their last reported indexes they are
-// deregistered and n1 is elected. The previous Primary is no exception.
-func TestDeadNodesStayCountedUntilBucketHoldsTheirEntries(t *testing.T) {
+// The acknowledgement window after a node's last report, in miniature:
+// the Primary (n2) and the up-to-date replica (n3) last reported index 50,
+// which the bucket holds, then acknowledged more writes (n2's fsync and
+// n3's receipt) and died before reporting them. The stale node n1 (index
+// 10) is the Elector. Past the deregistration timeout neither may leave
+// the count, however far the tip gets: no Active Primary other than them
+// has reported since they went silent, so nothing bounds what they
+// acknowledged, and n1 (1 of 3) is never elected over a history without
+// those writes.
+func TestDeadPrimaryAndReplicaStayCountedThoughTheirLastReportsAreDurable(t *testing.T) {
 	for _, quorum := range []int{-1, 1} {
 		t.Run(map[int]string{-1: "majority", 1: "static"}[quorum], func(t *testing.T) {
-			tip := &bucketTip{index: 10}
+			tip := &bucketTip{index: 50}
 			c := newCluster(t, quorum, "n1", "n2", "n3")
 			c.set("n2", func(f *fakeNode) { f.hb.LatestIndex = 50 })
-			c.set("n3", func(f *fakeNode) { f.hb.LatestIndex, f.hb.CommittedIndex = 44, 49 })
+			c.set("n3", func(f *fakeNode) { f.hb.LatestIndex, f.hb.CommittedIndex = 48, 50 })
 			c.begin(quorum).withTip(10*time.Second, tip)
 			c.run(5*time.Second, primaryIs("n2", 1))
 			c.set("n2", func(f *fakeNode) { f.reach = refused })
 			c.set("n3", func(f *fakeNode) { f.reach = refused })
 
 			c.advance(30 * time.Second)
-			// The tip is read on its own goroutine: wait until its answer
-			// is in both nodes' reasons.
 			cs, _ := c.run(5*time.Second, func(cs *netsyv1.ClusterState) bool {
 				n := 0
 				for _, ns := range cs.Nodes {
-					if strings.Contains(ns.DeregistrationWait, "object storage holds up to 10") {
+					if ns.DeregistrationWait != "" && !strings.Contains(ns.DeregistrationWait, "not read yet") {
 						n++
 					}
 				}
 				return n == 2 || cs.RegisteredNodes != 3
 			})
-			// The state keeps naming the old Primary while no successor can
-			// be elected (a round that fails does not drop it).
-			if cs.RegisteredNodes != 3 || cs.Primary != nil && cs.Primary.NodeId != "n2" {
-				t.Fatalf("after 30 s: registered %d, Primary %v; want 3 and no successor (n2 and n3 hold entries the bucket lacks)",
-					cs.RegisteredNodes, cs.Primary)
-			}
-			if regs, _, _ := discovery.List(t.Context(), c.store); len(regs) != 3 {
-				t.Fatalf("%d registration files left, want 3", len(regs))
+			if cs.RegisteredNodes != 3 || cs.PrimaryTerm != 1 {
+				t.Fatalf("after 30 s: registered %d, Primary %v at term %d; want 3 and no new one (n2 and n3 may hold acknowledged entries past their last reports)",
+					cs.RegisteredNodes, cs.Primary, cs.PrimaryTerm)
 			}
 			for id, want := range map[string]string{
-				"n2": "last reported log index 50; object storage holds up to 10",
-				"n3": "last reported log index 49; object storage holds up to 10",
+				"n2": "it was the Primary",
+				"n3": "no Active Primary has reported since it went silent",
 			} {
 				if got := c.status(id).GetDeregistrationWait(); !strings.Contains(got, want) {
 					t.Errorf("%s: deregistration_wait %q, want it to say %q", id, got, want)
@@ -137,27 +132,149 @@ func TestDeadNodesStayCountedUntilBucketHoldsTheirEntries(t *testing.T) {
 					t.Errorf("%s: %d deregistration_waiting events, want 1 (once per reason)", id, n)
 				}
 			}
-			// At most one read per interval (3 s) while nodes wait, not one per
-			// tick (80 ticks); under load a read may lag behind the fake clock.
-			if n := tip.reads.Load(); n < 1 || n > 8 {
-				t.Errorf("%d tip reads in ~20 s of waiting, want a read every few seconds", n)
+			if n := tip.reads.Load(); n != 0 {
+				t.Errorf("%d tip reads, want none: no tip can bound what they acknowledged", n)
 			}
 
-			// The bucket catches up with n3 but not n2: only n3 goes.
-			tip.set(49, nil)
-			c.run(10*time.Second, func(cs *netsyv1.ClusterState) bool { return cs.RegisteredNodes == 2 })
-			if c.status("n2") == nil || c.status("n3") != nil {
-				t.Fatal("want n3 deregistered and n2 (the previous Primary, index 50) still counted")
+			// The bucket gets far ahead (another writer cannot exist, but
+			// the tip is no bound without a Primary's report): still counted.
+			tip.set(1000, nil)
+			c.advance(30 * time.Second)
+			if cs, _ := c.run(time.Second, func(*netsyv1.ClusterState) bool { return true }); cs.RegisteredNodes != 3 || cs.PrimaryTerm != 1 {
+				t.Fatalf("with the tip at 1000: registered %d, Primary %v at term %d; want 3 and no new one", cs.RegisteredNodes, cs.Primary, cs.PrimaryTerm)
 			}
-			if cs, _ := c.e.ClusterState(t.Context(), false); cs.Primary != nil && cs.Primary.NodeId != "n2" {
-				t.Fatalf("elected %s while n2 still holds entries the bucket lacks", cs.Primary.NodeId)
-			}
-			tip.set(50, nil)
-			c.run(10*time.Second, primaryIs("n1", 0))
-			if cs, _ := c.e.ClusterState(t.Context(), false); cs.RegisteredNodes != 1 {
-				t.Fatalf("registered %d after the bucket caught up, want 1", cs.RegisteredNodes)
+			if regs, _, _ := discovery.List(t.Context(), c.store); len(regs) != 3 {
+				t.Fatalf("%d registration files left, want 3", len(regs))
 			}
 		})
+	}
+}
+
+// hb returns a copy of node id's current heartbeat.
+func (c *cluster) hb(id string) *netsyv1.Heartbeat {
+	c.peers.mu.Lock()
+	defer c.peers.mu.Unlock()
+	return cloneHB(c.peers.nodes[id].hb)
+}
+
+// primaryWrites moves time in heartbeat steps with every node that is up
+// beating, the Primary id appending step entries before each beat.
+func (c *cluster) primaryWrites(id string, step uint64, d time.Duration) {
+	for t := time.Duration(0); t < d; t += 500 * time.Millisecond {
+		c.set(id, func(f *fakeNode) { f.hb.LatestIndex += step })
+		c.beat()
+		c.clk.Advance(500 * time.Millisecond)
+	}
+}
+
+// A dead replica may have receipted entries after its last report, but
+// only ones its Primary appended before it went silent: it leaves once the
+// tip reaches the index the Primary reported in its first heartbeat after
+// the replica was marked Degraded, though the Primary keeps writing (a
+// moving target would keep it counted in any busy cluster).
+func TestDeadReplicaLeavesOnceTipReachesThePrimaryIndexFrozenWhenItWentSilent(t *testing.T) {
+	tip := &bucketTip{index: 20}
+	c := newCluster(t, -1, "n1", "n2", "n3")
+	c.set("n2", func(f *fakeNode) { f.hb.LatestIndex, f.hb.StartTimeUnixNano = 20, 10 }) // n2 wins the tie
+	c.set("n3", func(f *fakeNode) { f.hb.LatestIndex = 20 })
+	c.begin(-1).withTip(10*time.Second, tip)
+	c.run(5*time.Second, primaryIs("n2", 1))
+	// n3 last reported 20, then receipted up to 30 and died.
+	c.set("n3", func(f *fakeNode) { f.reach = refused })
+	c.set("n2", func(f *fakeNode) { f.hb.LatestIndex = 30 })
+	c.run(5*time.Second, func(*netsyv1.ClusterState) bool {
+		return c.status("n3").GetHealth() == netsyv1.HealthState_DEGRADED
+	})
+	c.beat() // n2's first report after n3 was marked Degraded: 30
+
+	c.primaryWrites("n2", 5, 20*time.Second)
+	c.run(5*time.Second, func(*netsyv1.ClusterState) bool {
+		ns := c.status("n3")
+		return ns == nil || strings.Contains(ns.DeregistrationWait, "object storage holds up to 20")
+	})
+	if c.status("n3") == nil {
+		t.Fatal("n3 deregistered with the tip at 20: it may have receipted entries up to 30 (n2's index when it went silent)")
+	}
+	want := "it last reported log index 20 and the Primary n2 reported 30 after it went silent; object storage holds up to 20"
+	if got := c.status("n3").GetDeregistrationWait(); !strings.Contains(got, want) {
+		t.Fatalf("n3: deregistration_wait %q, want it to say %q", got, want)
+	}
+	if n := c.events("deregistration_waiting", "n3"); n != 1 {
+		t.Errorf("%d deregistration_waiting events, want 1 (once per reason)", n)
+	}
+	// At most one read per interval (3 s) while n3 waits, not one per tick
+	// (about 40); under load a read may lag behind the fake clock.
+	if n := tip.reads.Load(); n < 1 || n > 8 {
+		t.Errorf("%d tip reads in ~10 s of waiting, want a read every few seconds", n)
+	}
+
+	tip.set(29, nil)
+	c.primaryWrites("n2", 5, 10*time.Second)
+	c.run(5*time.Second, func(*netsyv1.ClusterState) bool {
+		return strings.Contains(c.status("n3").GetDeregistrationWait(), "object storage holds up to 29")
+	})
+	tip.set(30, nil)
+	for i := 0; c.status("n3") != nil; i++ {
+		if i == 40 {
+			t.Fatalf("n3 still counted 20 s after the tip reached 30 (n2 now at %d)", c.hb("n2").LatestIndex)
+		}
+		c.primaryWrites("n2", 5, 500*time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // the tip is read on its own goroutine
+	}
+	if regs, _, _ := discovery.List(t.Context(), c.store); len(regs) != 2 {
+		for i := 0; i < 1000 && len(regs) != 2; i++ {
+			time.Sleep(time.Millisecond) // the file is deleted on its own goroutine
+			regs, _, _ = discovery.List(t.Context(), c.store)
+		}
+		if len(regs) != 2 {
+			t.Fatalf("%d registration files, want 2", len(regs))
+		}
+	}
+}
+
+// A dead Primary may have acknowledged entries after its last report; a
+// successor, elected with it still counted, holds all of them. It stays
+// counted until the successor is Active and the tip reaches the index the
+// successor reported first, however far the successor writes on.
+func TestDeadPrimaryLeavesOnceTipReachesItsSuccessorsFirstReport(t *testing.T) {
+	tip := &bucketTip{index: 40}
+	c := newCluster(t, -1, "n1", "n2", "n3")
+	c.set("n2", func(f *fakeNode) { f.hb.LatestIndex, f.hb.StartTimeUnixNano = 40, 10 }) // n2 wins the tie
+	c.set("n3", func(f *fakeNode) { f.hb.LatestIndex = 40 })
+	c.begin(-1).withTip(10*time.Second, tip)
+	c.run(5*time.Second, primaryIs("n2", 1))
+	// n2 last reported 40, acknowledged up to 45 with n3's receipts, died.
+	c.set("n2", func(f *fakeNode) { f.reach = refused })
+	c.set("n3", func(f *fakeNode) { f.hb.LatestIndex = 45 })
+	c.run(5*time.Second, func(cs *netsyv1.ClusterState) bool {
+		return primaryIs("n3", 2)(cs) && c.hb("n3").PrimaryState == netsyv1.PrimaryState_ACTIVE // the push has arrived
+	})
+	c.beat() // n3's first report as the Active Primary: 45
+
+	c.primaryWrites("n3", 5, 20*time.Second)
+	c.run(5*time.Second, func(*netsyv1.ClusterState) bool {
+		ns := c.status("n2")
+		return ns == nil || strings.Contains(ns.DeregistrationWait, "object storage holds up to 40")
+	})
+	if c.status("n2") == nil {
+		t.Fatal("n2 deregistered with the tip at 40: it may have acknowledged entries up to 45 (n3's first report as its successor)")
+	}
+	want := "it last reported log index 40 and the Primary n3 reported 45 after it went silent; object storage holds up to 40"
+	if got := c.status("n2").GetDeregistrationWait(); !strings.Contains(got, want) {
+		t.Fatalf("n2: deregistration_wait %q, want it to say %q", got, want)
+	}
+	tip.set(44, nil)
+	c.primaryWrites("n3", 5, 10*time.Second)
+	c.run(5*time.Second, func(*netsyv1.ClusterState) bool {
+		return strings.Contains(c.status("n2").GetDeregistrationWait(), "object storage holds up to 44")
+	})
+	tip.set(45, nil)
+	for i := 0; c.status("n2") != nil; i++ {
+		if i == 40 {
+			t.Fatalf("n2 still counted 20 s after the tip reached 45 (n3 now at %d)", c.hb("n3").LatestIndex)
+		}
+		c.primaryWrites("n3", 5, 500*time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // the tip is read on its own goroutine
 	}
 }
 
@@ -167,8 +284,12 @@ func TestUnknownTipOrIndexKeepsNodeCounted(t *testing.T) {
 	t.Run("bucket unreachable", func(t *testing.T) {
 		tip := &bucketTip{err: errors.New("connection reset")}
 		c := newCluster(t, -1, "n1", "n2", "n3")
+		// n2 wins the tie, so the dying n3 is a replica the Primary
+		// reports after at once (a dead Primary would wait first for a
+		// successor, elected on goroutines that may lag the fake clock).
+		c.set("n2", func(f *fakeNode) { f.hb.StartTimeUnixNano = 10 })
 		c.begin(-1).withTip(10*time.Second, tip)
-		c.run(5*time.Second, primaryIs("", 1))
+		c.run(5*time.Second, primaryIs("n2", 1))
 		c.set("n3", func(f *fakeNode) { f.reach = refused })
 		c.advance(20 * time.Second)
 		c.run(5*time.Second, func(*netsyv1.ClusterState) bool {
@@ -221,24 +342,28 @@ func TestDeregisterUnknownNodeIsNotFound(t *testing.T) {
 	}
 }
 
-// A dead node whose entries the bucket lacks is refused without force,
-// removed with it (the answer says what may be lost); a live node leaving
-// by itself is always allowed.
+// A dead node whose entries the bucket may lack is refused without force,
+// removed with it (the answer says what may be lost, up to the index the
+// Primary reported after it went silent); a live node leaving by itself is
+// always allowed; a dead replica is allowed once the bucket holds what the
+// Primary reported after it went silent; a dead Primary with no successor
+// to report is refused whatever the tip.
 func TestDeregisterDeadNodeNeedsForceUnlessDurable(t *testing.T) {
 	tip := &bucketTip{index: 1190}
-	c := newCluster(t, -1, "n1", "n2", "n3", "n4")
+	c := newCluster(t, -1, "n1", "n2", "n3", "n4", "n5")
 	c.set("n2", func(f *fakeNode) { f.hb.LatestIndex = 1234 })
 	c.set("n3", func(f *fakeNode) { f.hb.LatestIndex = 1234 })
 	c.set("n4", func(f *fakeNode) { f.hb.LatestIndex = 1300 })
+	c.set("n5", func(f *fakeNode) { f.hb.LatestIndex = 1250 })
 	c.begin(-1).withTip(0, tip)
 	c.run(5*time.Second, primaryIs("n4", 1))
 	c.set("n2", func(f *fakeNode) { f.reach = refused })
-	c.advance(2 * time.Second)
+	c.advance(2 * time.Second) // n2 is Degraded, then n4 reports 1300
 
 	_, err := c.deregister("n2", false)
 	if peer.ReasonOf(err) != peer.ReasonNotDurable || status.Code(err) != codes.FailedPrecondition ||
-		!strings.Contains(err.Error(), "last reported log index 1234; object storage holds up to 1190") {
-		t.Fatalf("deregister a dead n2 ahead of the bucket = %v, want FailedPrecondition NOT_DURABLE naming both indexes", err)
+		!strings.Contains(err.Error(), "last reported log index 1234 and the Primary n4 reported 1300 after it went silent; object storage holds up to 1190") {
+		t.Fatalf("deregister a dead n2 ahead of the bucket = %v, want FailedPrecondition NOT_DURABLE naming the indexes", err)
 	}
 	if c.status("n2") == nil {
 		t.Fatal("a refused deregistration removed n2")
@@ -247,18 +372,18 @@ func TestDeregisterDeadNodeNeedsForceUnlessDurable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !resp.Forced || resp.LastIndex != 1234 || resp.DurableTip != 1190 {
-		t.Fatalf("forced answer %v", resp)
+	if !resp.Forced || resp.LastIndex != 1300 || !resp.LastIndexKnown || resp.DurableTip != 1190 {
+		t.Fatalf("forced answer %v, want last_index 1300 (what n4 reported after n2 went silent)", resp)
 	}
-	want := "node n2 last reported index 1234; object storage holds up to 1190; up to 44 acknowledged entries may be lost"
+	want := "node n2 last reported index 1300; object storage holds up to 1190; up to 110 acknowledged entries may be lost"
 	if got := LossSummary("n2", resp); got != want {
 		t.Fatalf("loss summary\n got %q\nwant %q", got, want)
 	}
 	if c.status("n2") != nil {
 		t.Fatal("forced deregistration left n2 registered")
 	}
-	if regs, _, _ := discovery.List(t.Context(), c.store); len(regs) != 3 {
-		t.Fatalf("%d registration files, want 3", len(regs))
+	if regs, _, _ := discovery.List(t.Context(), c.store); len(regs) != 4 {
+		t.Fatalf("%d registration files, want 4", len(regs))
 	}
 
 	// n3 is alive (heartbeating) with entries the bucket lacks: it leaves
@@ -268,13 +393,27 @@ func TestDeregisterDeadNodeNeedsForceUnlessDurable(t *testing.T) {
 		t.Fatalf("live n3 deregistering = %v, %v; want allowed", resp, err)
 	}
 
-	// A dead node whose entries are all in the bucket needs no force.
-	c.set("n1", func(f *fakeNode) {}) // n1 is the Elector itself: always live
+	// A dead replica whose entries, up to what the Primary reported after
+	// it went silent, are all in the bucket needs no force.
+	c.set("n5", func(f *fakeNode) { f.reach = refused })
+	c.advance(2 * time.Second)
 	tip.set(1300, nil)
+	if resp, err = c.deregister("n5", false); err != nil || resp.Forced || resp.LastIndex != 1300 {
+		t.Fatalf("dead n5 within the bucket's tip = %v, %v; want allowed, last_index 1300", resp, err)
+	}
+
+	// A dead Primary may have acknowledged entries after its last report,
+	// and no successor has reported (n1 alone cannot be elected): refused.
+	tip.set(5000, nil)
 	c.set("n4", func(f *fakeNode) { f.hb.PrimaryState = netsyv1.PrimaryState_REPLICA; f.reach = refused })
 	c.advance(2 * time.Second)
-	if resp, err = c.deregister("n4", false); err != nil || resp.Forced {
-		t.Fatalf("dead n4 within the bucket's tip = %v, %v; want allowed", resp, err)
+	_, err = c.deregister("n4", false)
+	if peer.ReasonOf(err) != peer.ReasonNotDurable || !strings.Contains(err.Error(), "it was the Primary") {
+		t.Fatalf("deregister the dead Primary n4 with no successor = %v, want NOT_DURABLE saying it was the Primary", err)
+	}
+	resp, err = c.deregister("n4", true)
+	if err != nil || !resp.Forced || resp.LastIndexKnown {
+		t.Fatalf("forced n4 = %v, %v; want forced with its index unknown", resp, err)
 	}
 }
 
@@ -309,5 +448,50 @@ func TestQuorumZeroDeregistersWithoutTip(t *testing.T) {
 	c.run(20*time.Second, func(cs *netsyv1.ClusterState) bool { return cs.RegisteredNodes == 2 })
 	if n := tip.reads.Load(); n != 0 {
 		t.Fatalf("%d tip reads under quorum 0, want none", n)
+	}
+}
+
+// A mark belongs to one Degraded spell: a replica that comes back,
+// receipts more and dies again is bounded by the Primary's report after
+// its second silence, not by the first.
+func TestMarkStartsOverWhenANodeIsDegradedAgain(t *testing.T) {
+	tip := &bucketTip{index: 20}
+	c := newCluster(t, -1, "n1", "n2", "n3")
+	c.set("n2", func(f *fakeNode) { f.hb.LatestIndex, f.hb.StartTimeUnixNano = 20, 10 }) // n2 wins the tie
+	c.set("n3", func(f *fakeNode) { f.hb.LatestIndex = 20 })
+	c.begin(-1).withTip(10*time.Second, tip)
+	c.run(5*time.Second, primaryIs("n2", 1))
+	degraded := func(*netsyv1.ClusterState) bool { return c.status("n3").GetHealth() == netsyv1.HealthState_DEGRADED }
+
+	c.set("n3", func(f *fakeNode) { f.reach = refused })
+	c.set("n2", func(f *fakeNode) { f.hb.LatestIndex = 30 })
+	c.run(5*time.Second, degraded)
+	c.beat() // first mark: 30
+	// n3 returns, catches up to 40, receipts up to 50 and dies again.
+	c.set("n3", func(f *fakeNode) { f.reach, f.hb.LatestIndex = up, 40 })
+	c.set("n2", func(f *fakeNode) { f.hb.LatestIndex = 40 })
+	c.run(5*time.Second, func(*netsyv1.ClusterState) bool { return c.status("n3").GetHealth() == netsyv1.HealthState_HEALTHY })
+	c.set("n3", func(f *fakeNode) { f.reach = refused })
+	c.set("n2", func(f *fakeNode) { f.hb.LatestIndex = 50 })
+	c.run(5*time.Second, degraded)
+	c.beat() // second mark: 50
+
+	tip.set(40, nil)
+	c.primaryWrites("n2", 5, 15*time.Second)
+	c.run(5*time.Second, func(*netsyv1.ClusterState) bool {
+		ns := c.status("n3")
+		return ns == nil || strings.Contains(ns.DeregistrationWait, "object storage holds up to 40")
+	})
+	want := "it last reported log index 40 and the Primary n2 reported 50 after it went silent"
+	if got := c.status("n3").GetDeregistrationWait(); !strings.Contains(got, want) {
+		t.Fatalf("n3 (nil: deregistered): deregistration_wait %q, want it to say %q", got, want)
+	}
+	tip.set(50, nil)
+	for i := 0; c.status("n3") != nil; i++ {
+		if i == 40 {
+			t.Fatal("n3 still counted 20 s after the tip reached 50")
+		}
+		c.primaryWrites("n2", 5, 500*time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // the tip is read on its own goroutine
 	}
 }
