@@ -12,13 +12,18 @@ import (
 )
 
 // quorumReady waits until the Primary counts enough replicas to
-// acknowledge writes on their receipts, and returns it.
+// acknowledge writes on their receipts, and no longer runs the Elector
+// too, and returns it. Moving the Elector off the Primary hands the lock
+// to a new Elector that answers nothing until it has loaded, so the
+// Primary's 100 ms lease lapses meanwhile and its writes fall back to
+// object storage: a test of quorum acknowledgement starts after that.
 func (c *testCluster) quorumReady(timeout time.Duration) string {
 	c.t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
 		p := c.ready(timeout)
-		if st := c.node(p).roles.Replication(); st != nil && !st.Fallback {
+		n := c.node(p)
+		if st := n.roles.Replication(); st != nil && !st.Fallback && n.roles.RunningElector() == nil {
 			return p
 		}
 		if time.Now().After(deadline) {
