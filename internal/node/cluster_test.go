@@ -26,13 +26,14 @@ import (
 
 // testCluster runs several nodes in this process: one in-memory bucket,
 // an in-memory peer network, real client ports on loopback and short
-// timings (heartbeats every 50 ms, an Elector lease of 1.5 s).
+// timings (heartbeats every 50 ms unless set, an Elector lease of 1.5 s).
 type testCluster struct {
 	t      *testing.T
 	net    *memnet.Net
 	store  objstore.Store
 	faults *faulty.Store // store, with faults injected on demand
 	quorum int
+	hb     time.Duration // heartbeat interval
 
 	mu    sync.Mutex
 	nodes map[string]*Node
@@ -42,7 +43,13 @@ type testCluster struct {
 }
 
 func newTestCluster(t *testing.T, quorum int, ids ...string) *testCluster {
-	c := &testCluster{t: t, net: memnet.New(), faults: faulty.New(mem.New(clock.Real()), clock.Real()), quorum: quorum,
+	return newTestClusterBeating(t, quorum, 50*time.Millisecond, ids...)
+}
+
+// newTestClusterBeating is newTestCluster with another heartbeat interval
+// (the Primary's lease is two of them).
+func newTestClusterBeating(t *testing.T, quorum int, hb time.Duration, ids ...string) *testCluster {
+	c := &testCluster{t: t, net: memnet.New(), faults: faulty.New(mem.New(clock.Real()), clock.Real()), quorum: quorum, hb: hb,
 		nodes: map[string]*Node{}, dirs: map[string]string{}, addrs: map[string][2]string{}, names: map[string]string{}}
 	c.store = c.faults
 	t.Cleanup(func() {
@@ -84,7 +91,7 @@ func (c *testCluster) start(id string) *Node {
 	// memnet's peer addresses are names, not loopback addresses.
 	cfg.TLS.InsecurePlaintext = true
 	cfg.Quorum = c.quorum
-	cfg.HeartbeatInterval = 50 * time.Millisecond
+	cfg.HeartbeatInterval = c.hb
 	cfg.ElectorLease, cfg.ElectorRenew = 1500*time.Millisecond, 300*time.Millisecond
 	cfg.PrimaryHandshakeTimeout = 300 * time.Millisecond
 	logger := hclog.New(&hclog.LoggerOptions{Name: id, Level: hclog.Warn, Output: testLog{c.t}})
