@@ -130,24 +130,21 @@
 // large offset), and the simulation (internal/clustersim) runs clocks up
 // to 25% apart.
 //
-// With the defaults (heartbeat 500 ms, lease window 1 s, lease wait
-// 1.25 s), the Primary's heartbeats are answered every 500 ms, so when its
-// process dies the last answer is U old, U uniform in [0, 500 ms). Its
-// address refuses, so it is detected 0.75 to 1 s after its last heartbeat
-// by the probe (sooner when the replicas report their streams refused); a
-// round then finds the lease not yet out, and the next one starts exactly
-// 1.25 s after the last answer: from the kill that is 1.25 s - U, 0.75 to
-// 1.25 s, median 1.0 s. (A silent Primary is Degraded after 1 to 1.25 s
-// and the round's handshake with it takes one more heartbeat interval to
-// time out: 1.5 to 1.75 s after the last answer.) The round
-// (one state request per node, one members.json write), the push and the
-// new Primary's Starting (reconcile, claim the next wal seq) come on top,
-// some tens of milliseconds against MinIO, so the first write through a
-// survivor lands at a median of about 1.05 s. Answering the Primary more
-// often does not help (the last answer is then younger when it dies). What
-// would is a shorter lease window, which is the node's to choose: with
-// 1.5 heartbeat intervals (750 ms) the median is 0.69 s plus the round,
-// at the cost of the lease lapsing whenever one answer is more than
-// 250 ms late (reads then pay a fence check, quorum writes fall back to
-// object storage; nothing becomes unavailable).
+// The lease window is the node's to choose (Config.LeaseWindow; the
+// Primary must be given the same one). A node (internal/roles) uses one
+// and a half heartbeat intervals, 750 ms by default, and its Primary
+// heartbeats every half interval while Active, so the lease lapses only
+// when three answers in a row are missing. The lease wait is then
+// 937.5 ms. When the Primary's process dies the last answer is U old, U
+// in [0, 250 ms); its address refuses, so it is detected by the probe
+// (sooner when the replicas report their streams refused); a round finds
+// the lease not yet out, and the next one starts exactly 937.5 ms after
+// the last answer: from the kill that is 0.69 to 0.94 s. (A silent
+// Primary is Degraded after 2 missed heartbeats and the round's handshake
+// with it takes one more heartbeat interval to time out.) The round (one
+// state request per node, one members.json write), the push and the new
+// Primary's Starting (reconcile, claim the next wal seq) come on top, some
+// tens of milliseconds against MinIO. Answering the Primary more often
+// shortens nothing by itself (the last answer is then younger when it
+// dies); it is what lets the lease be shorter without lapsing more often.
 package elector

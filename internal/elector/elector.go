@@ -72,7 +72,8 @@ type Config struct {
 	// lease wait. A previous Primary last seen Active is waited for only
 	// until its lease has run out (package doc, rule 5).
 	HandshakeTimeout time.Duration
-	// LeaseWindow is the Primary's lease (default 2 heartbeat intervals).
+	// LeaseWindow is the Primary's lease (default 2 heartbeat intervals;
+	// a node passes its own, roles.LeaseWindow).
 	LeaseWindow   time.Duration
 	RetryInterval time.Duration
 	Clock         clock.Clock

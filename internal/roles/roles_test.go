@@ -220,3 +220,33 @@ func TestDepositionEndsAtALaterTermOnly(t *testing.T) {
 		t.Fatal("the deposition did not end when another node was named at a later term")
 	}
 }
+
+// An Active Primary heartbeats its Elector every half interval, so its
+// lease of one and a half intervals (LeaseWindow) is renewed three times
+// per window; a replica keeps the plain interval.
+func TestActivePrimaryBeatsEveryHalfInterval(t *testing.T) {
+	n := newTestNode(t, nil)
+	n.el.mu.Lock()
+	self := &netsyv1.NodeInfo{NodeId: "n1", PeerAddr: "n1:2380"}
+	n.el.cs = &netsyv1.ClusterState{
+		Elector: n.el.cs.Elector, ElectorTerm: 1, Version: 2,
+		Primary: self, PrimaryTerm: 1, RegisteredNodes: 1, Members: []*netsyv1.NodeInfo{self},
+	}
+	n.el.mu.Unlock()
+	deadline := time.Now().Add(20 * time.Second)
+	for !n.r.prim.Active() {
+		if time.Now().After(deadline) {
+			t.Fatal("the node never became the Active Primary")
+		}
+		n.clk.Advance(10 * time.Millisecond)
+		time.Sleep(time.Millisecond) // real goroutines (engine, objwal) run meanwhile
+	}
+	half := n.r.cfg.Node.HeartbeatInterval / 2
+	for range 6 {
+		for len(n.calls.ch) > 0 {
+			<-n.calls.ch
+		}
+		n.clk.Advance(half)
+		n.calls.next(t, "heartbeat")
+	}
+}

@@ -216,6 +216,7 @@ func (r *Roles) runElectorTerms(ctx context.Context) {
 			Peers:                 nodePeers{r},
 			Quorum:                nc.Quorum,
 			HeartbeatInterval:     nc.HeartbeatInterval,
+			LeaseWindow:           LeaseWindow(nc.HeartbeatInterval),
 			DeregistrationTimeout: nc.DeregistrationTimeout,
 			HandshakeTimeout:      nc.PrimaryHandshakeTimeout,
 			DurableTip: func(ctx context.Context) (uint64, error) {
