@@ -88,6 +88,12 @@ func (e *fakeElector) setRefuse(err error) {
 	e.mu.Unlock()
 }
 
+func (e *fakeElector) state() *netsyv1.ClusterState {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.cs
+}
+
 func (e *fakeElector) refusal() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -99,7 +105,7 @@ func (e *fakeElector) Register(_ context.Context, info *netsyv1.NodeInfo, _ stri
 	if err := e.refusal(); err != nil {
 		return 0, nil, err
 	}
-	return 7, e.cs, nil
+	return 7, e.state(), nil
 }
 
 func (e *fakeElector) Deregister(_ context.Context, nodeID string) error {
@@ -112,16 +118,16 @@ func (e *fakeElector) Heartbeat(_ context.Context, hb *netsyv1.Heartbeat) (*nets
 	if err := e.refusal(); err != nil {
 		return nil, err
 	}
-	return &netsyv1.HeartbeatResponse{Seq: hb.Seq, ClusterState: e.cs, Health: hb.Health}, nil
+	return &netsyv1.HeartbeatResponse{Seq: hb.Seq, ClusterState: e.state(), Health: hb.Health}, nil
 }
 
 func (e *fakeElector) ClusterState(context.Context, bool) (*netsyv1.ClusterState, error) {
-	return e.cs, nil
+	return e.state(), nil
 }
 
 func (e *fakeElector) Handoff(context.Context, string) (*netsyv1.ClusterState, error) {
 	e.calls.add("handoff")
-	return e.cs, nil
+	return e.state(), nil
 }
 
 // fakeTransport reaches only the fake Elector.
