@@ -75,7 +75,7 @@ func newCluster(seed uint64, cfg simConfig, trace bool) *cluster {
 	w.trace = trace
 	c := &cluster{w: w, cfg: cfg, byID: make(map[string]*simNode), seed: seed}
 	c.store = mem.New(&simClock{w: w, rate: 1000})
-	c.rec = newRecorder(c)
+	c.rec = newRecorder(w, c.store, cfg.ClusterID)
 	return c
 }
 
@@ -88,7 +88,7 @@ func (c *cluster) addNode(id string, offset time.Duration, rate int64, bucketLat
 		bucketLatency: bucketLatency,
 		rng:           rand.New(rand.NewPCG(c.seed, uint64(len(c.nodes))+1)),
 	}
-	n.clk = &simClock{w: c.w, owner: n, offset: offset, rate: rate}
+	n.clk = &simClock{w: c.w, owner: &n.stall, offset: offset, rate: rate}
 	n.store = nodeStore{n}
 	c.nodes = append(c.nodes, n)
 	c.byID[id] = n
@@ -182,9 +182,7 @@ type simNode struct {
 	store         nodeStore
 	bucketLatency time.Duration
 
-	// Guarded by w.mu.
-	frozen int
-	held   []*item
+	stall // guarded by w.mu
 
 	// offerMu orders view offers with the checks made around them.
 	offerMu sync.Mutex
@@ -208,6 +206,9 @@ type simNode struct {
 	prim       primaryModel
 	boots      int
 }
+
+func (n *simNode) nodeID() string   { return n.id }
+func (n *simNode) clock() *simClock { return n.clk }
 
 func (n *simNode) incarnation() int {
 	n.mu.Lock()
@@ -429,7 +430,7 @@ func (n *simNode) releaseHeld() bool {
 		if it.dead {
 			continue
 		}
-		it.at = w.now
+		it.at = w.nowLocked()
 		w.seq++
 		it.seq = w.seq
 		heap.Push(&w.q, it)
@@ -932,7 +933,7 @@ func storeCall[T any](ctx context.Context, n *simNode, f func(objstore.Store) (T
 	b := n.bucket
 	n.mu.Unlock()
 	fail := func() {
-		w.schedule(w.Now()+b.failAfter, n, false, func() {
+		w.schedule(w.Now()+b.failAfter, &n.stall, false, func() {
 			if n.incarnation() == inc {
 				ch <- answer{err: errBucketCut}
 			}
@@ -951,7 +952,7 @@ func storeCall[T any](ctx context.Context, n *simNode, f func(objstore.Store) (T
 				fail()
 				return
 			}
-			w.schedule(w.Now()+oneWay, n, false, func() {
+			w.schedule(w.Now()+oneWay, &n.stall, false, func() {
 				if n.incarnation() == inc {
 					ch <- answer{v: v, err: err}
 				}

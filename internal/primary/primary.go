@@ -461,6 +461,15 @@ func (p *Primary) Answered(sentAt time.Time) {
 	}
 }
 
+// LeaseUntil is when the lease ends, a Now reading of this node's clock
+// (zero before any answer renewed it). It is for observers (a
+// simulation's recorder); the role itself asks LeaseHeld.
+func (p *Primary) LeaseUntil() time.Time {
+	p.leaseMu.Lock()
+	defer p.leaseMu.Unlock()
+	return p.leaseUntil
+}
+
 // LeaseHeld reports whether the lease is current, on this node's
 // monotonic clock.
 func (p *Primary) LeaseHeld() bool {
