@@ -151,8 +151,50 @@ func (c *rcluster) cutLink(from, to string, by int) {
 	if from == to {
 		return
 	}
-	c.w.setLink(from, to, func(l *link) { l.cuts = max(0, l.cuts+by) })
+	c.w.setLink(from, to, func(l *link) {
+		l.cuts = max(0, l.cuts+by)
+		if l.cuts == 0 {
+			// Healed: what was sent meanwhile goes on its way.
+			parked := l.parked
+			l.parked = nil
+			for _, send := range parked {
+				send()
+			}
+		}
+	})
 	c.w.tracef("link %s->%s cuts %+d", from, to, by)
+}
+
+// sendLocked carries one message from a to b: it arrives after the
+// link's latency and runs deliver in owner's process (nil: outside any).
+// A cut link holds it until it heals, as TCP retransmits; a link cut
+// while the message is on its way holds it too; a link that drops loses
+// it now and then.
+func (c *rcluster) sendLocked(from, to string, owner *stall, deliver func()) {
+	w := c.w
+	var send func()
+	send = func() {
+		l := w.linkLocked(from, to)
+		if from != to && l.cuts > 0 {
+			l.parked = append(l.parked, send)
+			return
+		}
+		w.scheduleLocked(w.nowLocked()+l.latency+l.slow, owner, false, func() {
+			w.mu.Lock()
+			l := w.linkLocked(from, to)
+			if from != to && l.cuts > 0 {
+				l.parked = append(l.parked, send)
+				w.mu.Unlock()
+				return
+			}
+			w.mu.Unlock()
+			deliver()
+		})
+	}
+	if l := w.linkLocked(from, to); from != to && l.drop > 0 && c.dropRng.IntN(1000) < l.drop {
+		return
+	}
+	send()
 }
 
 // syncNet makes memnet's faults match the world's links and stalls, for
@@ -319,7 +361,7 @@ type rnode struct {
 	electorTerm uint64
 }
 
-func (n *rnode) nodeID() string    { return n.id }
+func (n *rnode) nodeID() string   { return n.id }
 func (n *rnode) clock() *simClock { return n.clk }
 
 func (n *rnode) incarnation() int {
@@ -806,9 +848,11 @@ func (n *rnode) slowBucket(by time.Duration) {
 var errCrashed = errors.New("sim: the calling process has ended")
 
 // rrpc carries one call from node from to the node at address to, as rpc
-// does for the modelled nodes; besides, a call from a process that has
-// ended fails at once, a destination whose address refuses answers
-// refused, and a link that drops loses the message.
+// does for the modelled nodes, except that a cut link holds the request
+// and the answer until it heals (sendLocked) rather than losing them; a
+// call from a process that has ended fails at once, a destination whose
+// address refuses answers refused, and a link that drops loses the
+// message.
 func rrpc[T any](ctx context.Context, from *rnode, to string, handle func(ctx context.Context, dst *rnode, reply func(T, error))) (T, error) {
 	w := from.w
 	type answer struct {
@@ -824,18 +868,10 @@ func rrpc[T any](ctx context.Context, from *rnode, to string, handle func(ctx co
 	if !alive {
 		return zero, errCrashed
 	}
-	lost := func(a, b string) bool {
-		l := w.linkLocked(a, b)
-		return l.drop > 0 && from.c.dropRng.IntN(1000) < l.drop
-	}
 	deliverBack := func(dst string, a answer) {
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		d, ok := w.delayLocked(dst, from.id)
-		if !ok || lost(dst, from.id) {
-			return
-		}
-		w.scheduleLocked(w.nowLocked()+d, &from.stall, false, func() {
+		from.c.sendLocked(dst, from.id, &from.stall, func() {
 			if from.incarnation() == inc {
 				ch <- a // buffered; only one answer per call
 			}
@@ -846,29 +882,20 @@ func rrpc[T any](ctx context.Context, from *rnode, to string, handle func(ctx co
 		return zero, fmt.Errorf("call %s: no such address: %w", to, errRefused)
 	}
 	w.mu.Lock()
-	d, ok := w.delayLocked(from.id, to)
-	if ok && !lost(from.id, to) {
-		w.scheduleLocked(w.nowLocked()+d, &dst.stall, false, func() {
-			w.mu.Lock()
-			_, still := w.delayLocked(from.id, to)
-			w.mu.Unlock()
-			if !still {
-				return
-			}
-			if !dst.isAlive() || dst.isRefusing() {
-				deliverBack(to, answer{err: fmt.Errorf("call %s: %w", to, errRefused)})
-				return
-			}
-			hctx, cancel := dst.handlerContext(ctx)
-			var once sync.Once
-			handle(hctx, dst, func(v T, err error) {
-				once.Do(func() {
-					cancel()
-					deliverBack(to, answer{v: v, err: err})
-				})
+	from.c.sendLocked(from.id, to, &dst.stall, func() {
+		if !dst.isAlive() || dst.isRefusing() {
+			deliverBack(to, answer{err: fmt.Errorf("call %s: %w", to, errRefused)})
+			return
+		}
+		hctx, cancel := dst.handlerContext(ctx)
+		var once sync.Once
+		handle(hctx, dst, func(v T, err error) {
+			once.Do(func() {
+				cancel()
+				deliverBack(to, answer{v: v, err: err})
 			})
 		})
-	}
+	})
 	w.mu.Unlock()
 	select {
 	case a := <-ch:

@@ -99,6 +99,9 @@ type link struct {
 	// drop is the chance (per mille) that a message is lost on the way
 	// (the roles-driven harness only).
 	drop int
+	// parked are the messages sent while the link was cut, delivered
+	// once it heals (the roles-driven harness only: TCP retransmits).
+	parked []func()
 }
 
 // newWorld makes a world whose true time starts now; call it inside the
