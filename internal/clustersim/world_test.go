@@ -489,3 +489,10 @@ func requeueLocked(w *world, it *item) {
 	it.seq = w.seq
 	heap.Push(&w.q, it)
 }
+
+// linkCuts is how many faults cut the link from a to b.
+func (w *world) linkCuts(from, to string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.linkLocked(from, to).cuts
+}
