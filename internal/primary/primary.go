@@ -355,7 +355,25 @@ func (p *Primary) starting(term uint64) error {
 	// rules choose: never weaker than the cluster may need.
 	p.quorum.reset(term)
 	p.cfg.Log.SetMode(objwal.ModeSync)
-	return p.cfg.Engine.Promote(ctx, int64(term), p.cfg.Log.Claim)
+	// Atomic: an engine that stops may return before its loop ran prepare.
+	var claimed atomic.Bool
+	err := p.cfg.Engine.Promote(ctx, int64(term), func(ctx context.Context) error {
+		err := p.cfg.Log.Claim(ctx)
+		claimed.Store(err == nil)
+		return err
+	})
+	if err != nil && claimed.Load() {
+		// The engine refused after the log became the bucket's writer
+		// (its log holds a newer term): give the role back, or the log
+		// refuses the Follow stream and uploads at the seq it claimed
+		// until the newer writer fences it. The engine adopted every
+		// local entry before it refused, so keeping what it committed
+		// cuts nothing.
+		if rerr := p.cfg.Log.Release(ctx, false, p.cfg.Engine.CommittedIndex()); rerr != nil {
+			return fmt.Errorf("%w (and giving the writer role back: %v)", err, rerr)
+		}
+	}
+	return err
 }
 
 // replayPending applies a Cluster State that arrived while busy.
