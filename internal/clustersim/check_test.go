@@ -101,8 +101,6 @@ func (r *recorder) violatef(format string, args ...any) {
 	}
 }
 
-func (r *recorder) booted(n member) {}
-
 func (r *recorder) electorStart(n member, term uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -247,24 +245,6 @@ func (r *recorder) health(n member, ok bool) {
 	r.w.tracef("%s judges itself Healthy=%v", n.nodeID(), ok)
 }
 
-// degradedDuring reports whether n judged itself Degraded at some moment
-// in [from, to].
-func (r *recorder) degradedDuring(id string, from, to time.Duration) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	ok := true
-	for _, h := range r.healthLog[id] {
-		if h.at > to {
-			break
-		}
-		if h.at >= from && !h.ok {
-			return true
-		}
-		ok = h.ok
-	}
-	return !ok
-}
-
 // minus returns the parts of s outside every span of cut.
 func minus(s span, cut []*span) []span {
 	parts := []span{s}
@@ -359,88 +339,6 @@ func (r *recorder) check() error {
 		return nil
 	}
 	return fmt.Errorf("%s", strings.Join(errs, "\n"))
-}
-
-// settledReason says why the cluster is not in its healthy steady state
-// (one Elector, one Active Primary with a lease on another node, every
-// node registered,
-// Healthy by its own and the Elector's judgement, all agreeing on the
-// Primary), or "" if it is.
-func (c *cluster) settledReason() string {
-	var electors []*simNode
-	var primaries []*simNode
-	for _, n := range c.nodes {
-		if !n.isAlive() {
-			return n.id + " is down"
-		}
-		if n.currentElector() != nil {
-			electors = append(electors, n)
-		}
-		if n.leaseHeld() {
-			primaries = append(primaries, n)
-		}
-	}
-	if len(electors) != 1 {
-		return fmt.Sprintf("%d Electors", len(electors))
-	}
-	if len(primaries) != 1 {
-		return fmt.Sprintf("%d Active Primaries with a lease", len(primaries))
-	}
-	if electors[0] == primaries[0] && len(c.nodes) > 1 {
-		// Not yet steady: the node resigns the lock to separate the roles
-		// (separateRoles), and the next Elector starts with every node
-		// LOADING until its heartbeats arrive.
-		return electors[0].id + " is both Elector and Primary"
-	}
-	p := primaries[0].id
-	for _, n := range c.nodes {
-		n.mu.Lock()
-		registered, healthy, v := n.registered, n.healthy, n.view
-		n.mu.Unlock()
-		cs := v.Current()
-		switch {
-		case !registered:
-			return n.id + " is not registered"
-		case !healthy:
-			return n.id + " judges itself Degraded"
-		case cs.GetPrimary().GetNodeId() != p:
-			return fmt.Sprintf("%s's view names Primary %q, not %s", n.id, cs.GetPrimary().GetNodeId(), p)
-		}
-	}
-	e := electors[0].currentElector()
-	if e == nil {
-		return "the Elector just stopped"
-	}
-	cs, err := clusterStateNow(e)
-	if err != nil {
-		return err.Error()
-	}
-	if cs.GetPrimary().GetNodeId() != p {
-		return fmt.Sprintf("the Elector names Primary %q, not %s", cs.GetPrimary().GetNodeId(), p)
-	}
-	if int(cs.RegisteredNodes) != len(c.nodes) {
-		return fmt.Sprintf("the Elector has %d registered nodes of %d", cs.RegisteredNodes, len(c.nodes))
-	}
-	for _, ns := range cs.Nodes {
-		if ns.Health != netsyv1.HealthState_HEALTHY {
-			return fmt.Sprintf("the Elector judges %s %s", ns.Info.NodeId, ns.Health)
-		}
-	}
-	return ""
-}
-
-// settle runs the world until the cluster is settled, at most limit of
-// true time; it returns how long that took, or an error naming why not.
-func (c *cluster) settle(limit, step time.Duration) (time.Duration, error) {
-	start := c.w.Now()
-	why := ""
-	for c.w.Now()-start <= limit {
-		if why = c.settledReason(); why == "" {
-			return c.w.Now() - start, nil
-		}
-		c.w.run(c.w.Now()+step, nil)
-	}
-	return 0, fmt.Errorf("not settled %v after the faults healed: %s", limit, why)
 }
 
 // clusterStateNow asks an Elector for its Cluster State from the driver.

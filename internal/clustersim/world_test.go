@@ -96,11 +96,10 @@ type link struct {
 	// cuts counts the faults that cut the link; it carries nothing while
 	// any holds.
 	cuts int
-	// drop is the chance (per mille) that a message is lost on the way
-	// (the roles-driven harness only).
+	// drop is the chance (per mille) that a message is lost on the way.
 	drop int
 	// parked are the messages sent while the link was cut, delivered
-	// once it heals (the roles-driven harness only: TCP retransmits).
+	// once it heals (TCP retransmits).
 	parked []func()
 }
 
@@ -202,16 +201,6 @@ func (w *world) setLink(from, to string, f func(*link)) {
 	f(w.linkLocked(from, to))
 }
 
-// delay is how long a message from a to b takes, or ok false if the link
-// is cut. A node's calls to itself never leave the process.
-func (w *world) delayLocked(from, to string) (time.Duration, bool) {
-	if from == to {
-		return 0, true
-	}
-	l := w.linkLocked(from, to)
-	return l.latency + l.slow, l.cuts == 0
-}
-
 func (w *world) tracef(format string, args ...any) {
 	if !w.trace {
 		return
@@ -247,71 +236,6 @@ var (
 	// the bucket.
 	errBucketCut = errors.New("sim: bucket unreachable")
 )
-
-// rpc carries one call from node from to the node at address to. handle
-// runs in the destination when the request arrives (while the destination
-// is stalled it waits) and answers through reply; the answer travels back
-// the same way. A cut link loses the message: the caller waits for its
-// ctx. A crashed destination refuses. The caller's ctx ending is seen by
-// the destination at once (gRPC cancellation).
-func rpc[T any](ctx context.Context, from *simNode, to string, handle func(ctx context.Context, dst *simNode, reply func(T, error))) (T, error) {
-	w := from.w
-	type answer struct {
-		v   T
-		err error
-	}
-	ch := make(chan answer, 1)
-	inc := from.incarnation()
-	deliverBack := func(dst string, a answer) {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		d, ok := w.delayLocked(dst, from.id)
-		if !ok {
-			return
-		}
-		w.scheduleLocked(w.nowLocked()+d, &from.stall, false, func() {
-			if from.incarnation() == inc {
-				ch <- a // buffered; only one answer per call
-			}
-		})
-	}
-	w.mu.Lock()
-	dst := from.c.node(to)
-	d, ok := w.delayLocked(from.id, to)
-	if ok && dst != nil {
-		w.scheduleLocked(w.nowLocked()+d, &dst.stall, false, func() {
-			w.mu.Lock()
-			_, still := w.delayLocked(from.id, to)
-			w.mu.Unlock()
-			if !still {
-				return
-			}
-			if !dst.isAlive() {
-				deliverBack(to, answer{err: fmt.Errorf("call %s: %w", to, errRefused)})
-				return
-			}
-			hctx, cancel := dst.handlerContext(ctx)
-			var once sync.Once
-			handle(hctx, dst, func(v T, err error) {
-				once.Do(func() {
-					cancel()
-					deliverBack(to, answer{v: v, err: err})
-				})
-			})
-		})
-	}
-	w.mu.Unlock()
-	var zero T
-	if dst == nil {
-		return zero, fmt.Errorf("call %s: no such address: %w", to, errRefused)
-	}
-	select {
-	case a := <-ch:
-		return a.v, a.err
-	case <-ctx.Done():
-		return zero, ctx.Err()
-	}
-}
 
 // simClock is one node's clock: local = epoch + offset + t*rate/1000 for
 // true time t. Its timers are events in the world's queue, owned by the

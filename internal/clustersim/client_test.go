@@ -49,7 +49,7 @@ func (o op) String() string {
 // asks the Primary for linearizable reads over the peer port), and its
 // result is kept for the checks after the run.
 type client struct {
-	c   *rcluster
+	c   *cluster
 	rng *rand.Rand
 
 	mu      sync.Mutex
@@ -60,7 +60,7 @@ type client struct {
 	running int
 }
 
-func newClient(c *rcluster) *client {
+func newClient(c *cluster) *client {
 	return &client{c: c, rng: rand.New(rand.NewPCG(c.seed, 0xc11e47))}
 }
 
@@ -81,7 +81,7 @@ func (cl *client) run(end time.Duration) {
 // issue sends one request through a random live node (from the driver: it
 // does not wait for the answer).
 func (cl *client) issue(put bool, k int) *op {
-	var live []*rnode
+	var live []*simNode
 	for _, n := range cl.c.nodes {
 		if n.process() != nil {
 			live = append(live, n)
@@ -111,7 +111,7 @@ func (cl *client) issue(put bool, k int) *op {
 
 // do runs one request against n's process, bounded by 10 s of n's clock
 // and by the process's life.
-func (cl *client) do(n *rnode, o *op) {
+func (cl *client) do(n *simNode, o *op) {
 	n.mu.Lock()
 	p, base := n.p, n.ctx
 	n.mu.Unlock()
@@ -165,7 +165,7 @@ func (cl *client) done() []op {
 // acknowledged at, with its value; and no linearizable read returned a
 // revision of its key older than a write of that key acknowledged before
 // the read began.
-func (c *rcluster) checkHistory(ctx context.Context) error {
+func (c *cluster) checkHistory(ctx context.Context) error {
 	p := c.primaryNode()
 	if p == nil {
 		return errors.New("no Primary to check the history against")
@@ -224,7 +224,7 @@ func (cl *client) counts() (puts, gets, failed int) {
 
 // writeOnce writes through a random node and runs the world until the
 // write is acknowledged or fails.
-func (c *rcluster) writeOnce(k int) (op, error) {
+func (c *cluster) writeOnce(k int) (op, error) {
 	o := c.cl.issue(true, k)
 	if o == nil {
 		return op{}, errors.New("no node to write through")
@@ -245,7 +245,7 @@ func (c *rcluster) writeOnce(k int) (op, error) {
 
 // recovered checks that a write succeeds once the faults healed: a few
 // tries, each through a random node.
-func (c *rcluster) recovered() error {
+func (c *cluster) recovered() error {
 	var err error
 	for range 3 {
 		if _, err = c.writeOnce(0); err == nil {
@@ -255,11 +255,13 @@ func (c *rcluster) recovered() error {
 	return fmt.Errorf("no write succeeded after the faults healed: %v", err)
 }
 
-// rsettledReason says why the cluster is not in its healthy steady state
-// (see cluster.settledReason; besides, every node is ready to serve
-// clients: a replica follows the Primary), or "" if it is.
-func (c *rcluster) settledReason() string {
-	var electors, primaries []*rnode
+// settledReason says why the cluster is not in its healthy steady state
+// (one Elector, one Active Primary with a lease on another node, every
+// node registered, Healthy by its own and the Elector's judgement, all
+// agreeing on the Primary and ready to serve clients: a replica follows
+// it), or "" if it is.
+func (c *cluster) settledReason() string {
+	var electors, primaries []*simNode
 	for _, n := range c.nodes {
 		if n.roles() == nil {
 			return n.id + " is down"
@@ -323,7 +325,7 @@ func (c *rcluster) settledReason() string {
 
 // settle runs the world until the cluster is settled, at most limit of
 // true time; it returns how long that took, or an error naming why not.
-func (c *rcluster) settle(limit, step time.Duration) (time.Duration, error) {
+func (c *cluster) settle(limit, step time.Duration) (time.Duration, error) {
 	start := c.w.Now()
 	why := ""
 	for c.w.Now()-start <= limit {

@@ -11,14 +11,14 @@ import (
 	"github.com/netsy-io/netsy/proto/netsyv1"
 )
 
-// simTransport is roles.Transport over the world's links (rrpc): every
+// simTransport is roles.Transport over the world's links (rpc): every
 // call to another node's Elector or Node service is a message with the
 // link's latency that a cut, a drop, a stall or a refusing address
 // affects as it would a gRPC call. The destination answers with what its
 // peer port serves (Roles.ElectorServer, Roles.LocalNode); requests and
 // answers are copied, and errors cross as gRPC statuses, so the caller
 // tells them apart by code and peer.Reason only.
-type simTransport struct{ n *rnode }
+type simTransport struct{ n *simNode }
 
 var _ roles.Transport = simTransport{}
 
@@ -48,7 +48,7 @@ func clone[M proto.Message](m M) M {
 
 // serve answers one call in the destination's process, on a goroutine it
 // owns; a process that has not started its roles yet does not listen.
-func serve[T any](dst *rnode, reply func(T, error), f func(r *roles.Roles) (T, error)) {
+func serve[T any](dst *simNode, reply func(T, error), f func(r *roles.Roles) (T, error)) {
 	r := dst.roles()
 	if r == nil {
 		var zero T
@@ -62,7 +62,7 @@ func serve[T any](dst *rnode, reply func(T, error), f func(r *roles.Roles) (T, e
 }
 
 type simElector struct {
-	from *rnode
+	from *simNode
 	addr string
 }
 
@@ -75,7 +75,7 @@ type registered struct {
 
 func (e simElector) Register(ctx context.Context, info *netsyv1.NodeInfo, clusterID string) (uint64, *netsyv1.ClusterState, error) {
 	req := &netsyv1.RegisterNodeRequest{Node: clone(info), ClusterId: clusterID}
-	a, err := rrpc(ctx, e.from, e.addr, func(ctx context.Context, dst *rnode, reply func(registered, error)) {
+	a, err := rpc(ctx, e.from, e.addr, func(ctx context.Context, dst *simNode, reply func(registered, error)) {
 		serve(dst, reply, func(r *roles.Roles) (registered, error) {
 			resp, err := r.ElectorServer().RegisterNode(ctx, req)
 			if err != nil {
@@ -89,7 +89,7 @@ func (e simElector) Register(ctx context.Context, info *netsyv1.NodeInfo, cluste
 
 func (e simElector) Deregister(ctx context.Context, nodeID string) error {
 	req := &netsyv1.DeregisterNodeRequest{NodeId: nodeID}
-	_, err := rrpc(ctx, e.from, e.addr, func(ctx context.Context, dst *rnode, reply func(struct{}, error)) {
+	_, err := rpc(ctx, e.from, e.addr, func(ctx context.Context, dst *simNode, reply func(struct{}, error)) {
 		serve(dst, reply, func(r *roles.Roles) (struct{}, error) {
 			_, err := r.ElectorServer().DeregisterNode(ctx, req)
 			return struct{}{}, err
@@ -100,7 +100,7 @@ func (e simElector) Deregister(ctx context.Context, nodeID string) error {
 
 func (e simElector) Heartbeat(ctx context.Context, hb *netsyv1.Heartbeat) (*netsyv1.HeartbeatResponse, error) {
 	req := clone(hb)
-	return rrpc(ctx, e.from, e.addr, func(ctx context.Context, dst *rnode, reply func(*netsyv1.HeartbeatResponse, error)) {
+	return rpc(ctx, e.from, e.addr, func(ctx context.Context, dst *simNode, reply func(*netsyv1.HeartbeatResponse, error)) {
 		serve(dst, reply, func(r *roles.Roles) (*netsyv1.HeartbeatResponse, error) {
 			el := r.RunningElector()
 			if el == nil {
@@ -118,7 +118,7 @@ func (e simElector) Heartbeat(ctx context.Context, hb *netsyv1.Heartbeat) (*nets
 
 func (e simElector) ClusterState(ctx context.Context, full bool) (*netsyv1.ClusterState, error) {
 	req := &netsyv1.GetClusterStateRequest{Full: full}
-	return rrpc(ctx, e.from, e.addr, func(ctx context.Context, dst *rnode, reply func(*netsyv1.ClusterState, error)) {
+	return rpc(ctx, e.from, e.addr, func(ctx context.Context, dst *simNode, reply func(*netsyv1.ClusterState, error)) {
 		serve(dst, reply, func(r *roles.Roles) (*netsyv1.ClusterState, error) {
 			cs, err := r.ElectorServer().GetClusterState(ctx, req)
 			return clone(cs), err
@@ -128,7 +128,7 @@ func (e simElector) ClusterState(ctx context.Context, full bool) (*netsyv1.Clust
 
 func (e simElector) Handoff(ctx context.Context, to string) (*netsyv1.ClusterState, error) {
 	req := &netsyv1.HandoffRequest{To: to}
-	return rrpc(ctx, e.from, e.addr, func(ctx context.Context, dst *rnode, reply func(*netsyv1.ClusterState, error)) {
+	return rpc(ctx, e.from, e.addr, func(ctx context.Context, dst *simNode, reply func(*netsyv1.ClusterState, error)) {
 		serve(dst, reply, func(r *roles.Roles) (*netsyv1.ClusterState, error) {
 			resp, err := r.ElectorServer().Handoff(ctx, req)
 			if err != nil {
@@ -140,14 +140,14 @@ func (e simElector) Handoff(ctx context.Context, to string) (*netsyv1.ClusterSta
 }
 
 type simNodeAPI struct {
-	from *rnode
+	from *simNode
 	addr string
 }
 
 var _ roles.NodeAPI = simNodeAPI{}
 
 func (a simNodeAPI) NodeState(ctx context.Context) (*netsyv1.NodeState, error) {
-	return rrpc(ctx, a.from, a.addr, func(ctx context.Context, dst *rnode, reply func(*netsyv1.NodeState, error)) {
+	return rpc(ctx, a.from, a.addr, func(ctx context.Context, dst *simNode, reply func(*netsyv1.NodeState, error)) {
 		serve(dst, reply, func(r *roles.Roles) (*netsyv1.NodeState, error) {
 			ns, err := r.LocalNode().NodeState(ctx)
 			return clone(ns), err
@@ -157,7 +157,7 @@ func (a simNodeAPI) NodeState(ctx context.Context) (*netsyv1.NodeState, error) {
 
 func (a simNodeAPI) PushClusterState(ctx context.Context, cs *netsyv1.ClusterState) (*netsyv1.PushClusterStateResponse, error) {
 	sent := clone(cs)
-	return rrpc(ctx, a.from, a.addr, func(ctx context.Context, dst *rnode, reply func(*netsyv1.PushClusterStateResponse, error)) {
+	return rpc(ctx, a.from, a.addr, func(ctx context.Context, dst *simNode, reply func(*netsyv1.PushClusterStateResponse, error)) {
 		serve(dst, reply, func(r *roles.Roles) (*netsyv1.PushClusterStateResponse, error) {
 			resp, err := r.LocalNode().PushClusterState(ctx, sent)
 			return clone(resp), err
@@ -166,7 +166,7 @@ func (a simNodeAPI) PushClusterState(ctx context.Context, cs *netsyv1.ClusterSta
 }
 
 func (a simNodeAPI) Drain(ctx context.Context) error {
-	_, err := rrpc(ctx, a.from, a.addr, func(ctx context.Context, dst *rnode, reply func(struct{}, error)) {
+	_, err := rpc(ctx, a.from, a.addr, func(ctx context.Context, dst *simNode, reply func(struct{}, error)) {
 		serve(dst, reply, func(r *roles.Roles) (struct{}, error) {
 			return struct{}{}, r.LocalNode().Drain(ctx)
 		})
