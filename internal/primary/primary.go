@@ -66,6 +66,14 @@ type Config struct {
 	// StopFollowing makes the replica role stop feeding the engine before
 	// a promotion; it returns once it has.
 	StopFollowing func(ctx context.Context) error
+	// HighestTerm, when set, reads the highest primary term handed out
+	// (members.json's). The Starting step reads it once its claim is
+	// made: a Starting step that outlived its election (a newer term was
+	// handed out, whose Primary may have claimed before this node did)
+	// gives the claim back rather than writing after that Primary's
+	// claim, where its lease-based reads would miss what it acknowledged.
+	// A Primary that claims after this read fences this one instead.
+	HighestTerm func(ctx context.Context) (uint64, error)
 	// Changed is told every change of state (to heartbeat at once, log an
 	// event); it must not block.
 	Changed func(state netsyv1.PrimaryState, term uint64)
@@ -372,6 +380,25 @@ func (p *Primary) starting(term uint64) error {
 		if rerr := p.cfg.Log.Release(ctx, false, p.cfg.Engine.CommittedIndex()); rerr != nil {
 			return fmt.Errorf("%w (and giving the writer role back: %v)", err, rerr)
 		}
+	}
+	if err != nil || p.cfg.HighestTerm == nil {
+		return err
+	}
+	highest, err := p.cfg.HighestTerm(ctx)
+	switch {
+	case err != nil:
+		err = fmt.Errorf("read the highest primary term handed out after the claim: %w", err)
+	case highest > term:
+		err = fmt.Errorf("primary term %d was handed out while this node was Starting at term %d", highest, term)
+	default:
+		return nil
+	}
+	committed, derr := p.cfg.Engine.Demote(ctx, false)
+	if derr == nil {
+		derr = p.cfg.Log.Release(ctx, false, committed)
+	}
+	if derr != nil {
+		return fmt.Errorf("%w (and giving the writer role back: %v)", err, derr)
 	}
 	return err
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -445,6 +446,31 @@ func TestPrimaryStartingFailedAfterTheClaimReleasesTheLog(t *testing.T) {
 	h.expect(netsyv1.PrimaryState_STARTING, 3)
 	h.expect(netsyv1.PrimaryState_REPLICA, 3)
 	h.wantEvents("stop following", "promote 3 (term file 3, log sync)", "claim", "release flush=false keep=4")
+}
+
+// A Starting step that outlived its election gives its claim back: when
+// a newer primary term was handed out (members.json) by the time this
+// node claimed the next wal seq, that term's Primary may have claimed
+// before it, and writes acknowledged after its claim would be invisible
+// to that Primary's lease-based reads. Found by TestChaos (seed 225 of
+// -clustersim.seeds=600: a node whose bucket was cut while Starting at
+// term 2 went Active after the Primary of term 3 had, and acknowledged
+// writes that a linearizable read through the other missed). A term
+// still the highest lets it go Active.
+func TestPrimaryStartingOutlivedByANewerTermGivesTheClaimBack(t *testing.T) {
+	var highest atomic.Uint64
+	highest.Store(4)
+	h := newPrimary(t, func(c *Config) {
+		c.HighestTerm = func(context.Context) (uint64, error) { return highest.Load(), nil }
+	})
+	h.p.Observe(clusterState(self, 3))
+	h.expect(netsyv1.PrimaryState_STARTING, 3)
+	h.expect(netsyv1.PrimaryState_REPLICA, 3)
+	h.wantEvents("stop following", "promote 3 (term file 3, log sync)", "claim", "demote flush=false", "release flush=false keep=4")
+
+	h.p.Observe(clusterState(self, 4))
+	h.expect(netsyv1.PrimaryState_STARTING, 4)
+	h.expect(netsyv1.PrimaryState_ACTIVE, 4)
 }
 
 // A replica role that cannot stop following fails Starting before

@@ -253,7 +253,13 @@ func New(cfg Config) (*Roles, error) {
 		ReceiptLatency: func(d time.Duration) { r.receiptH.Observe(d.Seconds()) },
 		TermFile:       cfg.TermFile,
 		StopFollowing:  r.follower.Stop,
-		Fenced:         r.fenced,
+		HighestTerm: func(ctx context.Context) (uint64, error) {
+			ctx, cancel := clock.WithTimeout(ctx, cfg.Clock, 5*time.Second)
+			defer cancel()
+			m, _, err := discovery.NewMembersFile(cfg.Store, nc.ClusterID).Load(ctx)
+			return m.PrimaryTerm, err
+		},
+		Fenced: r.fenced,
 		Changed: func(s netsyv1.PrimaryState, term uint64) {
 			if f := cfg.Observer.Primary; f != nil {
 				f(s, term, r.prim.LeaseUntil())
