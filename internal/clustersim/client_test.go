@@ -334,5 +334,27 @@ func (c *cluster) settle(limit, step time.Duration) (time.Duration, error) {
 		}
 		c.w.run(c.w.Now()+step, nil)
 	}
-	return 0, fmt.Errorf("not settled %v after the faults healed: %s", limit, why)
+	return 0, fmt.Errorf("not settled %v after the faults healed: %s\n%s", limit, why, c.summary())
+}
+
+// summary says, per node, what its process holds: its Primary state, the
+// Primary its view names, and the Elector term it runs, if any.
+func (c *cluster) summary() string {
+	var b strings.Builder
+	for _, n := range c.nodes {
+		r := n.roles()
+		if r == nil {
+			fmt.Fprintf(&b, "  %s: down\n", n.id)
+			continue
+		}
+		st, held := r.PrimaryState()
+		named, term := r.Primary()
+		el := ""
+		if e := r.RunningElector(); e != nil {
+			el = fmt.Sprintf(", Elector at lock term %d", e.Term())
+		}
+		fmt.Fprintf(&b, "  %s: %s at term %d, its view names Primary %q at term %d, Healthy %v, ready: %v%s\n",
+			n.id, st, held, named.GetNodeId(), term, r.Healthy(), r.Ready(), el)
+	}
+	return b.String()
 }
