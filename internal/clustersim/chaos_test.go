@@ -12,14 +12,14 @@ import (
 	"time"
 )
 
-var flagSeeds = flag.Int("clustersim.seeds", 0, "seeds for the chaos simulation (0: 150, or 60 under -race or -short)")
+var flagSeeds = flag.Int("clustersim.seeds", 0, "seeds for the chaos simulation (0: 150, or 40 under -race or -short)")
 
 func seedCount() int {
 	switch {
 	case *flagSeeds > 0:
 		return *flagSeeds
 	case raceEnabled || testing.Short():
-		return 60
+		return 40
 	}
 	return 150
 }

@@ -50,7 +50,7 @@
 // the bubble's clock rather than a node's (gRPC's backoff and keepalive)
 // fire in order with the queue.
 //
-// The default run takes 150 seeds (60 under -race or -short), about 20
+// The default run takes 150 seeds (40 under -race or -short), about 20
 // seconds; -clustersim.seeds=N runs more for a soak, -clustersim.seed=S
 // one seed with its trace.
 //
