@@ -12,6 +12,7 @@ import (
 
 	"github.com/netsy-io/netsy/internal/discovery"
 	"github.com/netsy-io/netsy/internal/elector"
+	"github.com/netsy-io/netsy/internal/objstore"
 	"github.com/netsy-io/netsy/proto/netsyv1"
 )
 
@@ -47,7 +48,9 @@ type healthChange struct {
 // recorder watches every node and keeps what the invariants are checked
 // against. Nodes report to it from their goroutines.
 type recorder struct {
-	c *cluster
+	w         *world
+	store     objstore.Store // the bucket itself, not a node's way to it
+	clusterID string
 
 	mu       sync.Mutex
 	electors []*span
@@ -71,9 +74,17 @@ type recorder struct {
 	answers         int
 }
 
-func newRecorder(c *cluster) *recorder {
+// member is a simulated node as the recorder knows it.
+type member interface {
+	nodeID() string
+	clock() *simClock
+}
+
+func newRecorder(w *world, store objstore.Store, clusterID string) *recorder {
 	return &recorder{
-		c:          c,
+		w:          w,
+		store:      store,
+		clusterID:  clusterID,
 		stalls:     make(map[string][]*span),
 		leases:     make(map[string][]*span),
 		activeTerm: make(map[string]uint64),
@@ -83,123 +94,121 @@ func newRecorder(c *cluster) *recorder {
 }
 
 func (r *recorder) violatef(format string, args ...any) {
-	msg := fmt.Sprintf("at %v: ", r.c.w.Now()) + fmt.Sprintf(format, args...)
-	r.c.w.tracef("VIOLATION %s", msg)
+	msg := fmt.Sprintf("at %v: ", r.w.Now()) + fmt.Sprintf(format, args...)
+	r.w.tracef("VIOLATION %s", msg)
 	if len(r.violations) < 20 {
 		r.violations = append(r.violations, msg)
 	}
 }
 
-func (r *recorder) booted(n *simNode) {}
-
-func (r *recorder) electorStart(n *simNode, term uint64) {
+func (r *recorder) electorStart(n member, term uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.electors = append(r.electors, &span{node: n.id, term: term, start: r.c.w.Now(), open: true})
-	r.c.w.tracef("%s is Elector at term %d", n.id, term)
+	r.electors = append(r.electors, &span{node: n.nodeID(), term: term, start: r.w.Now(), open: true})
+	r.w.tracef("%s is Elector at term %d", n.nodeID(), term)
 }
 
-func (r *recorder) electorEnd(n *simNode, term uint64) {
+func (r *recorder) electorEnd(n member, term uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, s := range r.electors {
-		if s.open && s.node == n.id && s.term == term {
-			s.open, s.end = false, r.c.w.Now()
-			r.c.w.tracef("%s is no longer Elector (term %d)", n.id, term)
+		if s.open && s.node == n.nodeID() && s.term == term {
+			s.open, s.end = false, r.w.Now()
+			r.w.tracef("%s is no longer Elector (term %d)", n.nodeID(), term)
 		}
 	}
 }
 
 // answered: the Elector of n at term answered a heartbeat now.
-func (r *recorder) answered(n *simNode, term uint64) {
+func (r *recorder) answered(n member, term uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.answers++
 	for _, s := range r.electors {
-		if s.open && s.node == n.id && s.term == term {
+		if s.open && s.node == n.nodeID() && s.term == term {
 			return
 		}
 	}
-	r.violatef("%s answered a heartbeat as Elector of term %d after losing the lock", n.id, term)
+	r.violatef("%s answered a heartbeat as Elector of term %d after losing the lock", n.nodeID(), term)
 }
 
-func (r *recorder) frozen(n *simNode, on bool) {
+func (r *recorder) frozen(n member, on bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	now := r.c.w.Now()
+	now := r.w.Now()
 	if on {
-		r.stalls[n.id] = append(r.stalls[n.id], &span{node: n.id, start: now, open: true})
+		r.stalls[n.nodeID()] = append(r.stalls[n.nodeID()], &span{node: n.nodeID(), start: now, open: true})
 		return
 	}
-	if ss := r.stalls[n.id]; len(ss) > 0 && ss[len(ss)-1].open {
+	if ss := r.stalls[n.nodeID()]; len(ss) > 0 && ss[len(ss)-1].open {
 		ss[len(ss)-1].open, ss[len(ss)-1].end = false, now
 	}
 }
 
 // active: n became Active at term with its lease until leaseUntil (its
 // clock). Called with n.mu held.
-func (r *recorder) active(n *simNode, term uint64, leaseUntil time.Time) {
+func (r *recorder) active(n member, term uint64, leaseUntil time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.activeTerm[n.id] = term
+	r.activeTerm[n.nodeID()] = term
 	r.extendLocked(n, term, leaseUntil)
 }
 
 // lease: the Active n's lease now runs until leaseUntil.
-func (r *recorder) lease(n *simNode, leaseUntil time.Time) {
+func (r *recorder) lease(n member, leaseUntil time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if term, ok := r.activeTerm[n.id]; ok {
+	if term, ok := r.activeTerm[n.nodeID()]; ok {
 		r.extendLocked(n, term, leaseUntil)
 	}
 }
 
-func (r *recorder) extendLocked(n *simNode, term uint64, leaseUntil time.Time) {
-	now := r.c.w.Now()
-	end := n.clk.trueAt(leaseUntil)
+func (r *recorder) extendLocked(n member, term uint64, leaseUntil time.Time) {
+	now := r.w.Now()
+	end := n.clock().trueAt(leaseUntil)
 	if end <= now {
 		return
 	}
 	if term < r.maxPromoted {
-		r.violatef("%s holds a lease at primary term %d after term %d was taken up", n.id, term, r.maxPromoted)
+		r.violatef("%s holds a lease at primary term %d after term %d was taken up", n.nodeID(), term, r.maxPromoted)
 	}
-	ss := r.leases[n.id]
+	ss := r.leases[n.nodeID()]
 	if len(ss) > 0 && ss[len(ss)-1].end > now && ss[len(ss)-1].term == term {
 		last := ss[len(ss)-1]
 		last.end = max(last.end, end)
 		return
 	}
-	r.leases[n.id] = append(ss, &span{node: n.id, term: term, start: now, end: end})
+	r.leases[n.nodeID()] = append(ss, &span{node: n.nodeID(), term: term, start: now, end: end})
 }
 
 // inactive: n is no longer Active.
-func (r *recorder) inactive(n *simNode) {
+func (r *recorder) inactive(n member) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	delete(r.activeTerm, n.id)
-	now := r.c.w.Now()
-	if ss := r.leases[n.id]; len(ss) > 0 && ss[len(ss)-1].end > now {
+	delete(r.activeTerm, n.nodeID())
+	now := r.w.Now()
+	if ss := r.leases[n.nodeID()]; len(ss) > 0 && ss[len(ss)-1].end > now {
 		ss[len(ss)-1].end = now
 	}
 }
 
 // promoted: n went Starting at term. Called with n.mu held.
-func (r *recorder) promoted(n *simNode, term uint64) {
-	m, _, err := discovery.NewMembersFile(r.c.store, r.c.cfg.ClusterID).Load(context.Background())
+func (r *recorder) promoted(n member, term uint64) {
+	m, _, err := discovery.NewMembersFile(r.store, r.clusterID).Load(context.Background())
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	now := r.c.w.Now()
-	r.promotions = append(r.promotions, span{node: n.id, term: term, start: now})
+	now := r.w.Now()
+	r.promotions = append(r.promotions, span{node: n.nodeID(), term: term, start: now})
 	switch {
 	case err != nil:
 		r.violatef("members.json does not load: %v", err)
 	case term > m.PrimaryTerm:
-		r.violatef("%s took up primary term %d, above members.json's %d", n.id, term, m.PrimaryTerm)
+		r.violatef("%s took up primary term %d, above members.json's %d", n.nodeID(), term, m.PrimaryTerm)
 	}
-	if owner, ok := r.termOwner[term]; ok && owner != n.id {
-		r.violatef("primary term %d taken up by %s and by %s", term, owner, n.id)
+	if owner, ok := r.termOwner[term]; ok && owner != n.nodeID() {
+		r.violatef("primary term %d taken up by %s and by %s", term, owner, n.nodeID())
 	}
-	r.termOwner[term] = n.id
+	r.termOwner[term] = n.nodeID()
 	if term <= r.maxPromoted {
 		// A push that waited out a stall can name a node at a term below
 		// one handed out since; the node may start taking it up. What
@@ -207,13 +216,13 @@ func (r *recorder) promoted(n *simNode, term uint64) {
 		// the older term (the engine refuses that promotion once the
 		// newer Primary wrote, which promoteLocked models).
 		r.stalePromotions++
-		r.c.w.tracef("%s takes up primary term %d after term %d was taken up", n.id, term, r.maxPromoted)
+		r.w.tracef("%s takes up primary term %d after term %d was taken up", n.nodeID(), term, r.maxPromoted)
 	}
 	r.maxPromoted = max(r.maxPromoted, term)
 }
 
 // offered: n's view was offered cs; it held Elector term before.
-func (r *recorder) offered(n *simNode, cs *netsyv1.ClusterState, ok bool, before uint64, from string) {
+func (r *recorder) offered(n member, cs *netsyv1.ClusterState, ok bool, before uint64, from string) {
 	if cs == nil {
 		return
 	}
@@ -221,37 +230,19 @@ func (r *recorder) offered(n *simNode, cs *netsyv1.ClusterState, ok bool, before
 	defer r.mu.Unlock()
 	switch {
 	case ok && cs.ElectorTerm < before:
-		r.violatef("%s's view accepted a state of Elector term %d (%s) after term %d", n.id, cs.ElectorTerm, from, before)
+		r.violatef("%s's view accepted a state of Elector term %d (%s) after term %d", n.nodeID(), cs.ElectorTerm, from, before)
 	case !ok && cs.ElectorTerm < before:
 		r.staleRejected++
-		r.rejections = append(r.rejections, rejection{node: n.id, from: from, term: cs.ElectorTerm, held: before})
-		r.c.w.tracef("%s rejected a state of Elector term %d (%s) after term %d", n.id, cs.ElectorTerm, from, before)
+		r.rejections = append(r.rejections, rejection{node: n.nodeID(), from: from, term: cs.ElectorTerm, held: before})
+		r.w.tracef("%s rejected a state of Elector term %d (%s) after term %d", n.nodeID(), cs.ElectorTerm, from, before)
 	}
 }
 
-func (r *recorder) health(n *simNode, ok bool) {
+func (r *recorder) health(n member, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.healthLog[n.id] = append(r.healthLog[n.id], healthChange{at: r.c.w.Now(), ok: ok})
-	r.c.w.tracef("%s judges itself Healthy=%v", n.id, ok)
-}
-
-// degradedDuring reports whether n judged itself Degraded at some moment
-// in [from, to].
-func (r *recorder) degradedDuring(id string, from, to time.Duration) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	ok := true
-	for _, h := range r.healthLog[id] {
-		if h.at > to {
-			break
-		}
-		if h.at >= from && !h.ok {
-			return true
-		}
-		ok = h.ok
-	}
-	return !ok
+	r.healthLog[n.nodeID()] = append(r.healthLog[n.nodeID()], healthChange{at: r.w.Now(), ok: ok})
+	r.w.tracef("%s judges itself Healthy=%v", n.nodeID(), ok)
 }
 
 // minus returns the parts of s outside every span of cut.
@@ -282,7 +273,7 @@ func minus(s span, cut []*span) []span {
 
 // closedLocked returns copies of spans with open ones ending now.
 func (r *recorder) closedLocked(ss []*span) []*span {
-	now := r.c.w.Now()
+	now := r.w.Now()
 	out := make([]*span, 0, len(ss))
 	for _, s := range ss {
 		c := *s
@@ -348,88 +339,6 @@ func (r *recorder) check() error {
 		return nil
 	}
 	return fmt.Errorf("%s", strings.Join(errs, "\n"))
-}
-
-// settledReason says why the cluster is not in its healthy steady state
-// (one Elector, one Active Primary with a lease on another node, every
-// node registered,
-// Healthy by its own and the Elector's judgement, all agreeing on the
-// Primary), or "" if it is.
-func (c *cluster) settledReason() string {
-	var electors []*simNode
-	var primaries []*simNode
-	for _, n := range c.nodes {
-		if !n.isAlive() {
-			return n.id + " is down"
-		}
-		if n.currentElector() != nil {
-			electors = append(electors, n)
-		}
-		if n.leaseHeld() {
-			primaries = append(primaries, n)
-		}
-	}
-	if len(electors) != 1 {
-		return fmt.Sprintf("%d Electors", len(electors))
-	}
-	if len(primaries) != 1 {
-		return fmt.Sprintf("%d Active Primaries with a lease", len(primaries))
-	}
-	if electors[0] == primaries[0] && len(c.nodes) > 1 {
-		// Not yet steady: the node resigns the lock to separate the roles
-		// (separateRoles), and the next Elector starts with every node
-		// LOADING until its heartbeats arrive.
-		return electors[0].id + " is both Elector and Primary"
-	}
-	p := primaries[0].id
-	for _, n := range c.nodes {
-		n.mu.Lock()
-		registered, healthy, v := n.registered, n.healthy, n.view
-		n.mu.Unlock()
-		cs := v.Current()
-		switch {
-		case !registered:
-			return n.id + " is not registered"
-		case !healthy:
-			return n.id + " judges itself Degraded"
-		case cs.GetPrimary().GetNodeId() != p:
-			return fmt.Sprintf("%s's view names Primary %q, not %s", n.id, cs.GetPrimary().GetNodeId(), p)
-		}
-	}
-	e := electors[0].currentElector()
-	if e == nil {
-		return "the Elector just stopped"
-	}
-	cs, err := clusterStateNow(e)
-	if err != nil {
-		return err.Error()
-	}
-	if cs.GetPrimary().GetNodeId() != p {
-		return fmt.Sprintf("the Elector names Primary %q, not %s", cs.GetPrimary().GetNodeId(), p)
-	}
-	if int(cs.RegisteredNodes) != len(c.nodes) {
-		return fmt.Sprintf("the Elector has %d registered nodes of %d", cs.RegisteredNodes, len(c.nodes))
-	}
-	for _, ns := range cs.Nodes {
-		if ns.Health != netsyv1.HealthState_HEALTHY {
-			return fmt.Sprintf("the Elector judges %s %s", ns.Info.NodeId, ns.Health)
-		}
-	}
-	return ""
-}
-
-// settle runs the world until the cluster is settled, at most limit of
-// true time; it returns how long that took, or an error naming why not.
-func (c *cluster) settle(limit, step time.Duration) (time.Duration, error) {
-	start := c.w.Now()
-	why := ""
-	for c.w.Now()-start <= limit {
-		if why = c.settledReason(); why == "" {
-			return c.w.Now() - start, nil
-		}
-		c.w.run(c.w.Now()+step, nil)
-	}
-	return 0, fmt.Errorf("not settled %v after the faults healed: %s", limit, why)
 }
 
 // clusterStateNow asks an Elector for its Cluster State from the driver.

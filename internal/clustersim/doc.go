@@ -6,20 +6,31 @@
 //
 // # What runs, and what is modelled
 //
-// Each simulated node runs the real tier-1 election (internal/s3lect), the
-// real heartbeat sender (internal/heartbeat), the real view of the roles
-// (internal/view) and, while it holds the lock, the real Elector
-// (internal/elector), wired the way internal/node wires them. The Primary
-// life cycle is a small model of internal/primary's rules: a node named
-// Primary at a term above every term it took before goes Starting, claims
-// the term with a conditional write to the bucket, then becomes Active; it
-// steps down when told of a Primary at a higher term; its lease counts
-// from the send time of the last heartbeat answered by an Elector whose
-// Cluster State names it Primary at the term it holds (becoming Active
-// starts none). Its Starting step fails when the bucket holds a claim of
-// a higher term, as the engine refuses to promote below its log's term.
-// The data path (entries, replication, revisions) is not modelled: every
-// node reports the same log position.
+// Each simulated node runs what internal/node runs, for real: a process
+// registers nodes/{id}.json, opens objwal (on the node's way to the
+// bucket, in a data directory that survives its crashes) and the engine,
+// and starts internal/roles, which runs the tier-1 election (s3lect), the
+// Elector for every lock term it holds, heartbeats, the view, the Primary
+// life cycle and following. Its peer port serves the netsy peer services
+// and the etcd API for forwarded requests over real gRPC on memnet, and a
+// client API backend (replica.Backend) forwards writes to the Primary and
+// asks it for read indexes there. Follow streams, forwarded writes and
+// read indexes ride memnet; the Elector and Node services (what roles asks
+// through its Transport) ride the world's links instead, as messages with
+// latency that call the destination's Roles.ElectorServer and
+// Roles.LocalNode, requests and answers copied and errors carried as gRPC
+// statuses. The roles tell the recorder what they do through
+// roles.Config.Observer.
+//
+// What is modelled: the network's latency applies to the Elector and Node
+// calls only (memnet carries the data path at once); a cut link holds
+// messages until it heals, as TCP retransmits, and memnet mirrors the
+// world's cuts and stalls (both directions cut: a partition; one way, or a
+// side stalled: traffic held); a stalled process holds its timers and the
+// calls to it, while goroutines already running go on (memnet holds its
+// streams). The client is a few puts and linearizable gets through random
+// nodes. What node.Start does besides (the registration check and
+// takeover, TLS, the client and HTTP listeners) does not run.
 //
 // # Time and determinism
 //
@@ -34,7 +45,12 @@
 // later event could observe. Nothing sleeps; a run of minutes of true time
 // takes milliseconds.
 //
-// The default run takes 500 seeds (100 under -race or -short), a few
+// True time is the synctest bubble's: the driver sleeps (in the bubble, no
+// real wait) until the next event is due, so the timers of code that reads
+// the bubble's clock rather than a node's (gRPC's backoff and keepalive)
+// fire in order with the queue.
+//
+// The default run takes 150 seeds (40 under -race or -short), about 20
 // seconds; -clustersim.seeds=N runs more for a soak, -clustersim.seed=S
 // one seed with its trace.
 //
@@ -49,16 +65,20 @@
 // fault each on fixed clocks and assert what must follow: an Elector or a
 // Primary crash, a stalled Primary's lease waited out, the
 // previous-Primary handshake, the contact rules blocking and unblocking,
-// the deregistration timeout, and a stale Elector's push rejected.
+// the deregistration timeout, and a stale Elector's push rejected; one
+// more settles a cluster and writes through a replica.
 //
 // # Faults
 //
-// A link between two nodes can be cut in either direction or slowed; a
-// node can be cut from the bucket (its calls fail after a while, or never
-// answer); a process can crash (its address refuses connections until it
-// restarts, with its persisted primary term) or stall as under SIGSTOP
-// (timers and deliveries for it wait until it resumes; on resume its
-// overdue timers run before the messages that waited for it).
+// A link between two nodes can be cut in either direction, slowed, or
+// made to drop messages; a node can be cut from the bucket (its calls fail
+// after a while, or never answer); a process can crash (its address
+// refuses connections until it restarts; its calls fail at once, and its
+// components close on their own goroutine while the world goes on); its
+// address can refuse while the process lives; it can stall as under
+// SIGSTOP (timers and deliveries for it wait until it resumes; on resume
+// its overdue timers run before the messages that waited for it); and its
+// wall clock can be stepped by up to ±30 s (durations keep to its rate).
 //
 // # Invariants checked on every run
 //
@@ -72,10 +92,15 @@
 //     holds a lease at a term below the highest taken up.
 //   - No view accepts a Cluster State from an Elector term below one it
 //     accepted before (a stale Elector's push is rejected).
+//   - No acknowledged write is missing from the final Primary's history
+//     (its value at the revision it was acknowledged at), and no
+//     linearizable read returned a revision of its key older than a write
+//     acknowledged before the read began.
 //   - Once every fault heals, within a bound: one Elector, one Active
 //     Primary with a lease on another node (a node holding both resigns
 //     the lock, and the next Elector hears from every node afresh), every
-//     node registered, Healthy by its own and the Elector's judgement and
-//     agreeing on the Primary; and nothing of that changes for a while
-//     afterwards.
+//     node registered, Healthy by its own and the Elector's judgement,
+//     agreeing on the Primary and ready to serve (a replica follows it);
+//     nothing of that changes for a while afterwards; and a write
+//     succeeds.
 package clustersim

@@ -1,46 +1,47 @@
 package clustersim
 
 import (
-	"container/heap"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"google.golang.org/protobuf/proto"
+	"google.golang.org/grpc"
 
-	"github.com/netsy-io/netsy/internal/clock"
+	"github.com/netsy-io/netsy/internal/config"
 	"github.com/netsy-io/netsy/internal/discovery"
 	"github.com/netsy-io/netsy/internal/elector"
-	"github.com/netsy-io/netsy/internal/heartbeat"
+	"github.com/netsy-io/netsy/internal/engine"
+	"github.com/netsy-io/netsy/internal/etcdapi"
 	"github.com/netsy-io/netsy/internal/objstore"
 	"github.com/netsy-io/netsy/internal/objstore/mem"
-	"github.com/netsy-io/netsy/internal/s3lect"
-	"github.com/netsy-io/netsy/internal/view"
+	"github.com/netsy-io/netsy/internal/objwal"
+	"github.com/netsy-io/netsy/internal/peer"
+	"github.com/netsy-io/netsy/internal/peer/memnet"
+	"github.com/netsy-io/netsy/internal/replica"
+	"github.com/netsy-io/netsy/internal/roles"
 	"github.com/netsy-io/netsy/proto/netsyv1"
 )
 
-// simConfig is what every node of one simulated cluster is started with.
+// simConfig is what every node of a simulated cluster is started with:
+// the node flags internal/roles reads. The Primary's lease is two
+// heartbeat intervals, as internal/roles sets it.
 type simConfig struct {
 	ClusterID         string
 	Quorum            int
 	HeartbeatInterval time.Duration
-	// LeaseWindow is the Primary's lease (node: two heartbeat intervals).
-	LeaseWindow      time.Duration
-	HandshakeTimeout time.Duration
-	Deregistration   time.Duration // 0: never
-	LockLease        time.Duration
-	LockRenew        time.Duration
-	LockPoll         time.Duration
-	// StartingDelay bounds the extra time a promotion takes besides its
-	// claim in the bucket (catching up, the engine's promotion).
-	StartingDelay time.Duration
+	QuorumTimeout     time.Duration
+	HandshakeTimeout  time.Duration
+	Deregistration    time.Duration // 0: never
+	LockLease         time.Duration
+	LockRenew         time.Duration
 }
 
 func defaultConfig() simConfig {
@@ -48,34 +49,63 @@ func defaultConfig() simConfig {
 		ClusterID:         "sim",
 		Quorum:            -1,
 		HeartbeatInterval: 500 * time.Millisecond,
-		LeaseWindow:       time.Second,
+		QuorumTimeout:     500 * time.Millisecond,
 		HandshakeTimeout:  3 * time.Second,
-		Deregistration:    0,
 		LockLease:         3 * time.Second,
 		LockRenew:         time.Second,
-		LockPoll:          500 * time.Millisecond,
-		StartingDelay:     50 * time.Millisecond,
 	}
 }
 
-// cluster is the simulated cluster: the world, the bucket, the nodes and
-// the recorder that checks the invariants.
+// leaseWindow is the Primary's lease under cfg (internal/roles: two
+// heartbeat intervals).
+func (cfg simConfig) leaseWindow() time.Duration { return 2 * cfg.HeartbeatInterval }
+
+// cluster is a cluster of nodes that each run the real internal/roles
+// over a real engine and objwal: the world, the bucket, the in-memory
+// network the Follow streams and forwarded client requests ride, the
+// nodes, the client and the recorder.
 type cluster struct {
 	w     *world
 	cfg   simConfig
 	store *mem.Store
+	net   *memnet.Net
 	nodes []*simNode
 	byID  map[string]*simNode
 	rec   *recorder
 	seed  uint64
+	dir   string
+	cl    *client
+
+	// netMu guards applied: the memnet faults in force per pair of
+	// nodes, as syncNet last set them from the world's links and stalls.
+	netMu   sync.Mutex
+	applied map[[2]string]netFault
+
+	// dropRng decides message drops; guarded by w.mu.
+	dropRng *rand.Rand
 }
 
-func newCluster(seed uint64, cfg simConfig, trace bool) *cluster {
+// netFault is what memnet does to a pair of hosts.
+type netFault int
+
+const (
+	netOK        netFault = iota
+	netPartition          // both directions cut: connections close, dials hang
+	netStall              // one direction cut, or a side stalled: traffic waits
+)
+
+func newCluster(seed uint64, cfg simConfig, dir string, trace bool) *cluster {
 	w := newWorld()
 	w.trace = trace
-	c := &cluster{w: w, cfg: cfg, byID: make(map[string]*simNode), seed: seed}
+	c := &cluster{
+		w: w, cfg: cfg, byID: make(map[string]*simNode), seed: seed, dir: dir,
+		net:     memnet.New(),
+		applied: make(map[[2]string]netFault),
+		dropRng: rand.New(rand.NewPCG(seed, 0xd209)),
+	}
 	c.store = mem.New(&simClock{w: w, rate: 1000})
-	c.rec = newRecorder(c)
+	c.rec = newRecorder(w, c.store, cfg.ClusterID)
+	c.cl = newClient(c)
 	return c
 }
 
@@ -86,16 +116,15 @@ func (c *cluster) addNode(id string, offset time.Duration, rate int64, bucketLat
 	n := &simNode{
 		c: c, w: c.w, id: id,
 		bucketLatency: bucketLatency,
-		rng:           rand.New(rand.NewPCG(c.seed, uint64(len(c.nodes))+1)),
+		dir:           filepath.Join(c.dir, id),
 	}
-	n.clk = &simClock{w: c.w, owner: n, offset: offset, rate: rate}
+	n.clk = &simClock{w: c.w, owner: &n.stall, offset: offset, rate: rate}
 	n.store = nodeStore{n}
 	c.nodes = append(c.nodes, n)
 	c.byID[id] = n
 	return n
 }
 
-// setLatency sets every link's latency, both ways, from lat.
 func (c *cluster) setLatencies(lat func(from, to string) time.Duration) {
 	for _, a := range c.nodes {
 		for _, b := range c.nodes {
@@ -108,16 +137,112 @@ func (c *cluster) setLatencies(lat func(from, to string) time.Duration) {
 
 // cut cuts (by +1) or heals (by -1) the links between a and b, both ways.
 func (c *cluster) cut(a, b string, by int) {
-	c.cutOneWay(a, b, by)
-	c.cutOneWay(b, a, by)
+	c.cutLink(a, b, by)
+	c.cutLink(b, a, by)
+	c.syncNet()
 }
 
 func (c *cluster) cutOneWay(from, to string, by int) {
+	c.cutLink(from, to, by)
+	c.syncNet()
+}
+
+func (c *cluster) cutLink(from, to string, by int) {
 	if from == to {
 		return
 	}
-	c.w.setLink(from, to, func(l *link) { l.cuts = max(0, l.cuts+by) })
+	c.w.setLink(from, to, func(l *link) {
+		l.cuts = max(0, l.cuts+by)
+		if l.cuts == 0 {
+			// Healed: what was sent meanwhile goes on its way.
+			parked := l.parked
+			l.parked = nil
+			for _, send := range parked {
+				send()
+			}
+		}
+	})
 	c.w.tracef("link %s->%s cuts %+d", from, to, by)
+}
+
+// sendLocked carries one message from a to b: it arrives after the
+// link's latency and runs deliver in owner's process (nil: outside any).
+// A cut link holds it until it heals, as TCP retransmits; a link cut
+// while the message is on its way holds it too; a link that drops loses
+// it now and then.
+func (c *cluster) sendLocked(from, to string, owner *stall, deliver func()) {
+	w := c.w
+	var send func()
+	send = func() {
+		l := w.linkLocked(from, to)
+		if from != to && l.cuts > 0 {
+			l.parked = append(l.parked, send)
+			return
+		}
+		w.scheduleLocked(w.nowLocked()+l.latency+l.slow, owner, false, func() {
+			w.mu.Lock()
+			l := w.linkLocked(from, to)
+			if from != to && l.cuts > 0 {
+				l.parked = append(l.parked, send)
+				w.mu.Unlock()
+				return
+			}
+			w.mu.Unlock()
+			deliver()
+		})
+	}
+	if l := w.linkLocked(from, to); from != to && l.drop > 0 && c.dropRng.IntN(1000) < l.drop {
+		return
+	}
+	send()
+}
+
+// syncNet makes memnet's faults match the world's links and stalls, for
+// the gRPC traffic (Follow streams, forwarded client requests): both
+// directions cut is a partition; one direction cut, or either side
+// stalled, holds the traffic (a TCP connection whose acks never come
+// back goes quiet rather than failing).
+func (c *cluster) syncNet() {
+	type change struct {
+		a, b     string
+		from, to netFault
+	}
+	var changes []change
+	c.netMu.Lock()
+	c.w.mu.Lock()
+	for i, a := range c.nodes {
+		for _, b := range c.nodes[i+1:] {
+			ab, ba := c.w.linkLocked(a.id, b.id).cuts > 0, c.w.linkLocked(b.id, a.id).cuts > 0
+			want := netOK
+			switch {
+			case ab && ba:
+				want = netPartition
+			case ab || ba || a.frozen > 0 || b.frozen > 0:
+				want = netStall
+			}
+			k := [2]string{a.id, b.id}
+			if cur := c.applied[k]; cur != want {
+				changes = append(changes, change{a.id, b.id, cur, want})
+				c.applied[k] = want
+			}
+		}
+	}
+	c.w.mu.Unlock()
+	for _, ch := range changes {
+		switch ch.from {
+		case netPartition:
+			c.net.Heal(ch.a, ch.b)
+		case netStall:
+			c.net.Unstall(ch.a, ch.b)
+		}
+		switch ch.to {
+		case netPartition:
+			c.net.Partition(ch.a, ch.b)
+		case netStall:
+			c.net.Stall(ch.a, ch.b)
+		}
+	}
+	c.netMu.Unlock()
 }
 
 // electorNode is the node acting as Elector now, if any.
@@ -143,37 +268,69 @@ func (c *cluster) primaryNode() *simNode {
 	return best
 }
 
-// closeAll crashes every node so that every goroutine ends.
+// closeAll crashes every node and runs the world until every process has
+// closed (closing waits on the nodes' own clocks), then closes the
+// network.
 func (c *cluster) closeAll() {
 	for _, n := range c.nodes {
 		n.crash()
 	}
+	c.cl.stop()
+	for i := 0; ; i++ {
+		busy := c.cl.busy()
+		for _, n := range c.nodes {
+			if n.closingNow() {
+				busy = true
+			}
+		}
+		if !busy {
+			break
+		}
+		if i > 10000 {
+			panic("clustersim: the nodes do not close")
+		}
+		c.w.run(c.w.Now()+100*time.Millisecond, nil)
+	}
+	c.net.Close()
 }
 
-// bucketState is how a node reaches the bucket.
-type bucketState struct {
-	cuts int
-	// failAfter is how long a call takes to fail while cut.
-	failAfter time.Duration
-	slow      time.Duration
+// proc is one process of a node: the real engine, objwal and roles, the
+// peer port's gRPC server (the netsy peer services and the etcd API for
+// forwarded requests) and the client API's backend.
+type proc struct {
+	log     *objwal.Log
+	eng     *engine.Engine
+	pool    *peer.Pool
+	r       *roles.Roles
+	g       *grpc.Server
+	serving []*peer.Serving
+	backend *replica.Backend
 }
 
-// primaryModel is internal/primary's life cycle, reduced to what the
-// election sees (package doc).
-type primaryModel struct {
-	state netsyv1.PrimaryState
-	// term is the term held (Starting, Active) or last held or refused.
-	term uint64
-	// tookTerm is the highest term ever taken up; it survives crashes
-	// (primary-term.json).
-	tookTerm   uint64
-	leaseUntil time.Time // by this node's clock
-	busy       bool
-	pending    *netsyv1.ClusterState
+// close ends the process in node's shutdown order.
+func (p *proc) close() {
+	if p.g != nil {
+		p.g.Stop()
+		for _, s := range p.serving {
+			<-s.Done()
+		}
+	}
+	if p.r != nil {
+		p.r.Close()
+	}
+	if p.pool != nil {
+		p.pool.Close()
+	}
+	if p.eng != nil {
+		p.eng.Close()
+	}
+	if p.log != nil {
+		p.log.Close()
+	}
 }
 
-// simNode is one node: its clock, its link to the bucket, and the roles
-// of its current process.
+// simNode is one node: its clock, its data directory (which survives its
+// crashes), its link to the bucket, and its current process.
 type simNode struct {
 	c             *cluster
 	w             *world
@@ -181,33 +338,31 @@ type simNode struct {
 	clk           *simClock
 	store         nodeStore
 	bucketLatency time.Duration
+	dir           string
 
-	// Guarded by w.mu.
-	frozen int
-	held   []*item
+	stall // guarded by w.mu
 
-	// offerMu orders view offers with the checks made around them.
-	offerMu sync.Mutex
-
-	mu         sync.Mutex
-	rng        *rand.Rand
-	alive      bool
-	inc        int
-	ctx        context.Context
-	cancel     context.CancelFunc
-	wg         *sync.WaitGroup
-	lock       *s3lect.Election
-	hb         *heartbeat.Sender
-	view       *view.View
-	elector    *elector.Elector
-	registered bool
-	healthy    bool
-	memberID   uint64
-	start      time.Time
-	bucket     bucketState
-	prim       primaryModel
-	boots      int
+	mu       sync.Mutex
+	alive    bool
+	inc      int
+	dead     chan struct{} // closed when the current process ends
+	refusing bool          // its address refuses while the process lives
+	ctx      context.Context
+	cancel   context.CancelFunc
+	wg       *sync.WaitGroup
+	p        *proc
+	closing  chan struct{} // closed once the last process has closed
+	bucket   bucketState
+	boots    int
+	// What the process's Observer said, for the recorder and the checks.
+	primSt      netsyv1.PrimaryState
+	primTerm    uint64
+	leaseUntil  time.Time
+	electorTerm uint64
 }
+
+func (n *simNode) nodeID() string   { return n.id }
+func (n *simNode) clock() *simClock { return n.clk }
 
 func (n *simNode) incarnation() int {
 	n.mu.Lock()
@@ -221,26 +376,61 @@ func (n *simNode) isAlive() bool {
 	return n.alive
 }
 
-func (n *simNode) currentElector() *elector.Elector {
+// roles is the running process's roles, or nil.
+func (n *simNode) roles() *roles.Roles {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.elector
+	if n.p == nil {
+		return nil
+	}
+	return n.p.r
 }
 
+func (n *simNode) process() *proc {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.p
+}
+
+func (n *simNode) currentElector() *elector.Elector {
+	if r := n.roles(); r != nil {
+		return r.RunningElector()
+	}
+	return nil
+}
+
+// primState is the Primary state the process reported last.
 func (n *simNode) primState() (netsyv1.PrimaryState, uint64) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.prim.state, n.prim.term
+	if !n.alive {
+		return netsyv1.PrimaryState_REPLICA, n.primTerm
+	}
+	return n.primSt, n.primTerm
 }
 
-func (n *simNode) info() *netsyv1.NodeInfo {
-	return &netsyv1.NodeInfo{NodeId: n.id, PeerAddr: n.id, MemberId: n.memberIDValue()}
-}
-
-func (n *simNode) memberIDValue() uint64 {
+// leaseHeld reports whether the node is Active with a current lease.
+func (n *simNode) leaseHeld() bool {
+	r := n.roles()
 	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.memberID
+	until := n.leaseUntil
+	n.mu.Unlock()
+	return r != nil && r.Active() && n.clk.Now().Before(until)
+}
+
+func (n *simNode) closingNow() bool {
+	n.mu.Lock()
+	ch := n.closing
+	n.mu.Unlock()
+	if ch == nil {
+		return false
+	}
+	select {
+	case <-ch:
+		return false
+	default:
+		return true
+	}
 }
 
 func (n *simNode) logger(name string) hclog.Logger {
@@ -273,8 +463,25 @@ func (n *simNode) handlerContext(caller context.Context) (context.Context, conte
 	}
 }
 
+// nodeConfig is the node's configuration, as flags would give it.
+func (n *simNode) nodeConfig() config.Config {
+	cc := n.c.cfg
+	cfg := config.Default()
+	cfg.NodeID, cfg.ClusterID, cfg.Name = n.id, cc.ClusterID, n.id
+	cfg.PeerAddr, cfg.ClientAddr, cfg.HTTPAddr = n.id, n.id+":2379", n.id+":2381"
+	cfg.DataDir = n.dir
+	cfg.Quorum = cc.Quorum
+	cfg.HeartbeatInterval = cc.HeartbeatInterval
+	cfg.QuorumTimeout = cc.QuorumTimeout
+	cfg.PrimaryHandshakeTimeout = cc.HandshakeTimeout
+	cfg.DeregistrationTimeout = cc.Deregistration
+	cfg.ElectorLease, cfg.ElectorRenew = cc.LockLease, cc.LockRenew
+	return cfg
+}
+
 // boot starts a new process of the node, as node.Start does: register
-// nodes/{id}.json, then the lock, the Elector runner and heartbeats.
+// nodes/{id}.json, open the log and the engine, start the roles and
+// serve the peer port.
 func (n *simNode) boot() {
 	n.mu.Lock()
 	if n.alive {
@@ -286,66 +493,216 @@ func (n *simNode) boot() {
 	n.boots++
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.wg = &sync.WaitGroup{}
-	n.view = view.New(n.logger("view"))
-	n.start = n.clk.Now()
-	n.registered, n.healthy = false, true
-	n.prim.state, n.prim.term, n.prim.leaseUntil = netsyv1.PrimaryState_REPLICA, n.prim.tookTerm, time.Time{}
-	n.prim.busy, n.prim.pending = false, nil
-	ctx := n.ctx
+	n.dead = make(chan struct{})
+	n.refusing = false
+	n.primSt, n.leaseUntil, n.electorTerm = netsyv1.PrimaryState_REPLICA, time.Time{}, 0
+	ctx, inc, prev := n.ctx, n.inc, n.closing
 	n.mu.Unlock()
 	n.w.tracef("%s boots", n.id)
-	n.c.rec.booted(n)
-	n.goOwned(func() { n.startup(ctx) })
+	n.c.net.Rejoin(n.id)
+	n.goOwned(func() { n.startup(ctx, inc, prev) })
 }
 
-func (n *simNode) startup(ctx context.Context) {
+// startup runs node.Start's steps on the process's goroutine (they wait
+// for the bucket). A step that fails is retried a second later, as a
+// supervisor restarts a node that failed to start.
+func (n *simNode) startup(ctx context.Context, inc int, prev chan struct{}) {
+	if prev != nil {
+		// The last process's files are closed before this one opens them.
+		select {
+		case <-prev:
+		case <-ctx.Done():
+			return
+		}
+	}
+	cfg := n.nodeConfig()
 	for {
-		err := discovery.Register(ctx, n.store, discovery.Registration{
-			NodeID: n.id, ClusterID: n.c.cfg.ClusterID, PeerAddr: n.id, RegisteredAt: n.clk.Now(),
-		})
+		p, err := n.start(ctx, cfg, inc)
 		if err == nil {
-			break
+			n.mu.Lock()
+			if n.inc != inc {
+				n.mu.Unlock()
+				p.close()
+				return
+			}
+			n.p = p
+			n.mu.Unlock()
+			p.r.Start(context.Background())
+			return
+		}
+		if p != nil {
+			p.close()
 		}
 		if ctx.Err() != nil {
 			return
 		}
-		// node.Start fails; the supervisor starts it again.
+		n.w.tracef("%s fails to start: %v", n.id, err)
 		if n.clk.Sleep(ctx, time.Second) != nil {
 			return
 		}
 	}
-	cfg := n.c.cfg
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if ctx.Err() != nil {
-		return
+}
+
+func (n *simNode) start(ctx context.Context, cfg config.Config, inc int) (*proc, error) {
+	if err := discovery.Register(ctx, n.store, roles.Registration(cfg, n.clk.Wall())); err != nil {
+		return nil, err
 	}
-	v := n.view
-	lock, err := s3lect.New(s3lect.Config{
-		Store: n.store, NodeID: n.id, PeerAddr: n.id,
-		Lease: cfg.LockLease, Renew: cfg.LockRenew, Poll: cfg.LockPoll,
-		MinTerm: v.ElectorTerm, Clock: n.clk, Logger: n.logger("s3lect"),
+	p := &proc{}
+	var err error
+	p.log, err = objwal.Open(ctx, objwal.Options{
+		Store: n.store, WALDir: filepath.Join(cfg.DataDir, "wal"), Mode: objwal.ModeSync, Follower: true,
+		CutDamage: true, SegmentBytes: 1 << 20, Clock: n.clk, Logger: n.logger("objwal"),
 	})
 	if err != nil {
-		panic(err)
+		return nil, fmt.Errorf("open log: %w", err)
 	}
-	n.lock = lock
-	n.hb = heartbeat.New(heartbeat.Config{
-		Interval: cfg.HeartbeatInterval,
-		Clock:    n.clk,
-		Logger:   n.logger("heartbeat"),
-		State:    n.state,
-		Send:     n.sendHeartbeat,
-		Answered: n.answered,
-		Health:   n.health,
+	var rp struct {
+		sync.Mutex
+		r *roles.Roles
+	}
+	p.eng, err = engine.Open(engine.Config{
+		Storage: p.log, Clock: n.clk, Follower: true, ClusterID: roles.ClusterIDHash(cfg.ClusterID),
+		Logger: n.logger("engine"),
+		OnDeposed: func(err error) {
+			rp.Lock()
+			r := rp.r
+			rp.Unlock()
+			if r != nil {
+				r.EngineDeposed(err)
+			}
+		},
 	})
-	lock.Start()
-	n.wg.Go(func() { n.runElectorTerms(ctx, lock) })
-	n.hb.Start()
+	if err != nil {
+		return p, fmt.Errorf("open engine: %w", err)
+	}
+	select {
+	case <-p.log.WALPrepared():
+	case <-ctx.Done():
+		return p, ctx.Err()
+	}
+	p.pool = peer.NewPool(n.c.net.Host(n.id))
+	p.r, err = roles.New(roles.Config{
+		Node: cfg, Clock: n.clk, Store: n.store, Engine: p.eng, Log: p.log,
+		Conn: p.pool.Conn, Transport: simTransport{n}, Logger: n.logger("node"),
+		Observer: n.observer(inc),
+	})
+	if err != nil {
+		return p, err
+	}
+	rp.Lock()
+	rp.r = p.r
+	rp.Unlock()
+	peerAPI := etcdapi.New(etcdapi.Config{
+		Backend: replica.NewBackend(replica.BackendConfig{Local: p.eng, Roles: p.r, Clock: n.clk}),
+		Clock:   n.clk, Logger: n.logger("peer"),
+	})
+	p.g = peerAPI.NewGRPCServer(append(peer.ServerOptions(),
+		grpc.ChainUnaryInterceptor(replica.CommitIndexInterceptor(p.eng.CommittedIndex)))...)
+	p.r.RegisterPeerServices(p.g)
+	p.backend = replica.NewBackend(replica.BackendConfig{Local: p.eng, Roles: p.r, Clock: n.clk, Conn: p.pool.Conn})
+	n.mu.Lock()
+	refusing := n.refusing || n.inc != inc
+	n.mu.Unlock()
+	if !refusing {
+		if err := n.listen(p); err != nil {
+			return p, err
+		}
+	}
+	return p, nil
+}
+
+// listen serves the peer port on the node's address.
+func (n *simNode) listen(p *proc) error {
+	l, err := n.c.net.Host(n.id).Listen(n.id)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	p.serving = append(p.serving, peer.Serve(p.g, l))
+	return nil
+}
+
+// observer is the roles' Observer for incarnation inc: it keeps what the
+// checks read and tells the recorder, until the process ends.
+func (n *simNode) observer(inc int) *roles.Observer {
+	live := func() bool { return n.incarnation() == inc }
+	return &roles.Observer{
+		ElectorStarted: func(term uint64) {
+			n.mu.Lock()
+			ok := n.inc == inc
+			if ok {
+				n.electorTerm = term
+			}
+			n.mu.Unlock()
+			if ok {
+				n.c.rec.electorStart(n, term)
+			}
+		},
+		ElectorStopped: func(term uint64) {
+			n.mu.Lock()
+			ok := n.inc == inc && n.electorTerm == term
+			if ok {
+				n.electorTerm = 0
+			}
+			n.mu.Unlock()
+			if ok {
+				n.c.rec.electorEnd(n, term)
+			}
+		},
+		Offered: func(cs *netsyv1.ClusterState, accepted bool, before uint64, from string) {
+			if live() {
+				n.c.rec.offered(n, cs, accepted, before, from)
+			}
+		},
+		Health: func(ok bool, _ error) {
+			if live() {
+				n.c.rec.health(n, ok)
+			}
+		},
+		Primary: func(s netsyv1.PrimaryState, term uint64, leaseUntil time.Time) {
+			n.mu.Lock()
+			if n.inc != inc {
+				n.mu.Unlock()
+				return
+			}
+			was := n.primSt
+			n.primSt, n.primTerm = s, term
+			if leaseUntil.After(n.leaseUntil) {
+				n.leaseUntil = leaseUntil
+			}
+			until := n.leaseUntil
+			n.mu.Unlock()
+			switch {
+			case s == netsyv1.PrimaryState_STARTING && was != netsyv1.PrimaryState_STARTING:
+				n.w.tracef("%s Starting at term %d", n.id, term)
+				n.c.rec.promoted(n, term)
+			case s == netsyv1.PrimaryState_ACTIVE:
+				n.w.tracef("%s Active at term %d", n.id, term)
+				n.c.rec.active(n, term, until)
+			case was == netsyv1.PrimaryState_ACTIVE:
+				n.w.tracef("%s %s at term %d", n.id, s, term)
+				n.c.rec.inactive(n)
+			}
+		},
+		Lease: func(until time.Time) {
+			n.mu.Lock()
+			ok := n.inc == inc
+			if ok && until.After(n.leaseUntil) {
+				n.leaseUntil = until
+			}
+			active := ok && n.primSt == netsyv1.PrimaryState_ACTIVE
+			n.mu.Unlock()
+			if active {
+				n.c.rec.lease(n, until)
+			}
+		},
+	}
 }
 
 // crash ends the process as SIGKILL does: its address refuses at once,
-// its goroutines end, only the persisted primary term survives.
+// its connections close, its calls to the bucket and to other nodes fail,
+// and only its data directory survives. Its components are closed on a
+// goroutine of their own (closing waits on the node's clock, which only
+// the driver moves); the next boot waits for that.
 func (n *simNode) crash() {
 	n.mu.Lock()
 	if !n.alive {
@@ -355,31 +712,70 @@ func (n *simNode) crash() {
 	n.alive = false
 	n.inc++
 	n.cancel()
-	lock, hb, wg := n.lock, n.hb, n.wg
-	n.lock, n.hb = nil, nil
-	if n.prim.state == netsyv1.PrimaryState_ACTIVE {
-		n.c.rec.inactive(n)
-	}
-	n.prim.state = netsyv1.PrimaryState_REPLICA
+	close(n.dead)
+	p, wg := n.p, n.wg
+	n.p = nil
+	term := n.electorTerm
+	n.electorTerm = 0
+	active := n.primSt == netsyv1.PrimaryState_ACTIVE
+	n.primSt = netsyv1.PrimaryState_REPLICA
+	done := make(chan struct{})
+	n.closing = done
 	n.mu.Unlock()
 	n.w.tracef("%s crashes", n.id)
+	n.c.net.Isolate(n.id)
+	n.c.net.Down(n.id)
+	if term != 0 {
+		n.c.rec.electorEnd(n, term)
+	}
+	if active {
+		n.c.rec.inactive(n)
+	}
 	if n.releaseHeld() {
 		n.c.rec.frozen(n, false)
+		n.c.syncNet()
 	}
-	if hb != nil {
-		hb.Close()
-	}
-	if lock != nil {
-		lock.Close()
-	}
-	wg.Wait()
+	go func() {
+		defer close(done)
+		wg.Wait()
+		if p != nil {
+			p.close()
+		}
+	}()
+}
+
+// refuse makes the node's address refuse connections while the process
+// lives (on: a listener closed by mistake, a port taken by another
+// process), or serve again.
+func (n *simNode) refuse(on bool) {
 	n.mu.Lock()
-	n.elector = nil
+	if !n.alive || n.refusing == on {
+		n.mu.Unlock()
+		return
+	}
+	n.refusing = on
+	p := n.p
 	n.mu.Unlock()
+	n.w.tracef("%s's address refuses: %v", n.id, on)
+	if on {
+		n.c.net.Down(n.id)
+		return
+	}
+	if p != nil {
+		if err := n.listen(p); err != nil {
+			n.w.tracef("%s listens again: %v", n.id, err)
+		}
+	}
+}
+
+func (n *simNode) isRefusing() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.refusing
 }
 
 // freeze stops the process as SIGSTOP does: its timers and the messages
-// for it wait until resume.
+// for it wait until resume, and its connections carry nothing.
 func (n *simNode) freeze() {
 	n.w.mu.Lock()
 	n.frozen++
@@ -388,6 +784,7 @@ func (n *simNode) freeze() {
 	if first {
 		n.c.rec.frozen(n, true)
 		n.w.tracef("%s stalls", n.id)
+		n.c.syncNet()
 	}
 }
 
@@ -401,6 +798,7 @@ func (n *simNode) resume() {
 	if !still && n.releaseHeld() {
 		n.c.rec.frozen(n, false)
 		n.w.tracef("%s resumes", n.id)
+		n.c.syncNet()
 	}
 }
 
@@ -429,510 +827,129 @@ func (n *simNode) releaseHeld() bool {
 		if it.dead {
 			continue
 		}
-		it.at = w.now
-		w.seq++
-		it.seq = w.seq
-		heap.Push(&w.q, it)
+		requeueLocked(w, it)
 	}
 	return was
 }
 
-// runElectorTerms runs an Elector for every term this node holds the lock,
-// as node.roles does.
-func (n *simNode) runElectorTerms(ctx context.Context, lock *s3lect.Election) {
-	cfg := n.c.cfg
-	for {
-		var lead s3lect.Leadership
-		select {
-		case l, ok := <-lock.Leadership():
-			if !ok {
-				return
-			}
-			lead = l
-		case <-ctx.Done():
-			return
-		}
-		e, err := elector.New(elector.Config{
-			Self:      &netsyv1.NodeInfo{NodeId: n.id, PeerAddr: n.id},
-			ClusterID: cfg.ClusterID,
-			Store:     n.store,
-			// The modelled nodes report index 10 and write no wal/.
-			DurableTip:            func(context.Context) (uint64, error) { return 10, nil },
-			Peers:                 simPeers{n},
-			Quorum:                cfg.Quorum,
-			HeartbeatInterval:     cfg.HeartbeatInterval,
-			DeregistrationTimeout: cfg.Deregistration,
-			HandshakeTimeout:      cfg.HandshakeTimeout,
-			LeaseWindow:           cfg.LeaseWindow,
-			Clock:                 n.clk,
-			Logger:                n.logger("node"),
-			LockCounter: func() uint64 {
-				h, _ := lock.Current()
-				return h.Counter
-			},
-			LockValid: lead.Valid,
-		}, lead.Term)
-		if err != nil {
-			panic(err)
-		}
-		n.mu.Lock()
-		n.elector = e
-		hb := n.hb
-		n.mu.Unlock()
-		n.c.rec.electorStart(n, lead.Term)
-		term := lead.Term
-		stopRec := context.AfterFunc(lead.Ctx, func() { n.c.rec.electorEnd(n, term) })
-		if hb != nil {
-			hb.Now()
-		}
-		sepDone := make(chan struct{})
-		go func() {
-			defer close(sepDone)
-			n.separateRoles(lead.Ctx, lock, e)
-		}()
-		e.Run(lead.Ctx)
-		<-sepDone
-		if stopRec() {
-			// Run returned before the lock was lost (it cannot today).
-			n.c.rec.electorEnd(n, term)
-		}
-		n.mu.Lock()
-		n.elector = nil
-		n.mu.Unlock()
-	}
-}
-
-// separateRoles resigns the lock of a node that is Elector and Active
-// Primary while another node is Healthy, as node.roles does.
-func (n *simNode) separateRoles(ctx context.Context, lock *s3lect.Election, e *elector.Elector) {
-	hbi := n.c.cfg.HeartbeatInterval
-	t := n.clk.NewTicker(2 * hbi)
-	defer t.Stop()
-	var since time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-		}
-		if s, _ := n.primState(); s != netsyv1.PrimaryState_ACTIVE {
-			since = time.Time{}
-			continue
-		}
-		cs, err := e.ClusterState(ctx, true)
-		if err != nil {
-			continue
-		}
-		other := ""
-		for _, ns := range cs.Nodes {
-			if ns.Info.NodeId != n.id && ns.Health == netsyv1.HealthState_HEALTHY {
-				other = ns.Info.NodeId
-				break
-			}
-		}
-		switch {
-		case other == "":
-			since = time.Time{}
-		case since.IsZero():
-			since = n.clk.Now()
-		case n.clk.Since(since) >= 4*hbi:
-			n.w.tracef("%s resigns the Elector lock to separate it from the Primary", n.id)
-			n.mu.Lock()
-			base := n.ctx
-			n.mu.Unlock()
-			rctx, cancel := clock.WithTimeout(base, n.clk, 5*time.Second)
-			_ = lock.Resign(rctx)
-			cancel()
-			return
-		}
-	}
-}
-
-// electorTarget is whom heartbeats go to: this node's own Elector, or the
-// address of the newer of what the view and the lock say (node.roles).
-func (n *simNode) electorTarget() (*elector.Elector, string) {
-	n.mu.Lock()
-	e, v, lock := n.elector, n.view, n.lock
-	n.mu.Unlock()
-	if e != nil {
-		return e, ""
-	}
-	cs := v.Current()
-	var h s3lect.Holder
-	ok := false
-	if lock != nil {
-		h, ok = lock.Current()
-	}
-	switch {
-	case cs != nil && cs.Elector != nil && (!ok || cs.ElectorTerm >= h.Term):
-		return nil, cs.Elector.PeerAddr
-	case ok:
-		return nil, h.PeerAddr
-	}
-	return nil, ""
-}
-
-// errNotElector is the Elector service's refusal on a node that is not.
-var errNotElector = errors.New("sim: this node is not the Elector")
-
-// state is this node's heartbeat, as node.roles builds it.
-func (n *simNode) state() *netsyv1.Heartbeat {
+func (n *simNode) cutBucket(by int, failAfter time.Duration) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	ps, held := n.prim.state, n.prim.term
-	hb := &netsyv1.Heartbeat{
-		NodeId:            n.id,
-		MemberId:          n.memberID,
-		Health:            netsyv1.HealthState_HEALTHY,
-		PrimaryState:      ps,
-		LatestIndex:       10,
-		LatestRevision:    10,
-		StartTimeUnixNano: n.start.UnixNano(),
-		ElectorTerm:       n.view.ElectorTerm(),
+	n.bucket.cuts = max(0, n.bucket.cuts+by)
+	if by > 0 {
+		n.bucket.failAfter = failAfter
 	}
-	if cs := n.view.Current(); cs != nil {
-		hb.PrimaryTerm = cs.PrimaryTerm
-		hb.PrimaryId = cs.GetPrimary().GetNodeId()
-	}
-	if ps != netsyv1.PrimaryState_REPLICA {
-		hb.PrimaryTerm, hb.PrimaryId = held, n.id
-	} else if held > hb.PrimaryTerm {
-		hb.PrimaryTerm = held
-	}
-	switch {
-	case !n.registered:
-		hb.Health = netsyv1.HealthState_LOADING
-	case !n.healthy:
-		hb.Health = netsyv1.HealthState_DEGRADED
-	}
-	return hb
 }
 
-func (n *simNode) nodeState() *netsyv1.NodeState {
-	st := n.state()
+func (n *simNode) slowBucket(by time.Duration) {
 	n.mu.Lock()
-	v := n.view
-	n.mu.Unlock()
-	ns := &netsyv1.NodeState{State: st, Info: n.info()}
-	if cs := v.Current(); cs != nil {
-		ns.ClusterState = proto.Clone(cs).(*netsyv1.ClusterState)
-	}
-	return ns
+	defer n.mu.Unlock()
+	n.bucket.slow = max(0, n.bucket.slow+by)
 }
 
-// sendHeartbeat is the heartbeat sender's Send (node.roles.sendHeartbeat).
-func (n *simNode) sendHeartbeat(ctx context.Context, hb *netsyv1.Heartbeat) (*netsyv1.HeartbeatResponse, error) {
-	n.mu.Lock()
-	registered, lock := n.registered, n.lock
-	n.mu.Unlock()
-	if !registered {
-		if err := n.register(ctx); err != nil {
-			return nil, err
-		}
-		hb = n.state()
+// bucketState is how a node reaches the bucket.
+type bucketState struct {
+	cuts int
+	// failAfter is how long a call takes to fail while cut.
+	failAfter time.Duration
+	slow      time.Duration
+}
+
+type getAnswer struct {
+	body []byte
+	etag string
+}
+
+// errCrashed is what a call made by a process that has ended gets.
+var errCrashed = errors.New("sim: the calling process has ended")
+
+// rpc carries one call from node from to the node at address to. handle
+// runs in the destination when the request arrives (while the destination
+// is stalled it waits) and answers through reply; the answer travels back
+// the same way (sendLocked: a cut link holds both until it heals, a link
+// that drops may lose either, and the caller then waits for its ctx). A
+// crashed destination, or one whose address refuses, answers refused; a
+// call from a process that has ended fails at once. The caller's ctx
+// ending is seen by the destination at once (gRPC cancellation).
+func rpc[T any](ctx context.Context, from *simNode, to string, handle func(ctx context.Context, dst *simNode, reply func(T, error))) (T, error) {
+	w := from.w
+	type answer struct {
+		v   T
+		err error
 	}
-	e, target := n.electorTarget()
-	var resp *netsyv1.HeartbeatResponse
-	var err error
-	switch {
-	case e != nil:
-		resp, err = e.Heartbeat(ctx, hb)
-		if err == nil {
-			n.c.rec.answered(n, e.Term())
+	var zero T
+	ch := make(chan answer, 1)
+	from.mu.Lock()
+	inc, dead := from.inc, from.dead
+	alive := from.alive
+	from.mu.Unlock()
+	if !alive {
+		return zero, errCrashed
+	}
+	deliverBack := func(dst string, a answer) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		from.c.sendLocked(dst, from.id, &from.stall, func() {
+			if from.incarnation() == inc {
+				ch <- a // buffered; only one answer per call
+			}
+		})
+	}
+	dst := from.c.node(to)
+	if dst == nil {
+		return zero, fmt.Errorf("call %s: no such address: %w", to, errRefused)
+	}
+	w.mu.Lock()
+	from.c.sendLocked(from.id, to, &dst.stall, func() {
+		if !dst.isAlive() || dst.isRefusing() {
+			deliverBack(to, answer{err: fmt.Errorf("call %s: %w", to, errRefused)})
+			return
 		}
-	case target == "" || target == n.id:
-		return nil, heartbeat.ErrNoElector
-	default:
-		req := proto.Clone(hb).(*netsyv1.Heartbeat)
-		resp, err = rpc(ctx, n, target, func(ctx context.Context, dst *simNode, reply func(*netsyv1.HeartbeatResponse, error)) {
-			dst.goOwned(func() {
-				e := dst.currentElector()
-				if e == nil {
-					reply(nil, errNotElector)
-					return
-				}
-				resp, err := e.Heartbeat(ctx, req)
-				if err == nil {
-					dst.c.rec.answered(dst, e.Term())
-					resp = proto.Clone(resp).(*netsyv1.HeartbeatResponse)
-				}
-				reply(resp, err)
+		hctx, cancel := dst.handlerContext(ctx)
+		var once sync.Once
+		handle(hctx, dst, func(v T, err error) {
+			once.Do(func() {
+				cancel()
+				deliverBack(to, answer{v: v, err: err})
 			})
 		})
-	}
-	if errors.Is(err, errNotElector) || errors.Is(err, elector.ErrLockLost) || errors.Is(err, elector.ErrStopped) {
-		if lock != nil {
-			lock.Suspect()
-		}
-		return nil, heartbeat.ErrNoElector
-	}
-	if err != nil && strings.Contains(err.Error(), "is not registered") {
-		n.mu.Lock()
-		n.registered = false
-		n.mu.Unlock()
-	}
-	return resp, err
-}
-
-type registration struct {
-	id uint64
-	cs *netsyv1.ClusterState
-}
-
-// register registers with the Elector (node.roles.register).
-func (n *simNode) register(ctx context.Context) error {
-	e, target := n.electorTarget()
-	info := n.info()
-	var r registration
-	var err error
-	switch {
-	case e != nil:
-		r.id, r.cs, err = e.Register(ctx, info, n.c.cfg.ClusterID)
-	case target == "" || target == n.id:
-		return heartbeat.ErrNoElector
-	default:
-		clusterID := n.c.cfg.ClusterID
-		r, err = rpc(ctx, n, target, func(ctx context.Context, dst *simNode, reply func(registration, error)) {
-			dst.goOwned(func() {
-				e := dst.currentElector()
-				if e == nil {
-					reply(registration{}, errNotElector)
-					return
-				}
-				id, cs, err := e.Register(ctx, info, clusterID)
-				if cs != nil {
-					cs = proto.Clone(cs).(*netsyv1.ClusterState)
-				}
-				reply(registration{id: id, cs: cs}, err)
-			})
-		})
-	}
-	if err != nil {
-		return fmt.Errorf("register with the Elector: %w", err)
-	}
-	n.mu.Lock()
-	n.memberID = r.id
-	n.registered = true
-	n.mu.Unlock()
-	n.offer(r.cs, "registration")
-	return nil
-}
-
-// answered handles a heartbeat answer (node.roles.answered).
-func (n *simNode) answered(resp *netsyv1.HeartbeatResponse, sentAt time.Time) {
-	cs := resp.GetClusterState()
-	accepted, _ := n.offer(cs, "heartbeat")
-	n.mu.Lock()
-	if accepted && cs.GetPrimary().GetNodeId() == n.id && cs.GetPrimaryTerm() == n.prim.term {
-		n.answeredLocked(sentAt)
-	}
-	lock := n.lock
-	n.mu.Unlock()
-	if el := cs.GetElector(); el != nil && el.NodeId != n.id && lock != nil {
-		lock.Observed(s3lect.Holder{NodeID: el.NodeId, PeerAddr: el.PeerAddr, Term: cs.ElectorTerm, Counter: resp.LockCounter})
-	}
-}
-
-func (n *simNode) health(ok bool, err error) {
-	n.mu.Lock()
-	n.healthy = ok
-	lock := n.lock
-	n.mu.Unlock()
-	n.c.rec.health(n, ok)
-	if !ok && lock != nil {
-		lock.Suspect()
-	}
-}
-
-// offer hands a Cluster State to the view and what it accepted to the
-// Primary role (node.roles.watchView, without the goroutine).
-func (n *simNode) offer(cs *netsyv1.ClusterState, from string) (bool, *netsyv1.ClusterState) {
-	n.offerMu.Lock()
-	defer n.offerMu.Unlock()
-	n.mu.Lock()
-	v := n.view
-	n.mu.Unlock()
-	before := v.ElectorTerm()
-	ok, cur := v.Offer(cs, from)
-	n.c.rec.offered(n, cs, ok, before, from)
-	if ok {
-		n.mu.Lock()
-		n.observeLocked(cur)
-		n.mu.Unlock()
-	}
-	return ok, cur
-}
-
-// observeLocked is primary.observe.
-func (n *simNode) observeLocked(cs *netsyv1.ClusterState) {
-	p := &n.prim
-	if !n.alive {
-		return
-	}
-	if p.busy {
-		p.pending = cs
-		return
-	}
-	named := cs.GetPrimary().GetNodeId() == n.id
-	switch p.state {
-	case netsyv1.PrimaryState_REPLICA:
-		switch {
-		case !named:
-		case cs.PrimaryTerm <= p.tookTerm:
-			p.term = cs.PrimaryTerm
-		default:
-			n.promoteLocked(cs.PrimaryTerm)
-		}
-	case netsyv1.PrimaryState_ACTIVE:
-		if !named && cs.Primary != nil && cs.PrimaryTerm > p.term {
-			n.w.tracef("%s steps down: %s is Primary at term %d", n.id, cs.Primary.NodeId, cs.PrimaryTerm)
-			p.state = netsyv1.PrimaryState_REPLICA
-			n.c.rec.inactive(n)
-		}
-	}
-}
-
-// promoteLocked runs the Starting step: claim the term in the bucket,
-// then a while for catching up, then Active with a fresh lease.
-func (n *simNode) promoteLocked(term uint64) {
-	p := &n.prim
-	p.busy = true
-	p.state, p.term = netsyv1.PrimaryState_STARTING, term
-	p.tookTerm = max(p.tookTerm, term)
-	n.c.rec.promoted(n, term)
-	n.w.tracef("%s Starting at term %d", n.id, term)
-	var extra time.Duration
-	if d := n.c.cfg.StartingDelay; d > 0 {
-		extra = time.Duration(n.rng.Int64N(int64(d)))
-	}
-	ctx := n.ctx
-	n.wg.Go(func() {
-		key := fmt.Sprintf("sim/claims/%020d", term)
-		_, err := storeCall(ctx, n, func(s objstore.Store) (string, error) {
-			etag, err := s.PutIfAbsent(context.Background(), key, []byte(n.id))
-			if err != nil {
-				return etag, err
-			}
-			// The engine's catch-up: a claim of a higher term stands for
-			// a newer Primary's entries, and the engine refuses to write
-			// at a term below its log's.
-			newer, err := s.List(context.Background(), "sim/claims/", key, 1)
-			if err == nil && len(newer) > 0 {
-				err = fmt.Errorf("promote at term %d: the log holds a newer term (%s)", term, newer[0].Key)
-			}
-			return etag, err
-		})
-		if err == nil && extra > 0 {
-			err = n.clk.Sleep(ctx, extra)
-		}
-		n.mu.Lock()
-		defer n.mu.Unlock()
-		if ctx.Err() != nil {
-			return
-		}
-		p.busy = false
-		if err != nil {
-			n.w.tracef("%s Starting at term %d failed: %v", n.id, term, err)
-			p.state = netsyv1.PrimaryState_REPLICA
-		} else {
-			p.state = netsyv1.PrimaryState_ACTIVE
-			// The lease counts only from answers naming this node.
-			n.w.tracef("%s Active at term %d", n.id, term)
-			n.c.rec.active(n, term, p.leaseUntil)
-		}
-		if cs := p.pending; cs != nil {
-			p.pending = nil
-			n.observeLocked(cs)
-		}
 	})
-}
-
-// answeredLocked is primary.Answered: the lease runs from the send.
-func (n *simNode) answeredLocked(sentAt time.Time) {
-	p := &n.prim
-	if until := sentAt.Add(n.c.cfg.LeaseWindow); until.After(p.leaseUntil) {
-		p.leaseUntil = until
-		if p.state == netsyv1.PrimaryState_ACTIVE {
-			n.c.rec.lease(n, until)
-		}
+	w.mu.Unlock()
+	select {
+	case a := <-ch:
+		return a.v, a.err
+	case <-ctx.Done():
+		return zero, ctx.Err()
+	case <-dead:
+		return zero, errCrashed
 	}
-}
-
-// drain makes an Active Primary a Replica (a handoff).
-func (n *simNode) drain() error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	switch n.prim.state {
-	case netsyv1.PrimaryState_ACTIVE:
-		n.prim.state = netsyv1.PrimaryState_REPLICA
-		n.c.rec.inactive(n)
-		return nil
-	case netsyv1.PrimaryState_REPLICA:
-		return nil
-	}
-	return fmt.Errorf("cannot drain: this node is %s", n.prim.state)
-}
-
-// leaseHeld reports whether the node is Active with a current lease.
-func (n *simNode) leaseHeld() bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.alive && n.prim.state == netsyv1.PrimaryState_ACTIVE && n.clk.Now().Before(n.prim.leaseUntil)
-}
-
-// simPeers is how a node's Elector reaches nodes (node.nodePeers).
-type simPeers struct{ n *simNode }
-
-func (p simPeers) GetNodeState(ctx context.Context, info *netsyv1.NodeInfo) (*netsyv1.NodeState, error) {
-	if info.NodeId == p.n.id {
-		return p.n.nodeState(), nil
-	}
-	return rpc(ctx, p.n, info.PeerAddr, func(_ context.Context, dst *simNode, reply func(*netsyv1.NodeState, error)) {
-		reply(dst.nodeState(), nil)
-	})
-}
-
-func (p simPeers) PushClusterState(ctx context.Context, info *netsyv1.NodeInfo, cs *netsyv1.ClusterState) (*netsyv1.PushClusterStateResponse, error) {
-	if info.NodeId == p.n.id {
-		ok, cur := p.n.offer(cs, "push")
-		return &netsyv1.PushClusterStateResponse{Accepted: ok, Current: cur}, nil
-	}
-	sent := proto.Clone(cs).(*netsyv1.ClusterState)
-	from := "push from " + p.n.id
-	return rpc(ctx, p.n, info.PeerAddr, func(_ context.Context, dst *simNode, reply func(*netsyv1.PushClusterStateResponse, error)) {
-		ok, cur := dst.offer(sent, from)
-		reply(&netsyv1.PushClusterStateResponse{Accepted: ok, Current: proto.Clone(cur).(*netsyv1.ClusterState)}, nil)
-	})
-}
-
-func (p simPeers) Drain(ctx context.Context, info *netsyv1.NodeInfo) error {
-	if info.NodeId == p.n.id {
-		return p.n.drain()
-	}
-	_, err := rpc(ctx, p.n, info.PeerAddr, func(_ context.Context, dst *simNode, reply func(struct{}, error)) {
-		reply(struct{}{}, dst.drain())
-	})
-	return err
 }
 
 // storeCall makes one call to the bucket from node n: it travels to the
 // bucket, takes effect there at one instant, and its answer travels back.
 // While the node is cut from the bucket, a call fails after the cut's
 // delay without taking effect; a cut that starts while a call is out
-// loses the answer (the call may have landed) the same way.
+// loses the answer (the call may have landed) the same way. A call from a
+// process that has ended fails at once, so that its components close
+// without waiting for the bucket (objwal.Close would wait out its
+// timeout on every call).
 func storeCall[T any](ctx context.Context, n *simNode, f func(objstore.Store) (T, error)) (T, error) {
 	type answer struct {
 		v   T
 		err error
 	}
+	var zero T
 	w := n.w
 	ch := make(chan answer, 1)
 	n.mu.Lock()
-	inc := n.inc
+	inc, dead, alive := n.inc, n.dead, n.alive
 	b := n.bucket
 	n.mu.Unlock()
+	if !alive {
+		return zero, errCrashed
+	}
 	fail := func() {
-		w.schedule(w.Now()+b.failAfter, n, false, func() {
+		w.schedule(w.Now()+b.failAfter, &n.stall, false, func() {
 			if n.incarnation() == inc {
 				ch <- answer{err: errBucketCut}
 			}
@@ -943,6 +960,9 @@ func storeCall[T any](ctx context.Context, n *simNode, f func(objstore.Store) (T
 		fail()
 	} else {
 		w.schedule(w.Now()+oneWay, nil, false, func() {
+			if n.incarnation() != inc {
+				return // the process ended before its call left
+			}
 			v, err := f(n.c.store)
 			n.mu.Lock()
 			b = n.bucket
@@ -951,7 +971,7 @@ func storeCall[T any](ctx context.Context, n *simNode, f func(objstore.Store) (T
 				fail()
 				return
 			}
-			w.schedule(w.Now()+oneWay, n, false, func() {
+			w.schedule(w.Now()+oneWay, &n.stall, false, func() {
 				if n.incarnation() == inc {
 					ch <- answer{v: v, err: err}
 				}
@@ -962,8 +982,9 @@ func storeCall[T any](ctx context.Context, n *simNode, f func(objstore.Store) (T
 	case a := <-ch:
 		return a.v, a.err
 	case <-ctx.Done():
-		var zero T
 		return zero, ctx.Err()
+	case <-dead:
+		return zero, errCrashed
 	}
 }
 
@@ -971,11 +992,6 @@ func storeCall[T any](ctx context.Context, n *simNode, f func(objstore.Store) (T
 type nodeStore struct{ n *simNode }
 
 var _ objstore.Store = nodeStore{}
-
-type getAnswer struct {
-	body []byte
-	etag string
-}
 
 func (s nodeStore) Get(ctx context.Context, key string) ([]byte, string, error) {
 	a, err := storeCall(ctx, s.n, func(st objstore.Store) (getAnswer, error) {

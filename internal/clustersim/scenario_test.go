@@ -24,12 +24,14 @@ type scenario struct {
 // runScenario builds n nodes (n1 boots first and takes the lock; the
 // others follow 200 ms apart), runs body, then checks the recorder.
 func runScenario(t *testing.T, n int, tweak func(*simConfig), body func(s *scenario)) {
+	dir := t.TempDir()
+	outer := t
 	synctest.Test(t, func(t *testing.T) {
 		cfg := defaultConfig()
 		if tweak != nil {
 			tweak(&cfg)
 		}
-		c := newCluster(1, cfg, true)
+		c := newCluster(1, cfg, dir, true)
 		rates := []int64{1000, 960, 1040, 1010, 980}
 		for i := range n {
 			c.addNode(fmt.Sprintf("n%d", i+1), time.Duration(i)*7*time.Hour-9*time.Hour, rates[i], time.Duration(5+i)*time.Millisecond)
@@ -41,7 +43,7 @@ func runScenario(t *testing.T, n int, tweak func(*simConfig), body func(s *scena
 		s := &scenario{t: t, c: c}
 		defer func() {
 			c.closeAll()
-			if t.Failed() {
+			if t.Failed() || outer.Failed() {
 				t.Log("trace:\n" + c.w.dump())
 			}
 		}()
@@ -52,7 +54,6 @@ func runScenario(t *testing.T, n int, tweak func(*simConfig), body func(s *scena
 	})
 }
 
-// settle runs until the cluster is in its steady state (settledReason).
 func (s *scenario) settle() {
 	s.t.Helper()
 	if _, err := s.c.settle(30*time.Second, 100*time.Millisecond); err != nil {
@@ -61,6 +62,17 @@ func (s *scenario) settle() {
 }
 
 func (s *scenario) runFor(d time.Duration) { s.c.w.run(s.c.w.Now()+d, nil) }
+
+func TestSettleAndWriteThroughAReplica(t *testing.T) {
+	runScenario(t, 3, nil, func(s *scenario) {
+		s.settle()
+		o, err := s.c.writeOnce(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("wrote %v", o)
+	})
+}
 
 // until runs in 50 ms steps until cond holds; it returns how long that
 // took, failing the test after limit.
@@ -201,13 +213,10 @@ func TestScenarioPrimaryCrash(t *testing.T) {
 // A Primary that stalls (SIGSTOP) cannot be told from a slow one: the
 // Elector replaces it only once its lease has run out, by its own clock;
 // when it resumes it steps down and never holds a lease at its old term
-// (the recorder checks that). The lease is 3 s here, longer than the
-// two missed heartbeats that make the Elector start an election.
+// (the recorder checks that). The lease is two heartbeat intervals, as
+// internal/roles sets it.
 func TestScenarioPrimaryStallWaitsOutLease(t *testing.T) {
-	runScenario(t, 3, func(cfg *simConfig) {
-		cfg.HandshakeTimeout = time.Second
-		cfg.LeaseWindow = 3 * time.Second
-	}, func(s *scenario) {
+	runScenario(t, 3, func(cfg *simConfig) { cfg.HandshakeTimeout = time.Second }, func(s *scenario) {
 		s.settle()
 		_, _, p, pterm := s.roles()
 		p.freeze()
@@ -243,19 +252,21 @@ func TestScenarioPrimaryStallWaitsOutLease(t *testing.T) {
 }
 
 // The previous-Primary handshake: the Primary is cut from the Elector
-// long enough to be judged Degraded, but the link heals before its lease
-// (3 s here) has run out: no successor is elected and the Primary keeps
-// its term. A Primary that restarted answers as a Replica: the election
-// goes on at once, without waiting out the handshake.
+// long enough to be judged Degraded (two heartbeat intervals of silence),
+// but the link heals before the Elector has waited out its lease (the
+// lease, two intervals, and a quarter more): no successor is elected and
+// the Primary keeps its term. A Primary that restarted answers as a
+// Replica: the election goes on at once, without waiting out the
+// handshake.
 func TestScenarioPreviousPrimaryHandshake(t *testing.T) {
 	t.Run("active defers", func(t *testing.T) {
-		runScenario(t, 3, func(cfg *simConfig) { cfg.LeaseWindow = 3 * time.Second }, func(s *scenario) {
+		runScenario(t, 3, func(cfg *simConfig) { cfg.HeartbeatInterval = time.Second }, func(s *scenario) {
 			s.settle()
 			e, _, p, pterm := s.roles()
 			before, mterm := s.promotions(), s.membersTerm()
 			cutAt := s.c.w.Now()
 			s.c.cut(p.id, e.id, 1)
-			s.runFor(1600 * time.Millisecond)
+			s.runFor(2200 * time.Millisecond)
 			s.c.cut(p.id, e.id, -1)
 			s.runFor(5 * time.Second)
 			degraded := false
@@ -426,10 +437,7 @@ func TestScenarioStaleElectorPushRejected(t *testing.T) {
 		if !rejected {
 			t.Fatalf("%s never rejected a state of the stale Elector %s (term %d); rejections %+v", x.id, e.id, eterm, all)
 		}
-		x.mu.Lock()
-		v := x.view
-		x.mu.Unlock()
-		if got := v.ElectorTerm(); got <= eterm {
+		if got := x.roles().ElectorTerm(); got <= eterm {
 			t.Fatalf("%s's view holds Elector term %d, not above the stale %d", x.id, got, eterm)
 		}
 		s.c.w.setLink(e.id, x.id, func(l *link) { l.slow = 0 })

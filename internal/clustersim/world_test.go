@@ -21,10 +21,10 @@ var epoch = time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
 type item struct {
 	at  time.Duration
 	seq uint64
-	// owner is the node the event happens in; while it is stalled the
+	// owner is the process the event happens in; while it is stalled the
 	// event waits. nil: the event is outside any process (the network,
 	// the bucket, the schedule).
-	owner *simNode
+	owner *stall
 	// timer events run before messages when a stalled node resumes.
 	timer bool
 	dead  bool // a stopped timer
@@ -58,14 +58,27 @@ func (h *itemHeap) Pop() any {
 	return it
 }
 
+// stall is what the queue knows of a process: whether it is stalled, and
+// the events that wait for it meanwhile. Guarded by the world's mutex.
+type stall struct {
+	frozen int
+	held   []*item
+}
+
 // world is the simulation: true time, the event queue, the network and
 // the bucket. The driver (run) is the only goroutine that takes events;
 // every other goroutine belongs to some node and only adds events.
+//
+// True time is the synctest bubble's time since the world was made: the
+// driver sleeps (in the bubble: no real wait) until the next event is
+// due, so timers of code that reads the bubble's clock (gRPC's backoff
+// and keepalive under the Follow streams) fire in order with the queue.
 type world struct {
-	mu  sync.Mutex
-	now time.Duration
-	q   itemHeap
-	seq uint64
+	mu   sync.Mutex
+	real clock.Clock
+	base time.Time
+	q    itemHeap
+	seq  uint64
 	// links[from][to] is the one-way link between two nodes.
 	links map[string]map[string]*link
 	steps int
@@ -83,29 +96,37 @@ type link struct {
 	// cuts counts the faults that cut the link; it carries nothing while
 	// any holds.
 	cuts int
+	// drop is the chance (per mille) that a message is lost on the way.
+	drop int
+	// parked are the messages sent while the link was cut, delivered
+	// once it heals (TCP retransmits).
+	parked []func()
 }
 
+// newWorld makes a world whose true time starts now; call it inside the
+// synctest bubble.
 func newWorld() *world {
-	return &world{links: make(map[string]map[string]*link)}
+	real := clock.Real() // the bubble's clock
+	return &world{real: real, base: real.Now(), links: make(map[string]map[string]*link)}
 }
 
 // Now is true time.
-func (w *world) Now() time.Duration {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.now
-}
+func (w *world) Now() time.Duration { return w.real.Since(w.base) }
+
+// nowLocked is Now; the lock is held (true time moves only while the
+// driver sleeps, and the driver never sleeps holding it).
+func (w *world) nowLocked() time.Duration { return w.Now() }
 
 // schedule adds an event at true time at (not before now).
-func (w *world) schedule(at time.Duration, owner *simNode, timer bool, fn func()) *item {
+func (w *world) schedule(at time.Duration, owner *stall, timer bool, fn func()) *item {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.scheduleLocked(at, owner, timer, fn)
 }
 
-func (w *world) scheduleLocked(at time.Duration, owner *simNode, timer bool, fn func()) *item {
-	if at < w.now {
-		at = w.now
+func (w *world) scheduleLocked(at time.Duration, owner *stall, timer bool, fn func()) *item {
+	if now := w.nowLocked(); at < now {
+		at = now
 	}
 	w.seq++
 	it := &item{at: at, seq: w.seq, owner: owner, timer: timer, fn: fn}
@@ -127,8 +148,19 @@ func (w *world) run(end time.Duration, check func()) {
 			check()
 		}
 		w.mu.Lock()
+		now := w.nowLocked()
+		next := end
+		if len(w.q) > 0 {
+			next = min(next, w.q[0].at)
+		}
+		if next > now {
+			// Time passes only here: the bubble wakes whatever of the
+			// code under test waits for it on the way.
+			w.mu.Unlock()
+			_ = w.real.Sleep(context.Background(), next-now)
+			continue
+		}
 		if len(w.q) == 0 || w.q[0].at > end {
-			w.now = max(w.now, end)
 			w.mu.Unlock()
 			return
 		}
@@ -137,7 +169,6 @@ func (w *world) run(end time.Duration, check func()) {
 			w.mu.Unlock()
 			continue
 		}
-		w.now = it.at
 		if n := it.owner; n != nil && n.frozen > 0 {
 			n.held = append(n.held, it)
 			w.mu.Unlock()
@@ -168,16 +199,6 @@ func (w *world) setLink(from, to string, f func(*link)) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	f(w.linkLocked(from, to))
-}
-
-// delay is how long a message from a to b takes, or ok false if the link
-// is cut. A node's calls to itself never leave the process.
-func (w *world) delayLocked(from, to string) (time.Duration, bool) {
-	if from == to {
-		return 0, true
-	}
-	l := w.linkLocked(from, to)
-	return l.latency + l.slow, l.cuts == 0
 }
 
 func (w *world) tracef(format string, args ...any) {
@@ -216,79 +237,25 @@ var (
 	errBucketCut = errors.New("sim: bucket unreachable")
 )
 
-// rpc carries one call from node from to the node at address to. handle
-// runs in the destination when the request arrives (while the destination
-// is stalled it waits) and answers through reply; the answer travels back
-// the same way. A cut link loses the message: the caller waits for its
-// ctx. A crashed destination refuses. The caller's ctx ending is seen by
-// the destination at once (gRPC cancellation).
-func rpc[T any](ctx context.Context, from *simNode, to string, handle func(ctx context.Context, dst *simNode, reply func(T, error))) (T, error) {
-	w := from.w
-	type answer struct {
-		v   T
-		err error
-	}
-	ch := make(chan answer, 1)
-	inc := from.incarnation()
-	deliverBack := func(dst string, a answer) {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		d, ok := w.delayLocked(dst, from.id)
-		if !ok {
-			return
-		}
-		w.scheduleLocked(w.now+d, from, false, func() {
-			if from.incarnation() == inc {
-				ch <- a // buffered; only one answer per call
-			}
-		})
-	}
-	w.mu.Lock()
-	dst := from.c.node(to)
-	d, ok := w.delayLocked(from.id, to)
-	if ok && dst != nil {
-		w.scheduleLocked(w.now+d, dst, false, func() {
-			w.mu.Lock()
-			_, still := w.delayLocked(from.id, to)
-			w.mu.Unlock()
-			if !still {
-				return
-			}
-			if !dst.isAlive() {
-				deliverBack(to, answer{err: fmt.Errorf("call %s: %w", to, errRefused)})
-				return
-			}
-			hctx, cancel := dst.handlerContext(ctx)
-			var once sync.Once
-			handle(hctx, dst, func(v T, err error) {
-				once.Do(func() {
-					cancel()
-					deliverBack(to, answer{v: v, err: err})
-				})
-			})
-		})
-	}
-	w.mu.Unlock()
-	var zero T
-	if dst == nil {
-		return zero, fmt.Errorf("call %s: no such address: %w", to, errRefused)
-	}
-	select {
-	case a := <-ch:
-		return a.v, a.err
-	case <-ctx.Done():
-		return zero, ctx.Err()
-	}
-}
-
 // simClock is one node's clock: local = epoch + offset + t*rate/1000 for
 // true time t. Its timers are events in the world's queue, owned by the
 // node, so they wait while the node is stalled.
 type simClock struct {
 	w      *world
-	owner  *simNode
+	owner  *stall
 	offset time.Duration
 	rate   int64 // per mille of true time
+	// wallStep is how far the wall clock was stepped (Wall only;
+	// durations and timers keep to the rate). Guarded by w.mu.
+	wallStep time.Duration
+}
+
+// stepWall steps the node's wall clock by d, as an NTP step or an
+// operator's date does; its monotonic readings do not move.
+func (c *simClock) stepWall(d time.Duration) {
+	c.w.mu.Lock()
+	c.wallStep += d
+	c.w.mu.Unlock()
 }
 
 var _ clock.Clock = (*simClock)(nil)
@@ -315,7 +282,12 @@ func (c *simClock) trueAt(l time.Time) time.Duration {
 
 func (c *simClock) Now() time.Time                  { return c.local(c.w.Now()) }
 func (c *simClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
-func (c *simClock) Wall() time.Time                 { return c.Now() }
+func (c *simClock) Wall() time.Time {
+	c.w.mu.Lock()
+	step := c.wallStep
+	c.w.mu.Unlock()
+	return c.Now().Add(step)
+}
 
 func (c *simClock) NewTimer(d time.Duration) clock.Timer {
 	t := &simTimer{c: c, ch: make(chan time.Time, 1)}
@@ -391,7 +363,7 @@ func (t *simTimer) Reset(d time.Duration) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	was := t.stopLocked()
-	now := t.c.local(w.now)
+	now := t.c.local(w.nowLocked())
 	if d <= 0 && t.period == 0 {
 		select {
 		case t.ch <- now:
@@ -419,7 +391,7 @@ func (t *simTimer) fire(it *item) {
 	if t.it != it || it.dead {
 		return
 	}
-	now := t.c.local(w.now)
+	now := t.c.local(w.nowLocked())
 	select {
 	case t.ch <- now:
 	default: // like time.Ticker, drop ticks nobody reads
@@ -431,4 +403,20 @@ func (t *simTimer) fire(it *item) {
 		}
 		t.armLocked()
 	}
+}
+
+// requeueLocked puts an event that waited for a stalled process back in
+// the queue at now, after what is queued for now already.
+func requeueLocked(w *world, it *item) {
+	it.at = w.nowLocked()
+	w.seq++
+	it.seq = w.seq
+	heap.Push(&w.q, it)
+}
+
+// linkCuts is how many faults cut the link from a to b.
+func (w *world) linkCuts(from, to string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.linkLocked(from, to).cuts
 }

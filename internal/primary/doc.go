@@ -8,7 +8,13 @@
 //     engine, the term is recorded on local disk, and the engine is
 //     promoted with object storage's claim as its Starting step (objwal
 //     catches up with the bucket and claims the next wal seq, the fence)
-//     before it accepts a write.
+//     before it accepts a write. A Starting step that fails after the
+//     claim (the engine refuses a term below its log's) gives the writer
+//     role back before the node is a Replica again, and so does one that
+//     finds, once its claim is made, that a newer primary term was handed
+//     out meanwhile (Config.HighestTerm): that term's Primary may have
+//     claimed first, and its lease-based reads would miss what this node
+//     acknowledged after it.
 //   - A term is taken up once per node: a Cluster State naming this node
 //     Primary at a term it held before (it restarted, or drained) is not
 //     acted on; the node stays a Replica at that term, which tells the

@@ -66,6 +66,14 @@ type Config struct {
 	// StopFollowing makes the replica role stop feeding the engine before
 	// a promotion; it returns once it has.
 	StopFollowing func(ctx context.Context) error
+	// HighestTerm, when set, reads the highest primary term handed out
+	// (members.json's). The Starting step reads it once its claim is
+	// made: a Starting step that outlived its election (a newer term was
+	// handed out, whose Primary may have claimed before this node did)
+	// gives the claim back rather than writing after that Primary's
+	// claim, where its lease-based reads would miss what it acknowledged.
+	// A Primary that claims after this read fences this one instead.
+	HighestTerm func(ctx context.Context) (uint64, error)
 	// Changed is told every change of state (to heartbeat at once, log an
 	// event); it must not block.
 	Changed func(state netsyv1.PrimaryState, term uint64)
@@ -355,7 +363,44 @@ func (p *Primary) starting(term uint64) error {
 	// rules choose: never weaker than the cluster may need.
 	p.quorum.reset(term)
 	p.cfg.Log.SetMode(objwal.ModeSync)
-	return p.cfg.Engine.Promote(ctx, int64(term), p.cfg.Log.Claim)
+	// Atomic: an engine that stops may return before its loop ran prepare.
+	var claimed atomic.Bool
+	err := p.cfg.Engine.Promote(ctx, int64(term), func(ctx context.Context) error {
+		err := p.cfg.Log.Claim(ctx)
+		claimed.Store(err == nil)
+		return err
+	})
+	if err != nil && claimed.Load() {
+		// The engine refused after the log became the bucket's writer
+		// (its log holds a newer term): give the role back, or the log
+		// refuses the Follow stream and uploads at the seq it claimed
+		// until the newer writer fences it. The engine adopted every
+		// local entry before it refused, so keeping what it committed
+		// cuts nothing.
+		if rerr := p.cfg.Log.Release(ctx, false, p.cfg.Engine.CommittedIndex()); rerr != nil {
+			return fmt.Errorf("%w (and giving the writer role back: %v)", err, rerr)
+		}
+	}
+	if err != nil || p.cfg.HighestTerm == nil {
+		return err
+	}
+	highest, err := p.cfg.HighestTerm(ctx)
+	switch {
+	case err != nil:
+		err = fmt.Errorf("read the highest primary term handed out after the claim: %w", err)
+	case highest > term:
+		err = fmt.Errorf("primary term %d was handed out while this node was Starting at term %d", highest, term)
+	default:
+		return nil
+	}
+	committed, derr := p.cfg.Engine.Demote(ctx, false)
+	if derr == nil {
+		derr = p.cfg.Log.Release(ctx, false, committed)
+	}
+	if derr != nil {
+		return fmt.Errorf("%w (and giving the writer role back: %v)", err, derr)
+	}
+	return err
 }
 
 // replayPending applies a Cluster State that arrived while busy.
@@ -459,6 +504,15 @@ func (p *Primary) Answered(sentAt time.Time) {
 	if until.After(p.leaseUntil) {
 		p.leaseUntil = until
 	}
+}
+
+// LeaseUntil is when the lease ends, a Now reading of this node's clock
+// (zero before any answer renewed it). It is for observers (a
+// simulation's recorder); the role itself asks LeaseHeld.
+func (p *Primary) LeaseUntil() time.Time {
+	p.leaseMu.Lock()
+	defer p.leaseMu.Unlock()
+	return p.leaseUntil
 }
 
 // LeaseHeld reports whether the lease is current, on this node's

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -79,6 +80,9 @@ type lcEngine struct {
 	hmu         sync.Mutex
 	promoteHold *hold
 	demoteHold  *hold
+	// promoteErr, when set, fails Promote after its prepare (the claim)
+	// succeeded, as the engine refuses a term below its log's.
+	promoteErr error
 }
 
 func (e *lcEngine) AppendNotify() <-chan struct{} { return e.appendCh }
@@ -99,7 +103,12 @@ func (e *lcEngine) Promote(ctx context.Context, term int64, prepare func(context
 	if err := h.wait(ctx); err != nil {
 		return err
 	}
-	return prepare(ctx)
+	if err := prepare(ctx); err != nil {
+		return err
+	}
+	e.hmu.Lock()
+	defer e.hmu.Unlock()
+	return e.promoteErr
 }
 
 func (e *lcEngine) Demote(ctx context.Context, flush bool) (uint64, error) {
@@ -419,6 +428,49 @@ func TestPrimaryFailedStartingIsReplica(t *testing.T) {
 
 	h.log.failClaim(nil)
 	h.activate(8)
+}
+
+// A Starting step that fails after the log claimed the next wal seq (the
+// engine refuses to write at a term below its log's: a push that waited
+// out a stall named this node at a term a newer Primary has written
+// past) gives the writer role back: a log left the writer refuses the
+// Follow stream ("the writer cannot truncate its log") and uploads at its
+// claimed seq until the newer writer fences it and the engine is deposed
+// for good. Found by TestChaos (seed 80: a node never followed again).
+func TestPrimaryStartingFailedAfterTheClaimReleasesTheLog(t *testing.T) {
+	h := newPrimary(t, nil)
+	h.eng.hmu.Lock()
+	h.eng.promoteErr = errors.New("engine: promote at term 3: the log already holds entries of term 4")
+	h.eng.hmu.Unlock()
+	h.p.Observe(clusterState(self, 3))
+	h.expect(netsyv1.PrimaryState_STARTING, 3)
+	h.expect(netsyv1.PrimaryState_REPLICA, 3)
+	h.wantEvents("stop following", "promote 3 (term file 3, log sync)", "claim", "release flush=false keep=4")
+}
+
+// A Starting step that outlived its election gives its claim back: when
+// a newer primary term was handed out (members.json) by the time this
+// node claimed the next wal seq, that term's Primary may have claimed
+// before it, and writes acknowledged after its claim would be invisible
+// to that Primary's lease-based reads. Found by TestChaos (seed 225 of
+// -clustersim.seeds=600: a node whose bucket was cut while Starting at
+// term 2 went Active after the Primary of term 3 had, and acknowledged
+// writes that a linearizable read through the other missed). A term
+// still the highest lets it go Active.
+func TestPrimaryStartingOutlivedByANewerTermGivesTheClaimBack(t *testing.T) {
+	var highest atomic.Uint64
+	highest.Store(4)
+	h := newPrimary(t, func(c *Config) {
+		c.HighestTerm = func(context.Context) (uint64, error) { return highest.Load(), nil }
+	})
+	h.p.Observe(clusterState(self, 3))
+	h.expect(netsyv1.PrimaryState_STARTING, 3)
+	h.expect(netsyv1.PrimaryState_REPLICA, 3)
+	h.wantEvents("stop following", "promote 3 (term file 3, log sync)", "claim", "demote flush=false", "release flush=false keep=4")
+
+	h.p.Observe(clusterState(self, 4))
+	h.expect(netsyv1.PrimaryState_STARTING, 4)
+	h.expect(netsyv1.PrimaryState_ACTIVE, 4)
 }
 
 // A replica role that cannot stop following fails Starting before

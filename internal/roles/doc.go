@@ -20,7 +20,10 @@
 // is its own, and with the Transport otherwise, so no call site decides
 // local-or-remote. Errors that cross the wire are told apart by gRPC code
 // and peer.Reason, never by their text. The gRPC Transport runs over a
-// Conn function; a simulation hands it in-memory connections.
+// Conn function; a simulation (internal/clustersim) hands in its own
+// Transport, which calls the destination's ElectorServer and LocalNode,
+// what the peer port serves, and watches the roles through
+// Config.Observer.
 //
 // Rules it enforces:
 //   - A heartbeat answer renews the Primary's lease only when it names this

@@ -64,6 +64,32 @@ type Config struct {
 	// TermFile is where the Primary records the highest term it took up
 	// (default <Node.DataDir>/primary-term.json).
 	TermFile string
+	// Observer, when set, is told of role changes as they happen (a
+	// simulation's recorder; the node sets none).
+	Observer *Observer
+}
+
+// Observer is told of the role changes a simulation checks its
+// invariants against. Every field may be nil. Each runs on the goroutine
+// that made the change, as it is made: it must not block, nor call back
+// into the roles beyond their read-only methods.
+type Observer struct {
+	// ElectorStarted: this node runs an Elector for lock term term.
+	ElectorStarted func(term uint64)
+	// ElectorStopped: the lock term term ended (the Elector stops acting;
+	// it is told the moment the lock is lost, before Run returns).
+	ElectorStopped func(term uint64)
+	// Offered: the view was offered cs (from "push", "heartbeat",
+	// "registration") while it held Elector term before, and took it or
+	// not.
+	Offered func(cs *netsyv1.ClusterState, accepted bool, before uint64, from string)
+	// Health: this node's own judgement of its health changed.
+	Health func(ok bool, err error)
+	// Primary: the Primary role changed state (Primary.Changed), with
+	// its lease deadline then (a Now reading of the node's clock).
+	Primary func(state netsyv1.PrimaryState, term uint64, leaseUntil time.Time)
+	// Lease: a heartbeat answer renewed the lease, until leaseUntil.
+	Lease func(leaseUntil time.Time)
 }
 
 func (c *Config) setDefaults() error {
@@ -83,6 +109,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Logger == nil {
 		c.Logger = hclog.NewNullLogger()
+	}
+	if c.Observer == nil {
+		c.Observer = &Observer{}
 	}
 	if c.TermFile == "" {
 		c.TermFile = filepath.Join(c.Node.DataDir, "primary-term.json")
@@ -187,6 +216,9 @@ func New(cfg Config) (*Roles, error) {
 	// alike: a failed send of either, after one immediate retry,
 	// self-degrades (seed: Heartbeat-Based Degradation).
 	judge := heartbeat.NewJudge(cfg.Logger.Named("heartbeat"), func(ok bool, err error) {
+		if f := cfg.Observer.Health; f != nil {
+			f(ok, err)
+		}
 		r.post(func(c *core, _ **elector.Elector) effects { return c.health(ok, err) })
 	})
 	r.follower = replica.NewFollower(replica.FollowerConfig{
@@ -221,8 +253,17 @@ func New(cfg Config) (*Roles, error) {
 		ReceiptLatency: func(d time.Duration) { r.receiptH.Observe(d.Seconds()) },
 		TermFile:       cfg.TermFile,
 		StopFollowing:  r.follower.Stop,
-		Fenced:         r.fenced,
+		HighestTerm: func(ctx context.Context) (uint64, error) {
+			ctx, cancel := clock.WithTimeout(ctx, cfg.Clock, 5*time.Second)
+			defer cancel()
+			m, _, err := discovery.NewMembersFile(cfg.Store, nc.ClusterID).Load(ctx)
+			return m.PrimaryTerm, err
+		},
+		Fenced: r.fenced,
 		Changed: func(s netsyv1.PrimaryState, term uint64) {
+			if f := cfg.Observer.Primary; f != nil {
+				f(s, term, r.prim.LeaseUntil())
+			}
 			r.post(func(c *core, _ **elector.Elector) effects {
 				r.reconsiderDeposition(c)
 				return effects{notify: true, beat: true,

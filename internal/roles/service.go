@@ -18,10 +18,22 @@ import (
 // (answered by the Elector this node runs, refused otherwise), the Node
 // service and the Primary's Follow service.
 func (r *Roles) RegisterPeerServices(g *grpc.Server) {
-	netsyv1.RegisterElectorServer(g, &elector.Service{Current: r.RunningElector, ElectorAddr: r.electorAddr})
+	netsyv1.RegisterElectorServer(g, r.ElectorServer())
 	netsyv1.RegisterNodeServer(g, nodeService{r: r})
 	netsyv1.RegisterFollowServer(g, r.follow)
 }
+
+// ElectorServer is the Elector service as the peer port serves it: the
+// Elector this node runs, refusals (peer.ReasonNotElector) otherwise. A
+// Transport that does not go over gRPC (a simulation's) calls it.
+func (r *Roles) ElectorServer() netsyv1.ElectorServer {
+	return &elector.Service{Current: r.RunningElector, ElectorAddr: r.electorAddr}
+}
+
+// LocalNode is this node as a NodeAPI, what the peer port's Node service
+// answers. A Transport that does not go over gRPC (a simulation's) calls
+// it.
+func (r *Roles) LocalNode() NodeAPI { return localNode{r} }
 
 // nodeService serves the Node gRPC service on the peer port: localNode,
 // and what only the peer port asks.

@@ -146,7 +146,7 @@ func (r *Roles) register(ctx context.Context) error {
 		}
 		return effects{}
 	})
-	r.view.Offer(cs, "registration")
+	r.offer(cs, "registration")
 	return nil
 }
 
@@ -172,14 +172,27 @@ func (r *Roles) sendHeartbeat(ctx context.Context, hb *netsyv1.Heartbeat) (*nets
 	return resp, nil
 }
 
+// offer offers the view a Cluster State, and tells the Observer.
+func (r *Roles) offer(cs *netsyv1.ClusterState, from string) (bool, *netsyv1.ClusterState) {
+	before := r.view.ElectorTerm()
+	ok, cur := r.view.Offer(cs, from)
+	if f := r.cfg.Observer.Offered; f != nil && cs != nil {
+		f(cs, ok, before, from)
+	}
+	return ok, cur
+}
+
 // answered handles a heartbeat answer: the view is offered its Cluster
 // State, the Primary's lease is renewed by the lease rule (renewsLease),
 // and the lock learns of the Elector that answered.
 func (r *Roles) answered(resp *netsyv1.HeartbeatResponse, sentAt time.Time) {
 	cs := resp.GetClusterState()
-	accepted, _ := r.view.Offer(cs, "heartbeat")
+	accepted, _ := r.offer(cs, "heartbeat")
 	if _, held := r.prim.State(); renewsLease(r.self.NodeId, accepted, cs, held) {
 		r.prim.Answered(sentAt)
+		if f := r.cfg.Observer.Lease; f != nil {
+			f(r.prim.LeaseUntil())
+		}
 	}
 	if el := cs.GetElector(); el != nil && el.NodeId != r.self.NodeId {
 		r.lock.Observed(s3lect.Holder{NodeID: el.NodeId, PeerAddr: el.PeerAddr, Term: cs.ElectorTerm, Counter: resp.LockCounter})
@@ -242,6 +255,14 @@ func (r *Roles) runElectorTerms(ctx context.Context) {
 			continue
 		}
 		r.setElector(e)
+		term := lead.Term
+		if f := r.cfg.Observer.ElectorStarted; f != nil {
+			f(term)
+		}
+		stopObs := func() bool { return false }
+		if f := r.cfg.Observer.ElectorStopped; f != nil {
+			stopObs = context.AfterFunc(lead.Ctx, func() { f(term) })
+		}
 		r.hb.Now()
 		sepDone := make(chan struct{})
 		go func() {
@@ -250,6 +271,10 @@ func (r *Roles) runElectorTerms(ctx context.Context) {
 		}()
 		e.Run(lead.Ctx)
 		<-sepDone
+		if stopObs() {
+			// Run returned while the lock still held.
+			r.cfg.Observer.ElectorStopped(term)
+		}
 		r.setElector(nil)
 		r.event("elector_lost", nc.NodeID, "")
 	}
@@ -376,7 +401,7 @@ func (n localNode) NodeState(context.Context) (*netsyv1.NodeState, error) {
 }
 
 func (n localNode) PushClusterState(_ context.Context, cs *netsyv1.ClusterState) (*netsyv1.PushClusterStateResponse, error) {
-	ok, cur := n.r.view.Offer(cs, "push")
+	ok, cur := n.r.offer(cs, "push")
 	return &netsyv1.PushClusterStateResponse{Accepted: ok, Current: cur}, nil
 }
 
