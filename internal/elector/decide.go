@@ -159,7 +159,12 @@ func decide(cands []candidate, p plan, contacted int, prevContacted bool) (winne
 		// them could lose them. Wait for it to recover (or be
 		// deregistered) instead.
 		for _, c := range cands {
-			if c.state != nil && !p.exclude[c.id] && newer(c.state, best.state) > 0 {
+			// A stale Primary's extra entries are not among them: its
+			// lease ran out before the newer term was handed out (the
+			// handshake and the take-over wait see to that), and after
+			// that it could acknowledge only through object storage,
+			// which the next Primary's Starting step catches up from.
+			if c.state != nil && !p.exclude[c.id] && !stale(c) && newer(c.state, best.state) > 0 {
 				return "", false, fmt.Errorf("%w: %s (term %d index %d) is ahead of %s (term %d index %d)", errAhead,
 					c.id, c.state.LatestTerm, c.state.LatestIndex, best.id, best.state.LatestTerm, best.state.LatestIndex)
 			}

@@ -548,6 +548,21 @@ func TestDecideTable(t *testing.T) {
 		{"prefer", []candidate{{"a", hb(9, R, H, 0), false}, {"b", hb(7, R, H, 0), false}}, plan{quorum: -1, registered: 2, prefer: "b"}, "b", false, nil, 2},
 		{"exclude", []candidate{{"a", hb(9, R, H, 0), false}, {"b", hb(7, R, H, 0), false}}, plan{quorum: -1, registered: 2, exclude: map[string]bool{"a": true}}, "b", false, nil, 2},
 		{"none healthy", []candidate{{"a", hb(9, R, D, 0), false}}, plan{quorum: 0, registered: 1}, "", false, errNoHealthy, 0},
+		// A Primary superseded while cut off (its term is below one handed
+		// out since) acknowledged nothing only it holds: its lease ran
+		// out before the newer term was handed out, and after that it
+		// could acknowledge only through object storage, which the next
+		// Primary's Starting step catches up from. Its longer log must
+		// not block the election (clustersim seed 1058: no Primary for
+		// good, the stale one never hearing of a successor).
+		{"stale active ahead does not block", []candidate{
+			{"a", &netsyv1.Heartbeat{LatestTerm: 1, LatestIndex: 12, PrimaryState: A, PrimaryTerm: 1, Health: H}, false},
+			{"b", &netsyv1.Heartbeat{LatestTerm: 1, LatestIndex: 6, PrimaryState: R, Health: H}, false},
+		}, plan{quorum: -1, registered: 2, maxTerm: 2}, "b", false, nil, 2},
+		{"stale degraded active ahead does not block", []candidate{
+			{"a", &netsyv1.Heartbeat{LatestTerm: 1, LatestIndex: 12, PrimaryState: A, PrimaryTerm: 1, Health: D}, true},
+			{"b", &netsyv1.Heartbeat{LatestTerm: 1, LatestIndex: 6, PrimaryState: R, Health: H}, false},
+		}, plan{quorum: 1, registered: 2, maxTerm: 2}, "b", false, nil, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, adopt, err := decide(tc.cands, tc.p, tc.contac, false)
