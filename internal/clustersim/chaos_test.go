@@ -27,7 +27,7 @@ func seedCount() int {
 // regressionSeeds run besides the first seedCount seeds: each found a bug
 // once, and failed every time it was rerun before the fix.
 var regressionSeeds = []uint64{
-	225, // a Starting step outlived its election and went Active after the newer Primary's claim (primary.Config.HighestTerm)
+	225,  // a Starting step outlived its election and went Active after the newer Primary's claim (primary.Config.HighestTerm)
 	1058, // a stale Active Primary's longer log blocked every election and it never heard of a successor (elector decide: a stale node is never "ahead")
 }
 
