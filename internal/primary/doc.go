@@ -34,8 +34,10 @@
 //     check serves every read that arrived before it started), so an
 //     Elector outage costs latency, not availability. A taken seq makes it
 //     step down.
-//   - A replica's receipts count toward the quorum only while it follows
-//     at this term, was heard within two heartbeat intervals, met the
+//   - A replica's receipts count toward the quorum only while it is a
+//     member listed by the Cluster State that last vouched for the count
+//     (below; a node that left is out of the count as soon as the lower
+//     count is, before it learns it left), follows at this term, was heard within two heartbeat intervals, met the
 //     last quorum deadline and its own last heartbeat (every receipt
 //     embeds one) says Healthy: a Loading node, one cut from the Elector
 //     and a leaving one (it reports Degraded from its first step, SPEC

@@ -269,29 +269,32 @@ func (p *Primary) observe(cs *netsyv1.ClusterState) {
 			p.stepDown("superseded")
 			return
 		}
-		n, ok := registeredCount(cs, p.cfg.Self, term)
-		p.quorum.setRegistered(n, ok)
+		n, members, ok := registeredCount(cs, p.cfg.Self, term)
+		p.quorum.setRegistered(n, members, ok)
 	}
 }
 
-// registeredCount is the count of registered nodes cs gives, and whether
-// it vouches for that count so far as to lower the quorum to it: only a
+// registeredCount is the count of registered nodes cs gives, the members
+// it lists, and whether it vouches for that count so far as to lower the
+// quorum to it and for those members so far as to count their receipts:
+// only a
 // state naming this node Primary at the term it holds, counting a nonzero
 // number of registered nodes and listing this node among them. Any other
 // state (from an Elector that had not loaded, a stale one, one naming
 // another Primary or none) may only raise it: a count too low would let
 // this Primary acknowledge writes too few replicas hold.
-func registeredCount(cs *netsyv1.ClusterState, self string, term uint64) (int, bool) {
+func registeredCount(cs *netsyv1.ClusterState, self string, term uint64) (int, []string, bool) {
 	n := int(cs.GetRegisteredNodes())
 	if n <= 0 || cs.GetPrimary().GetNodeId() != self || cs.GetPrimaryTerm() != term {
-		return n, false
+		return n, nil, false
 	}
+	ids := make([]string, 0, len(cs.GetMembers()))
+	listed := false
 	for _, m := range cs.GetMembers() {
-		if m.GetNodeId() == self {
-			return n, true
-		}
+		ids = append(ids, m.GetNodeId())
+		listed = listed || m.GetNodeId() == self
 	}
-	return n, false
+	return n, ids, listed
 }
 
 // startQuorum begins quorum commit at term: writes are acknowledged
@@ -299,8 +302,8 @@ func registeredCount(cs *netsyv1.ClusterState, self string, term uint64) (int, b
 func (p *Primary) startQuorum(term uint64, cs *netsyv1.ClusterState) {
 	ctx, cancel := context.WithCancel(p.ctx)
 	p.qcancel = cancel
-	n, ok := registeredCount(cs, p.cfg.Self, term)
-	p.quorum.activate(term, n, ok)
+	n, members, ok := registeredCount(cs, p.cfg.Self, term)
+	p.quorum.activate(term, n, members, ok)
 	p.goOwned(func() { p.quorum.run(ctx) })
 }
 

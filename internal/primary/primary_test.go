@@ -959,3 +959,80 @@ func TestPrimaryQuorumCountLowersOnlyOnAuthoritativeState(t *testing.T) {
 	wantNeeded("alone, authoritative", 0, objwal.ModeAsync)
 	h.noChange()
 }
+
+// A node that left is out of the quorum the moment the count without it
+// is: the Cluster State that lowers the count of registered nodes also
+// lists the members whose receipts count, and a receipt from a node not
+// among them never counts. Nodes p, a, b, d under majority quorum need
+// two receipts; d holds index 5 while a and b (slow, inside the quorum
+// timeout) hold 4; d leaves and the Elector pushes a count of three
+// without it. The Primary must not acknowledge 5 on d's receipt (p and d
+// alone would hold it: d exits, p crashes, and a and b form the majority
+// without it); it waits for a or b.
+func TestPrimaryQuorumCountsOnlyMembersOfTheAuthoritativeState(t *testing.T) {
+	h := newPrimary(t, func(c *Config) { c.Quorum = -1 })
+	state := func(ids ...string) *netsyv1.ClusterState {
+		cs := &netsyv1.ClusterState{Primary: &netsyv1.NodeInfo{NodeId: self}, PrimaryTerm: 7, RegisteredNodes: uint32(len(ids))}
+		for _, id := range ids {
+			cs.Members = append(cs.Members, &netsyv1.NodeInfo{NodeId: id})
+		}
+		return cs
+	}
+	h.p.Observe(state(self, "a", "b", "d"))
+	h.expect(netsyv1.PrimaryState_STARTING, 7)
+	h.expect(netsyv1.PrimaryState_ACTIVE, 7)
+	h.p.Answered(h.clk.Now())
+	q := &h.p.quorum
+	h.eng.mu.Lock()
+	h.eng.last = 5
+	h.eng.mu.Unlock()
+	q.appended(5, h.clk.Now())
+	healthy := func(id string) *netsyv1.Heartbeat {
+		return &netsyv1.Heartbeat{NodeId: id, Health: netsyv1.HealthState_HEALTHY}
+	}
+	for _, id := range []string{"a", "b", "d"} {
+		q.open(id, 7)
+	}
+	q.heard("a", 7, 4, healthy("a"))
+	q.heard("b", 7, 4, healthy("b"))
+	q.heard("d", 7, 5, healthy("d"))
+	if _, r := h.log.get(); r != 4 {
+		t.Fatalf("replicated %d with two receipts needed and only d holding 5; want 4", r)
+	}
+
+	// d deregistered: the count without it reaches the Primary before d's
+	// next receipt (which would say it is Degraded).
+	h.p.Observe(state(self, "a", "b"))
+	h.barrier()
+	q.heard("d", 7, 5, healthy("d"))
+	if m, r := h.log.get(); m != objwal.ModeQuorum || r != 4 {
+		t.Fatalf("after d left: log in %s with replicated %d; want %s with 4 (p and d alone hold 5)", m, r, objwal.ModeQuorum)
+	}
+	st := h.p.Replication()
+	for _, rs := range st.GetReplicas() {
+		if rs.GetNodeId() == "d" && (rs.GetCounted() || !strings.Contains(rs.GetNotCountedReason(), "member")) {
+			t.Fatalf("d after it left: counted %v (%q); want not counted, as no member", rs.GetCounted(), rs.GetNotCountedReason())
+		}
+	}
+	q.heard("a", 7, 5, healthy("a"))
+	if _, r := h.log.get(); r != 5 {
+		t.Fatalf("replicated %d once a member holds 5; want 5", r)
+	}
+
+	// A state that does not vouch for its count (here one of an older
+	// term) never adds members: a raised count from it keeps d out.
+	stale := state(self, "a", "b", "d", "e")
+	stale.PrimaryTerm = 6
+	h.p.Observe(stale)
+	h.barrier()
+	h.eng.mu.Lock()
+	h.eng.last = 6
+	h.eng.mu.Unlock()
+	q.appended(6, h.clk.Now())
+	q.heard("d", 7, 6, healthy("d"))
+	q.heard("a", 7, 6, healthy("a"))
+	if _, r := h.log.get(); r != 5 {
+		t.Fatalf("replicated %d with a and d holding 6 and two receipts needed of members a and b; want 5", r)
+	}
+	h.noChange()
+}

@@ -57,7 +57,14 @@ type quorum struct {
 	// registeredCount); 0 while none has, and then writes go through
 	// object storage under majority quorum.
 	registered int
-	reps       map[string]*replicaRec
+	// members are the nodes listed by the Cluster State that last vouched
+	// for a count (nil while none has): only their receipts count. A node
+	// that left is out of the count as soon as the lower count is, even
+	// while its receipts still say Healthy (it learns it left, and says
+	// Degraded, only later); counting it then would let this Primary and
+	// the leaver alone acknowledge a write the remaining majority lacks.
+	members map[string]bool
+	reps    map[string]*replicaRec
 	// pending are appends not yet known committed, oldest first: the
 	// quorum deadline of each runs from its time.
 	pending []appendMark
@@ -166,37 +173,55 @@ func (q *quorum) heard(id string, term uint64, durable uint64, hb *netsyv1.Heart
 
 // activate starts counting at term with registered nodes in the cluster,
 // a count the Cluster State that named this node vouched for or not
-// (authoritative); without it the count is unknown until one does.
-func (q *quorum) activate(term uint64, registered int, authoritative bool) {
+// (authoritative), with the members it listed; without it the count and
+// the members are unknown until one does, and no receipt counts.
+func (q *quorum) activate(term uint64, registered int, members []string, authoritative bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if term != q.term {
 		return
 	}
-	q.active, q.draining, q.registered = true, false, 0
+	q.active, q.draining, q.registered, q.members = true, false, 0, nil
 	if authoritative && registered > 0 {
 		q.registered = registered
+		q.members = memberSet(members)
 	}
 	q.evaluateLocked(q.p.cfg.Clock.Now())
+}
+
+func memberSet(ids []string) map[string]bool {
+	m := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		m[id] = true
+	}
+	return m
 }
 
 // setRegistered follows the Elector's count of registered nodes: any
 // authoritative count, and a higher one from any Cluster State (a larger
 // count never needs fewer receipts, so raising is always safe). A count
 // of 0 says nothing, and an unknown count stays unknown until a state
-// vouches for one.
-func (q *quorum) setRegistered(n int, authoritative bool) {
+// vouches for one. The members whose receipts count are taken only from
+// an authoritative state, with its count (even an unchanged one: a node
+// may have left as another joined): a state that does not vouch for its
+// count may list a node that has since left.
+func (q *quorum) setRegistered(n int, members []string, authoritative bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if n <= 0 || n == q.registered {
+	if n <= 0 {
 		return
 	}
-	if !authoritative && (q.registered == 0 || n < q.registered) {
-		q.p.log.Debug("a Cluster State that does not vouch for its count of registered nodes does not lower the quorum's",
-			"registered", n, "kept", q.registered)
+	if !authoritative && (q.registered == 0 || n <= q.registered) {
+		if n < q.registered || q.registered == 0 {
+			q.p.log.Debug("a Cluster State that does not vouch for its count of registered nodes does not lower the quorum's",
+				"registered", n, "kept", q.registered)
+		}
 		return
 	}
 	q.registered = n
+	if authoritative {
+		q.members = memberSet(members)
+	}
 	if q.active {
 		q.evaluateLocked(q.p.cfg.Clock.Now())
 	}
@@ -248,6 +273,11 @@ func (q *quorum) tick(now time.Time) {
 // Healthy, whatever index its receipts acknowledge.
 func (q *quorum) countsLocked(r *replicaRec, now time.Time) (bool, string) {
 	switch {
+	case !q.members[r.id]:
+		// Not registered as far as the latest authoritative Cluster
+		// State says (it left, or has not joined yet): a successor's
+		// Elector would not count it either (SPEC §5.2).
+		return false, "not a member of the latest authoritative Cluster State"
 	case r.streams <= 0:
 		return false, "no Follow stream"
 	case now.Sub(r.heard) > q.window():

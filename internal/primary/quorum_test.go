@@ -83,6 +83,9 @@ type qharness struct {
 
 const term = 7
 
+// qmembers are the members the quorum tests' Cluster States list.
+var qmembers = []string{"p", "r1", "r2", "r3"}
+
 func newQuorum(t *testing.T, quorumCfg, registered int) *qharness {
 	clk := clock.NewFake(epoch)
 	eng := &fakeEngine{}
@@ -95,7 +98,7 @@ func newQuorum(t *testing.T, quorumCfg, registered int) *qharness {
 	h := &qharness{t: t, clk: clk, eng: eng, log: lg, p: p, q: &p.quorum}
 	h.q.reset(term)
 	p.Answered(clk.Now())
-	h.q.activate(term, registered, true)
+	h.q.activate(term, registered, qmembers, true)
 	return h
 }
 
@@ -192,7 +195,7 @@ func TestQuorumAloneIsAsync(t *testing.T) {
 	h := newQuorum(t, -1, 1)
 	h.want(objwal.ModeAsync, 0)
 	// A second node registers: now a replica is needed.
-	h.q.setRegistered(2, true)
+	h.q.setRegistered(2, qmembers, true)
 	h.want(objwal.ModeSync, 0)
 }
 
@@ -413,9 +416,9 @@ func TestQuorumUnknownCountIsSync(t *testing.T) {
 	if st := h.q.status(h.clk.Now()); !st.Fallback || !strings.Contains(st.FallbackReason, "no authoritative count") {
 		t.Fatalf("status %v", st)
 	}
-	h.q.setRegistered(3, false) // a state that does not vouch for it
+	h.q.setRegistered(3, qmembers, false) // a state that does not vouch for it
 	h.want(objwal.ModeSync, 0)
-	h.q.setRegistered(3, true)
+	h.q.setRegistered(3, qmembers, true)
 	h.want(objwal.ModeQuorum, 3)
 }
 
