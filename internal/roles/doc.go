@@ -36,8 +36,13 @@
 //     view.
 //   - Leaving follows the seed: a Primary hands off or drains, the node is
 //     Degraded in every heartbeat and receipt from then on (never Healthy
-//     again in this process), it deregisters with the Elector, and it
-//     deletes nodes/{id}.json.
+//     again in this process), and it deregisters with the Elector,
+//     retrying a NOT_DURABLE refusal every heartbeat interval while the
+//     leave's time lasts. It deletes nodes/{id}.json only after an Elector
+//     let it go (or does not know it): otherwise the file stays, and the
+//     node registered and counted, until the Elector deregisters it once
+//     the bucket holds what it may have acknowledged, or an operator
+//     forces it out; a later Elector builds its count from nodes/.
 //   - A deposition ends once the Elector names a Primary at a later term:
 //     another node, or this one Active again at a later term.
 //

@@ -109,6 +109,11 @@ func TestNotLoadedElectorIsRetriedWithoutDegrading(t *testing.T) {
 type recLeaver struct {
 	active, hasOthers, handoffFails bool
 	steps                           []string
+	// deregErrs are the deregistration's answers, in turn (nil once they
+	// run out); pauses is how many retry pauses end before the leave's
+	// time does (unlimited when negative).
+	deregErrs []error
+	pauses    int
 }
 
 func (l *recLeaver) failed() error       { return nil }
@@ -124,9 +129,21 @@ func (l *recLeaver) handoff(context.Context) error {
 func (l *recLeaver) drain(context.Context) error { l.steps = append(l.steps, "drain"); return nil }
 func (l *recLeaver) degrade(context.Context)     { l.steps = append(l.steps, "degraded") }
 func (l *recLeaver) stopHeartbeats()             { l.steps = append(l.steps, "stop heartbeats") }
-func (l *recLeaver) registered() bool            { return true }
 func (l *recLeaver) deregister(context.Context) error {
 	l.steps = append(l.steps, "deregister")
+	if len(l.deregErrs) == 0 {
+		return nil
+	}
+	err := l.deregErrs[0]
+	l.deregErrs = l.deregErrs[1:]
+	return err
+}
+func (l *recLeaver) pause(context.Context) error {
+	l.steps = append(l.steps, "pause")
+	if l.pauses == 0 {
+		return context.DeadlineExceeded
+	}
+	l.pauses--
 	return nil
 }
 func (l *recLeaver) deleteRegistration(context.Context) error {
@@ -150,10 +167,48 @@ func TestLeaveOrder(t *testing.T) {
 		{"primary, handoff fails", true, true, true, "handoff,drain,degraded,stop heartbeats,deregister,delete,resign"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			l := &recLeaver{active: tc.active, hasOthers: tc.others, handoffFails: tc.handoffFails}
+			l := &recLeaver{active: tc.active, hasOthers: tc.others, handoffFails: tc.handoffFails, pauses: -1}
 			leave(t.Context(), hclog.NewNullLogger(), l)
 			if got := strings.Join(l.steps, ","); got != tc.want {
 				t.Fatalf("steps %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+// An Elector refuses a leaving node's deregistration with NOT_DURABLE
+// while object storage lacks entries the node may hold: the node retries
+// (a heartbeat interval apart) until it is let go, and only then is its
+// registration file deleted. If the leave's time ends first, the file
+// stays (deleting it would let the next Elector drop the node from the
+// count, with no check, while it may hold acknowledged entries the bucket
+// lacks), and so it does after any other failure: only an Elector that
+// let the node go, or does not know it, takes it out of the count. The
+// Elector lock is resigned whatever happened.
+func TestLeaveDeregistersOnlyOnceDurableAndKeepsTheFileOtherwise(t *testing.T) {
+	local := &peer.CodedError{C: codes.FailedPrecondition, R: peer.ReasonNotDurable, Msg: "behind the bucket"}
+	remote := peer.Error(codes.FailedPrecondition, peer.ReasonNotDurable, "behind the bucket")
+	unknown := peer.Error(codes.NotFound, peer.ReasonUnknownNode, "not registered")
+	gone := peer.Error(codes.Unavailable, peer.ReasonNotElector, "resigned")
+	for _, tc := range []struct {
+		name   string
+		errs   []error
+		pauses int
+		want   string
+	}{
+		{"caught up on the third try", []error{local, remote}, -1,
+			"deregister,pause,deregister,pause,deregister,delete,resign"},
+		{"never caught up", []error{local, remote, local, remote, local}, 2,
+			"deregister,pause,deregister,pause,deregister,pause,resign"},
+		{"the Elector does not know it", []error{unknown}, -1, "deregister,delete,resign"},
+		{"no Elector answers", []error{gone}, -1, "deregister,resign"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := &recLeaver{deregErrs: tc.errs, pauses: tc.pauses}
+			leave(t.Context(), hclog.NewNullLogger(), l)
+			got := strings.Join(l.steps, ",")
+			if want := "degraded,stop heartbeats," + tc.want; got != want {
+				t.Fatalf("steps %s, want %s", got, want)
 			}
 		})
 	}
