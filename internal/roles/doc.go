@@ -43,6 +43,10 @@
 //     node registered and counted, until the Elector deregisters it once
 //     the bucket holds what it may have acknowledged, or an operator
 //     forces it out; a later Elector builds its count from nodes/.
+//   - When the Primary role becomes a Replica again, the follower is handed
+//     the last Cluster State again: a Starting step's Stop may have paused
+//     it after it was told of a newer Primary, and the view hands out no
+//     state twice.
 //   - A deposition ends once the Elector names a Primary at a later term:
 //     another node, or this one Active again at a later term.
 //

@@ -144,10 +144,64 @@ func (t fakeTransport) Node(info *netsyv1.NodeInfo) (NodeAPI, error) {
 	return nil, fmt.Errorf("no node %s in this test", info.NodeId)
 }
 
-// recStore records deletes of registration files.
+// recStore records deletes of registration files, and holds reads of
+// members.json while its gate is shut.
 type recStore struct {
 	objstore.Store
 	calls *calls
+	gate  *gate
+}
+
+// gate holds callers while shut: entered says one is held, open lets
+// every held and later caller through.
+type gate struct {
+	mu      sync.Mutex
+	shut    bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (g *gate) close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.shut, g.entered, g.release = true, make(chan struct{}, 1), make(chan struct{})
+}
+
+func (g *gate) open() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.shut {
+		g.shut = false
+		close(g.release)
+	}
+}
+
+func (g *gate) pass(ctx context.Context) error {
+	g.mu.Lock()
+	shut, entered, release := g.shut, g.entered, g.release
+	g.mu.Unlock()
+	if !shut {
+		return nil
+	}
+	select {
+	case entered <- struct{}{}:
+	default:
+	}
+	select {
+	case <-release:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s recStore) Get(ctx context.Context, key string) ([]byte, string, error) {
+	if key == discovery.MembersKey {
+		if err := s.gate.pass(ctx); err != nil {
+			return nil, "", err
+		}
+	}
+	return s.Store.Get(ctx, key)
 }
 
 func (s recStore) Delete(ctx context.Context, key string) error {
@@ -172,6 +226,8 @@ type testNode struct {
 	el    *fakeElector
 	calls *calls
 	store objstore.Store
+	// gate holds reads of members.json while shut.
+	gate *gate
 }
 
 // refuse, when not nil, is the Elector's answer to Register and
@@ -185,7 +241,7 @@ func newTestNode(t *testing.T, refuse error) *testNode {
 	el.setRefuse(refuse)
 	cfg := config.Default()
 	cfg.NodeID, cfg.PeerAddr, cfg.DataDir = "n1", "n1:2380", t.TempDir()
-	store := recStore{Store: mem.New(clk), calls: c}
+	store := recStore{Store: mem.New(clk), calls: c, gate: &gate{}}
 	if _, err := store.PutIfAbsent(ctx, s3lect.Key, lockBodyFor("el", "el:2380", cfg.ElectorLease)); err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +259,10 @@ func newTestNode(t *testing.T, refuse error) *testNode {
 	}
 	r, err := New(Config{
 		Node: cfg, Clock: clk, Store: store, Engine: eng, Log: objlog,
-		Conn:      func(addr string) (*grpc.ClientConn, error) { return nil, errors.New("no network in this test") },
+		Conn: func(addr string) (*grpc.ClientConn, error) {
+			c.add("conn " + addr)
+			return nil, errors.New("no network in this test")
+		},
 		Transport: fakeTransport{el},
 	})
 	if err != nil {
@@ -227,7 +286,7 @@ func newTestNode(t *testing.T, refuse error) *testNode {
 		}
 	}
 	r.hb.Now()
-	return &testNode{r: r, clk: clk, el: el, calls: c, store: store}
+	return &testNode{r: r, clk: clk, el: el, calls: c, store: store, gate: store.gate}
 }
 
 // beat advances the clock by one heartbeat interval.

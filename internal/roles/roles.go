@@ -146,6 +146,9 @@ type Roles struct {
 
 	changedMu sync.Mutex
 	changedCh chan struct{}
+	// refollow asks watchView to hand the follower the last Cluster State
+	// again: the Primary role is a Replica again (see Changed in New).
+	refollow chan struct{}
 
 	eventsC    *prometheus.CounterVec
 	fallbacksC prometheus.Counter
@@ -196,6 +199,7 @@ func New(cfg Config) (*Roles, error) {
 		inbox:     inbox{wake: make(chan struct{}, 1)},
 		loopDone:  make(chan struct{}),
 		changedCh: make(chan struct{}),
+		refollow:  make(chan struct{}, 1),
 		eventsC: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "netsy_role_events_total", Help: "Role changes seen by this node (Elector, Primary, node health), by kind.",
 		}, []string{"kind"}),
@@ -263,6 +267,20 @@ func New(cfg Config) (*Roles, error) {
 		Changed: func(s netsyv1.PrimaryState, term uint64) {
 			if f := cfg.Observer.Primary; f != nil {
 				f(s, term, r.prim.LeaseUntil())
+			}
+			if s == netsyv1.PrimaryState_REPLICA {
+				// The Starting step stops the follower from its own
+				// goroutine, so that Stop may land after the follower
+				// was told of a newer Primary (the node was paused
+				// between the two), and then nothing resumes it: the
+				// view hands out no state twice. Once the role is a
+				// Replica again, the follower gets the current state
+				// again, which resumes a paused follower and changes
+				// nothing for one that follows already.
+				select {
+				case r.refollow <- struct{}{}:
+				default:
+				}
 			}
 			r.post(func(c *core, _ **elector.Elector) effects {
 				r.reconsiderDeposition(c)

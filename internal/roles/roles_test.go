@@ -305,3 +305,99 @@ func TestActivePrimaryBeatsEveryHalfInterval(t *testing.T) {
 		n.calls.next(t, "heartbeat")
 	}
 }
+
+// A Starting step stops the follower (Primary.StopFollowing) from its own
+// goroutine, so that Stop may land after the follower was told of the
+// Primary that superseded it: a node SIGSTOPped just after a state named
+// it Primary at term 1, and resumed once the Elector named n2 at term 2,
+// can see the follower take n2 first and the Starting step's Stop pause
+// it afterwards. The Starting step then fails (term 2 was handed out
+// meanwhile) and the view has nothing new to hand out. Once the Primary
+// role is a Replica again the follower is handed the current state again
+// and follows n2. Here the Starting step is held on its read of
+// members.json while n2 is named, and the late Stop is made then.
+func TestFollowerPausedByALateStopResumesWhenThePrimaryRoleIsAReplicaAgain(t *testing.T) {
+	n := newTestNode(t, nil)
+	n.calls.next(t, "register n1")
+	ctx := t.Context()
+	if _, err := discovery.NewMembersFile(n.store, n.r.cfg.Node.ClusterID).Update(ctx, func(m *discovery.Members) error {
+		m.PrimaryTerm = 2
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	self := &netsyv1.NodeInfo{NodeId: "n1", PeerAddr: "n1:2380"}
+	n2 := &netsyv1.NodeInfo{NodeId: "n2", PeerAddr: "n2:2380"}
+	state := func(version uint64, p *netsyv1.NodeInfo, term uint64) *netsyv1.ClusterState {
+		cs := &netsyv1.ClusterState{
+			Elector: n.el.state().Elector, ElectorTerm: 1, Version: version,
+			Primary: p, PrimaryTerm: term, RegisteredNodes: 2, Members: []*netsyv1.NodeInfo{self, n2},
+		}
+		n.el.mu.Lock()
+		n.el.cs = cs
+		n.el.mu.Unlock()
+		return cs
+	}
+
+	n.gate.close()
+	defer n.gate.open()
+	if ok, _ := n.r.offer(state(2, self, 1), "push"); !ok {
+		t.Fatal("the view refused the state naming this node Primary at term 1")
+	}
+	select {
+	case <-n.gate.entered: // Starting stopped following, claimed, and reads members.json
+	case <-ctx.Done():
+		t.Fatal("the Starting step never read members.json")
+	}
+	if ok, _ := n.r.offer(state(3, n2, 2), "push"); !ok {
+		t.Fatal("the view refused the state naming n2 Primary at term 2")
+	}
+	// The follower was handed n2 once the loop records n2 as known.
+	for !hasEvent(n.r, "primary_known", "n2") {
+		select {
+		case <-n.r.Changed():
+		case <-ctx.Done():
+			t.Fatal("n2 never became the known Primary")
+		}
+	}
+	if err := n.r.follower.Stop(ctx); err != nil { // the Starting step's Stop, late
+		t.Fatal(err)
+	}
+	n.gate.open()
+	for s, term := n.r.prim.State(); s != netsyv1.PrimaryState_REPLICA || term != 1; s, term = n.r.prim.State() {
+		select {
+		case <-n.r.Changed():
+		case <-ctx.Done():
+			t.Fatalf("the Primary role is %s at %d, want a Replica again after its Starting step failed", s, term)
+		}
+	}
+	// A follower that is not paused looks again every writerRecheck
+	// whether the writer's role is given back (nothing else wakes it):
+	// run its clock until it connects to n2.
+	for i := 0; ; i++ {
+		n.clk.Advance(writerRecheckForTest)
+		select {
+		case c := <-n.calls.ch:
+			if c == "conn n2:2380" {
+				return
+			}
+		case <-time.After(20 * time.Millisecond):
+		}
+		if i == 500 {
+			t.Fatalf("the follower never connected to n2; calls so far: %v", n.calls.all())
+		}
+	}
+}
+
+// writerRecheckForTest is replica's writerRecheck: how often a follower
+// held back by its own writer's role looks again.
+const writerRecheckForTest = 20 * time.Millisecond
+
+func hasEvent(r *Roles, kind, node string) bool {
+	for _, ev := range r.NodeState().Events {
+		if ev.Kind == kind && ev.NodeId == node {
+			return true
+		}
+	}
+	return false
+}

@@ -335,7 +335,9 @@ func (r *Roles) separateRoles(ctx, term context.Context, e *elector.Elector) {
 
 // watchView hands every accepted Cluster State to the Primary role and
 // the follower, then tells the loop (a new Primary is an event, and may
-// end a deposition).
+// end a deposition). Asked to (refollow), it hands the follower the last
+// state again; it is the follower's only feed, so the follower never
+// gets an older state after a newer one.
 func (r *Roles) watchView(ctx context.Context) {
 	defer r.wg.Done()
 	ch, stop := r.view.Subscribe()
@@ -355,6 +357,10 @@ func (r *Roles) watchView(ctx context.Context) {
 				r.reconsiderDeposition(c)
 				return effects{notes: notes, notify: true}
 			})
+		case <-r.refollow:
+			if last != nil {
+				r.follower.Observe(last)
+			}
 		case <-ctx.Done():
 			return
 		}
