@@ -123,23 +123,24 @@ func (r *linRun) netFault(f linFault, elector, primary string) time.Time {
 // partitionPlan is TestClusterPartitions' classes, each with how long it
 // is held and the quorum mode it runs under by default (alternating, so
 // make test covers both modes in about 3 minutes; NETSY_PARTITION_QUORUM
-// runs every class under the modes it lists): the peer cuts and the
-// Primary's SIGSTOP for 8 s (longer than the Primary's lease, so the
-// Elector replaces it while it still runs), the Elector's SIGSTOP for
-// twice its lease, object storage for 8 s.
+// runs every class under the modes it lists): the peer cuts for 4 s
+// (several times the Primary's lease, so the Elector replaces it while it
+// still runs), the Primary's SIGSTOP for 8 s (the pause that once left it
+// never rejoining), the Elector's SIGSTOP for twice its lease, object
+// storage for 4 s.
 var partitionPlan = []struct {
 	linFault
 	quorum string
 }{
-	{linFault{kind: faultPrimaryPartition, hold: 8 * time.Second}, "-1"},
-	{linFault{kind: faultPrimaryInDrop, hold: 8 * time.Second}, "0"},
-	{linFault{kind: faultPrimaryInRefuse, hold: 8 * time.Second}, "-1"},
-	{linFault{kind: faultPrimaryMute, hold: 8 * time.Second}, "0"},
-	{linFault{kind: faultPrimaryDeaf, hold: 8 * time.Second}, "-1"},
+	{linFault{kind: faultPrimaryPartition, hold: 4 * time.Second}, "-1"},
+	{linFault{kind: faultPrimaryInDrop, hold: 4 * time.Second}, "0"},
+	{linFault{kind: faultPrimaryInRefuse, hold: 4 * time.Second}, "-1"},
+	{linFault{kind: faultPrimaryMute, hold: 4 * time.Second}, "0"},
+	{linFault{kind: faultPrimaryDeaf, hold: 4 * time.Second}, "-1"},
 	{linFault{kind: faultPrimaryStop, hold: 8 * time.Second}, "0"},
 	{linFault{kind: faultElectorStop, hold: 2 * clusterElectorLease}, "-1"},
-	{linFault{kind: faultS3Drop, hold: 8 * time.Second}, "0"},
-	{linFault{kind: faultS3Reset, hold: 8 * time.Second}, "-1"},
+	{linFault{kind: faultS3Drop, hold: 4 * time.Second}, "0"},
+	{linFault{kind: faultS3Reset, hold: 4 * time.Second}, "-1"},
 }
 
 // TestClusterPartitions runs the linearizability check of
