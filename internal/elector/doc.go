@@ -37,9 +37,19 @@
 //     NodeStatus.deregistration_wait. The same rule holds for an
 //     operator's Deregister of a node that does not answer, unless forced
 //     (the answer's last_index is the target below, and the answer says
-//     what may be lost); a live node (heard from within the degradation
-//     window, or answering as itself) may always leave. An unknown node is
-//     NotFound (ReasonUnknownNode).
+//     what may be lost). A live node (heard from within the degradation
+//     window, or answering as itself) leaves once the tip is at or above
+//     its latest report (a leaving node reports Degraded, so its Primary
+//     writes synchronously from then on): a write it receipted may be held
+//     by it and the Primary alone, and with it gone the count no longer
+//     covers it. Until then, and for a node that does not answer, the
+//     refusal is FailedPrecondition with ReasonNotDurable. The Primary
+//     (current, or previous while a round replaces it) leaves only once it
+//     answers as itself that it no longer acts as one: its heartbeats may
+//     reach the Elector, renewing its lease, while the Elector cannot
+//     reach it. Forced, it stays the previous Primary of the next round,
+//     whose handshake and lease wait (rules 4a and 5) still apply. An
+//     unknown node is NotFound (ReasonUnknownNode).
 //     a. A node's last report is no bound on what it holds: a replica
 //     fsyncs and receipts entries after its last heartbeat to the Elector,
 //     and a Primary acknowledges entries for up to its lease window after
