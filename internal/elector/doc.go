@@ -92,7 +92,15 @@
 //     the handshake timeout since the Elector last heard from it.
 //     b. Nodes are asked for their state: none under quorum 0, every
 //     registered node under a static quorum, a majority of them under
-//     majority quorum; too few answers fail the round.
+//     majority quorum; too few answers fail the round. A previous Primary
+//     that did not answer in step a is not counted (its lease was waited
+//     out instead), or a dead Primary would stop the cluster for good: it
+//     stays registered until a successor reports (rule 3a). Then a static
+//     quorum needs every other node, and majority quorum N - floor(N/2)
+//     of the N-1 others: an entry acknowledged under majority quorum is
+//     on the Primary and floor(N/2) replicas, so at most N-1-floor(N/2)
+//     of the others lack it. A previous Primary that answered as a
+//     Replica counts as one answer among all N.
 //     c. A single Active node is adopted; more than one fails the round.
 //     Any contacted node that is not Degraded and not a Replica fails
 //     the round.
