@@ -75,8 +75,14 @@
 //     mark). A node with no mark stays counted whatever the tip: a dead
 //     Primary (or one that last said it was) until a successor, elected
 //     under the contact rule with it still counted, is Active and reports;
-//     a dead replica until the Primary reports. A node never heard from,
-//     or an unknown tip, proves nothing and also waits. Loss of the
+//     a dead replica until the Primary reports. A node this Elector never
+//     heard from (down when it took over) is bounded by its mark alone:
+//     what it may have receipted was appended by the Primary it followed,
+//     which the marking Primary is or was elected with it counted (one
+//     that is or was the Primary still waits for a successor's report);
+//     otherwise it would stay counted for good, and under a static quorum
+//     no election could succeed once the Primary died. An unknown tip
+//     proves nothing and also waits. Loss of the
 //     Primary and every replica that receipted its last entries therefore
 //     stops the cluster until one of them returns or an operator forces
 //     them out, stating what may be lost.

@@ -278,9 +278,8 @@ func TestDeadPrimaryLeavesOnceTipReachesItsSuccessorsFirstReport(t *testing.T) {
 	}
 }
 
-// An unknown tip (no reader, or the bucket unreachable) and a node this
-// Elector never heard from both keep the node counted.
-func TestUnknownTipOrIndexKeepsNodeCounted(t *testing.T) {
+// An unknown tip (the bucket unreachable) keeps the node counted.
+func TestUnknownTipKeepsNodeCounted(t *testing.T) {
 	t.Run("bucket unreachable", func(t *testing.T) {
 		tip := &bucketTip{err: errors.New("connection reset")}
 		c := newCluster(t, -1, "n1", "n2", "n3")
@@ -301,20 +300,42 @@ func TestUnknownTipOrIndexKeepsNodeCounted(t *testing.T) {
 		tip.set(10, nil)
 		c.run(10*time.Second, func(cs *netsyv1.ClusterState) bool { return cs.RegisteredNodes == 2 })
 	})
-	t.Run("never heard from", func(t *testing.T) {
-		tip := &bucketTip{index: 1000}
-		c := newCluster(t, -1, "n1", "n2", "n3")
-		c.set("n3", func(f *fakeNode) { f.reach = refused })
-		c.begin(-1).withTip(10*time.Second, tip)
-		c.run(5*time.Second, primaryIs("", 1))
-		c.advance(20 * time.Second)
-		c.run(5*time.Second, func(*netsyv1.ClusterState) bool {
-			return strings.Contains(c.status("n3").GetDeregistrationWait(), "its last log index is unknown")
-		})
-		if n := tip.reads.Load(); n != 0 {
-			t.Fatalf("%d tip reads, want none: no tip can prove an unknown index safe", n)
-		}
+}
+
+// A node that was down when this Elector took over (never heard from) is
+// bounded by its mark alone: what it may have receipted was appended by
+// the Primary it followed, which this Elector adopted. It leaves once the
+// tip reaches the index that Primary reported after the node was marked
+// Degraded; before, it stayed counted for good (index_unknown), and under
+// a static quorum no election could succeed once the Primary died.
+func TestNodeNeverHeardFromLeavesOnceTheTipReachesItsMark(t *testing.T) {
+	tip := &bucketTip{index: 10}
+	c := newCluster(t, 1, "n1", "n2", "n3")
+	c.set("n2", func(f *fakeNode) { f.hb.LatestIndex = 30 })
+	c.begin(1)
+	c.run(5*time.Second, func(cs *netsyv1.ClusterState) bool {
+		return primaryIs("n2", 1)(cs) && c.hb("n2").PrimaryState == netsyv1.PrimaryState_ACTIVE // the push has arrived
 	})
+	// n3 goes down; a new Elector (on n1) takes over and adopts n2.
+	c.close()
+	c.set("n3", func(f *fakeNode) { f.reach = refused })
+	c.start(2, 1, "n1")
+	c.waitLoaded()
+	c.withTip(10*time.Second, tip)
+	c.run(5*time.Second, primaryIs("n2", 1))
+
+	c.advance(20 * time.Second)
+	want := "this Elector has not heard from it and the Primary n2 reported 30 after it was marked Degraded; object storage holds up to 10"
+	c.run(5*time.Second, func(*netsyv1.ClusterState) bool {
+		return strings.Contains(c.status("n3").GetDeregistrationWait(), want)
+	})
+	tip.set(30, nil)
+	c.run(10*time.Second, func(cs *netsyv1.ClusterState) bool { return cs.RegisteredNodes == 2 })
+
+	// The Primary dies: the static quorum needs every other node, n1.
+	c.set("n2", func(f *fakeNode) { f.reach = refused })
+	c.set("n1", func(f *fakeNode) { f.hb.LatestIndex = 30 })
+	c.run(10*time.Second, primaryIs("n1", 2))
 }
 
 // deregister retries while the map loads.
