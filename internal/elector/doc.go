@@ -28,9 +28,10 @@
 //     deregistered (removed from the map, its nodes/ file deleted; its
 //     member id stays) only once object storage holds every entry it may
 //     have acknowledged or receipted (rule 3a). Until then it stays
-//     counted, so the contact rule waits for it: otherwise a stale
-//     minority could be elected after the Primary and its up-to-date
-//     replicas died with entries the bucket lacks. Under quorum 0 the rule
+//     counted, so the contact rule waits for it (a previous Primary that
+//     does not answer excepted: its lease is waited out instead, rule
+//     4b): otherwise a stale minority could be elected after the Primary
+//     and its up-to-date replicas died with entries the bucket lacks. Under quorum 0 the rule
 //     holds by construction (no entry is acknowledged before the bucket
 //     has it), so nothing is waited for. Why a node waits is logged and
 //     emitted once per reason and shown in its
@@ -74,7 +75,8 @@
 //     above max(N's last reported index, latest or committed, and its
 //     mark). A node with no mark stays counted whatever the tip: a dead
 //     Primary (or one that last said it was) until a successor, elected
-//     under the contact rule with it still counted, is Active and reports;
+//     under the contact rule with it still registered (counted in N), is
+//     Active and reports;
 //     a dead replica until the Primary reports. A node this Elector never
 //     heard from (down when it took over) is bounded by its mark alone:
 //     what it may have receipted was appended by the Primary it followed,
