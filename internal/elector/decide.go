@@ -32,6 +32,11 @@ type plan struct {
 	prefer string
 	// maxTerm is the highest primary term handed out (members.json).
 	maxTerm uint64
+	// prevRegistered says the previous Primary is one of the registered
+	// nodes. It is handled by the handshake (rule 4a), not by the contact
+	// rule: unless it answered, the nodes that must answer are counted
+	// without it (seed, election step 2).
+	prevRegistered bool
 }
 
 // Reasons an election fails this round; it is retried.
@@ -55,18 +60,29 @@ func newer(a, b *netsyv1.Heartbeat) int {
 	)
 }
 
-// contactNeed is how many nodes (besides a previous Primary, handled by
-// the handshake) an election must hear from: none under quorum 0 (every
-// acknowledged write is in object storage), every registered node under a
-// static quorum (a committed entry may sit on a minority of replicas), a
-// majority of the registered nodes under majority quorum (any majority
-// shares a node with the one that acknowledged a write).
-func contactNeed(quorum, registered int) int {
+// contactNeed is how many nodes an election must hear from. registered
+// counts every registered node; withoutPrev says the previous Primary is
+// one of them and did not answer: its lease was waited out instead (rule
+// 4a), so the need is counted over the other nodes.
+//
+// Quorum 0 needs no node (every acknowledged write is in object storage).
+// A static quorum needs every node (a committed entry may sit on a
+// minority of replicas): all of them, or all but the previous Primary. A
+// majority quorum needs floor(N/2)+1 of the N registered nodes; without
+// the previous Primary, N - floor(N/2) of the N-1 others: an entry
+// acknowledged under majority quorum is on the Primary and on floor(N/2)
+// replicas, so at most N-1-floor(N/2) of the other nodes lack it, and any
+// N - floor(N/2) of them include one that holds it.
+func contactNeed(quorum, registered int, withoutPrev bool) int {
 	switch {
 	case quorum == 0:
 		return 0
+	case quorum > 0 && withoutPrev:
+		return registered - 1
 	case quorum > 0:
 		return registered
+	case withoutPrev:
+		return registered - registered/2
 	default:
 		return registered/2 + 1
 	}
@@ -76,14 +92,18 @@ func contactNeed(quorum, registered int) int {
 // It returns the node to elect, or an already Active Primary to adopt
 // (adopt true), or why no node can be elected now.
 func decide(cands []candidate, p plan, contacted int, prevContacted bool) (winner string, adopt bool, err error) {
-	need := contactNeed(p.quorum, p.registered)
+	need := contactNeed(p.quorum, p.registered, p.prevRegistered && !prevContacted)
 	if prevContacted {
 		// A previous Primary that answered (as a Replica: it restarted or
 		// drained) is as good a witness as any other node.
 		contacted++
 	}
 	if contacted < need {
-		return "", false, fmt.Errorf("%w: %d of %d needed (quorum %d, %d registered)", errContact, contacted, need, p.quorum, p.registered)
+		without := ""
+		if p.prevRegistered && !prevContacted {
+			without = ", the previous Primary not counted"
+		}
+		return "", false, fmt.Errorf("%w: %d of %d needed (quorum %d, %d registered%s)", errContact, contacted, need, p.quorum, p.registered, without)
 	}
 	maxTerm := p.maxTerm
 	for _, c := range cands {

@@ -147,15 +147,22 @@ func deregTarget(last *netsyv1.Heartbeat, mark deregMark) uint64 {
 
 // deregVerdict decides whether a node that stopped answering may leave the
 // count: only once object storage holds every entry it may have
-// acknowledged or receipted, up to deregTarget. A node never heard from, a
-// node no Primary has reported after (wasPrimary: it is or said it was the
-// Primary), or an unknown tip, proves nothing, so the answer is no; why
-// says what is missing, kind names it.
+// acknowledged or receipted, up to deregTarget. A node no Primary has
+// reported after (wasPrimary: it is or said it was the Primary, so only a
+// successor's report counts), or an unknown tip, proves nothing, so the
+// answer is no; why says what is missing, kind names it. A node this
+// Elector never heard from (down when it took over) is bounded by its
+// mark alone: otherwise it would stay counted for good, and under a
+// static quorum no election could ever succeed again.
 func deregVerdict(last *netsyv1.Heartbeat, wasPrimary bool, mark deregMark, tipKnown bool, tip uint64, tipErr error) (ok bool, kind, why string) {
 	idx := lastIndexOf(last)
 	switch {
-	case last == nil:
-		return false, waitIndexUnknown, "its last log index is unknown (this Elector has not heard from it)"
+	case last == nil && !mark.known && wasPrimary:
+		return false, waitNoSuccessor, "it was the Primary, this Elector has not heard from it, and it may have acknowledged entries; " +
+			"it stays counted until a successor is Active and reports its log index"
+	case last == nil && !mark.known:
+		return false, waitIndexUnknown, "its last log index is unknown (this Elector has not heard from it), " +
+			"and no Active Primary has reported since it was marked Degraded"
 	case !mark.known && wasPrimary:
 		return false, waitNoSuccessor, fmt.Sprintf("it was the Primary and may have acknowledged entries after its last report (log index %d); "+
 			"it stays counted until a successor is Active and reports its log index", idx)
@@ -164,6 +171,13 @@ func deregVerdict(last *netsyv1.Heartbeat, wasPrimary bool, mark deregMark, tipK
 			"and no Active Primary has reported since it went silent", idx)
 	}
 	facts := fmt.Sprintf("it last reported log index %d and the Primary %s reported %d after it went silent", idx, mark.from, mark.index)
+	if last == nil {
+		// Never heard from: the mark alone bounds it. What it may have
+		// receipted was appended by the Primary it followed before it
+		// went silent, and the marking Primary is that one or was elected
+		// with it counted.
+		facts = fmt.Sprintf("this Elector has not heard from it and the Primary %s reported %d after it was marked Degraded", mark.from, mark.index)
+	}
 	switch {
 	case !tipKnown:
 		if tipErr == nil {

@@ -28,18 +28,29 @@
 //     deregistered (removed from the map, its nodes/ file deleted; its
 //     member id stays) only once object storage holds every entry it may
 //     have acknowledged or receipted (rule 3a). Until then it stays
-//     counted, so the contact rule waits for it: otherwise a stale
-//     minority could be elected after the Primary and its up-to-date
-//     replicas died with entries the bucket lacks. Under quorum 0 the rule
+//     counted, so the contact rule waits for it (a previous Primary that
+//     does not answer excepted: its lease is waited out instead, rule
+//     4b): otherwise a stale minority could be elected after the Primary
+//     and its up-to-date replicas died with entries the bucket lacks. Under quorum 0 the rule
 //     holds by construction (no entry is acknowledged before the bucket
 //     has it), so nothing is waited for. Why a node waits is logged and
 //     emitted once per reason and shown in its
 //     NodeStatus.deregistration_wait. The same rule holds for an
 //     operator's Deregister of a node that does not answer, unless forced
 //     (the answer's last_index is the target below, and the answer says
-//     what may be lost); a live node (heard from within the degradation
-//     window, or answering as itself) may always leave. An unknown node is
-//     NotFound (ReasonUnknownNode).
+//     what may be lost). A live node (heard from within the degradation
+//     window, or answering as itself) leaves once the tip is at or above
+//     its latest report (a leaving node reports Degraded, so its Primary
+//     writes synchronously from then on): a write it receipted may be held
+//     by it and the Primary alone, and with it gone the count no longer
+//     covers it. Until then, and for a node that does not answer, the
+//     refusal is FailedPrecondition with ReasonNotDurable. The Primary
+//     (current, or previous while a round replaces it) leaves only once it
+//     answers as itself that it no longer acts as one: its heartbeats may
+//     reach the Elector, renewing its lease, while the Elector cannot
+//     reach it. Forced, it stays the previous Primary of the next round,
+//     whose handshake and lease wait (rules 4a and 5) still apply. An
+//     unknown node is NotFound (ReasonUnknownNode).
 //     a. A node's last report is no bound on what it holds: a replica
 //     fsyncs and receipts entries after its last heartbeat to the Elector,
 //     and a Primary acknowledges entries for up to its lease window after
@@ -64,9 +75,16 @@
 //     above max(N's last reported index, latest or committed, and its
 //     mark). A node with no mark stays counted whatever the tip: a dead
 //     Primary (or one that last said it was) until a successor, elected
-//     under the contact rule with it still counted, is Active and reports;
-//     a dead replica until the Primary reports. A node never heard from,
-//     or an unknown tip, proves nothing and also waits. Loss of the
+//     under the contact rule with it still registered (counted in N), is
+//     Active and reports;
+//     a dead replica until the Primary reports. A node this Elector never
+//     heard from (down when it took over) is bounded by its mark alone:
+//     what it may have receipted was appended by the Primary it followed,
+//     which the marking Primary is or was elected with it counted (one
+//     that is or was the Primary still waits for a successor's report);
+//     otherwise it would stay counted for good, and under a static quorum
+//     no election could succeed once the Primary died. An unknown tip
+//     proves nothing and also waits. Loss of the
 //     Primary and every replica that receipted its last entries therefore
 //     stops the cluster until one of them returns or an operator forces
 //     them out, stating what may be lost.
@@ -82,7 +100,15 @@
 //     the handshake timeout since the Elector last heard from it.
 //     b. Nodes are asked for their state: none under quorum 0, every
 //     registered node under a static quorum, a majority of them under
-//     majority quorum; too few answers fail the round.
+//     majority quorum; too few answers fail the round. A previous Primary
+//     that did not answer in step a is not counted (its lease was waited
+//     out instead), or a dead Primary would stop the cluster for good: it
+//     stays registered until a successor reports (rule 3a). Then a static
+//     quorum needs every other node, and majority quorum N - floor(N/2)
+//     of the N-1 others: an entry acknowledged under majority quorum is
+//     on the Primary and floor(N/2) replicas, so at most N-1-floor(N/2)
+//     of the others lack it. A previous Primary that answered as a
+//     Replica counts as one answer among all N.
 //     c. A single Active node is adopted; more than one fails the round.
 //     Any contacted node that is not Degraded and not a Replica fails
 //     the round.

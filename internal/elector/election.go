@@ -190,10 +190,21 @@ func (e *Elector) elect(ctx context.Context, s electSnapshot) electResult {
 			cands = append(cands, candidate{id: a.id, state: a.hb, degraded: s.degraded[a.id]})
 		}
 	}
+	prevRegistered := false
+	if s.prev != nil {
+		_, prevRegistered = s.last[s.prev.NodeId]
+	}
+	if prevState != nil && !prevRegistered {
+		// Deregistered while it did not answer (forced out), yet still
+		// the previous Primary: its answer let the round go on, but it
+		// is no candidate and no witness any more.
+		prevState = nil
+	}
 	if prevState != nil {
 		cands = append(cands, candidate{id: s.prev.NodeId, state: prevState})
 	}
-	winnerID, adopt, err := decide(cands, plan{quorum: e.cfg.Quorum, registered: s.registered, exclude: exclude, prefer: prefer, maxTerm: s.maxTerm}, contacted, prevState != nil)
+	winnerID, adopt, err := decide(cands, plan{quorum: e.cfg.Quorum, registered: s.registered, exclude: exclude, prefer: prefer, maxTerm: s.maxTerm,
+		prevRegistered: prevRegistered}, contacted, prevState != nil)
 	if err != nil {
 		return electResult{err: err}
 	}

@@ -278,9 +278,8 @@ func TestDeadPrimaryLeavesOnceTipReachesItsSuccessorsFirstReport(t *testing.T) {
 	}
 }
 
-// An unknown tip (no reader, or the bucket unreachable) and a node this
-// Elector never heard from both keep the node counted.
-func TestUnknownTipOrIndexKeepsNodeCounted(t *testing.T) {
+// An unknown tip (the bucket unreachable) keeps the node counted.
+func TestUnknownTipKeepsNodeCounted(t *testing.T) {
 	t.Run("bucket unreachable", func(t *testing.T) {
 		tip := &bucketTip{err: errors.New("connection reset")}
 		c := newCluster(t, -1, "n1", "n2", "n3")
@@ -301,20 +300,42 @@ func TestUnknownTipOrIndexKeepsNodeCounted(t *testing.T) {
 		tip.set(10, nil)
 		c.run(10*time.Second, func(cs *netsyv1.ClusterState) bool { return cs.RegisteredNodes == 2 })
 	})
-	t.Run("never heard from", func(t *testing.T) {
-		tip := &bucketTip{index: 1000}
-		c := newCluster(t, -1, "n1", "n2", "n3")
-		c.set("n3", func(f *fakeNode) { f.reach = refused })
-		c.begin(-1).withTip(10*time.Second, tip)
-		c.run(5*time.Second, primaryIs("", 1))
-		c.advance(20 * time.Second)
-		c.run(5*time.Second, func(*netsyv1.ClusterState) bool {
-			return strings.Contains(c.status("n3").GetDeregistrationWait(), "its last log index is unknown")
-		})
-		if n := tip.reads.Load(); n != 0 {
-			t.Fatalf("%d tip reads, want none: no tip can prove an unknown index safe", n)
-		}
+}
+
+// A node that was down when this Elector took over (never heard from) is
+// bounded by its mark alone: what it may have receipted was appended by
+// the Primary it followed, which this Elector adopted. It leaves once the
+// tip reaches the index that Primary reported after the node was marked
+// Degraded; before, it stayed counted for good (index_unknown), and under
+// a static quorum no election could succeed once the Primary died.
+func TestNodeNeverHeardFromLeavesOnceTheTipReachesItsMark(t *testing.T) {
+	tip := &bucketTip{index: 10}
+	c := newCluster(t, 1, "n1", "n2", "n3")
+	c.set("n2", func(f *fakeNode) { f.hb.LatestIndex = 30 })
+	c.begin(1)
+	c.run(5*time.Second, func(cs *netsyv1.ClusterState) bool {
+		return primaryIs("n2", 1)(cs) && c.hb("n2").PrimaryState == netsyv1.PrimaryState_ACTIVE // the push has arrived
 	})
+	// n3 goes down; a new Elector (on n1) takes over and adopts n2.
+	c.close()
+	c.set("n3", func(f *fakeNode) { f.reach = refused })
+	c.start(2, 1, "n1")
+	c.waitLoaded()
+	c.withTip(10*time.Second, tip)
+	c.run(5*time.Second, primaryIs("n2", 1))
+
+	c.advance(20 * time.Second)
+	want := "this Elector has not heard from it and the Primary n2 reported 30 after it was marked Degraded; object storage holds up to 10"
+	c.run(5*time.Second, func(*netsyv1.ClusterState) bool {
+		return strings.Contains(c.status("n3").GetDeregistrationWait(), want)
+	})
+	tip.set(30, nil)
+	c.run(10*time.Second, func(cs *netsyv1.ClusterState) bool { return cs.RegisteredNodes == 2 })
+
+	// The Primary dies: the static quorum needs every other node, n1.
+	c.set("n2", func(f *fakeNode) { f.reach = refused })
+	c.set("n1", func(f *fakeNode) { f.hb.LatestIndex = 30 })
+	c.run(10*time.Second, primaryIs("n1", 2))
 }
 
 // deregister retries while the map loads.
@@ -386,11 +407,16 @@ func TestDeregisterDeadNodeNeedsForceUnlessDurable(t *testing.T) {
 		t.Fatalf("%d registration files, want 4", len(regs))
 	}
 
-	// n3 is alive (heartbeating) with entries the bucket lacks: it leaves
-	// gracefully, no force needed.
+	// n3 is alive (heartbeating) with entries the bucket lacks: it
+	// leaves, without force, once the bucket holds them.
+	_, err = c.deregister("n3", false)
+	if peer.ReasonOf(err) != peer.ReasonNotDurable || !strings.Contains(err.Error(), "it reported log index 1234 and object storage holds up to 1190") {
+		t.Fatalf("live n3 ahead of the bucket deregistering = %v, want NOT_DURABLE naming the indexes", err)
+	}
+	tip.set(1234, nil)
 	resp, err = c.deregister("n3", false)
 	if err != nil || resp.Forced {
-		t.Fatalf("live n3 deregistering = %v, %v; want allowed", resp, err)
+		t.Fatalf("live n3 within the bucket's tip deregistering = %v, %v; want allowed", resp, err)
 	}
 
 	// A dead replica whose entries, up to what the Primary reported after
@@ -402,14 +428,13 @@ func TestDeregisterDeadNodeNeedsForceUnlessDurable(t *testing.T) {
 		t.Fatalf("dead n5 within the bucket's tip = %v, %v; want allowed, last_index 1300", resp, err)
 	}
 
-	// A dead Primary may have acknowledged entries after its last report,
-	// and no successor has reported (n1 alone cannot be elected): refused.
+	// A Primary that does not answer may still hold its lease and
+	// acknowledge entries: refused, whatever the tip.
 	tip.set(5000, nil)
-	c.set("n4", func(f *fakeNode) { f.hb.PrimaryState = netsyv1.PrimaryState_REPLICA; f.reach = refused })
-	c.advance(2 * time.Second)
+	c.set("n4", func(f *fakeNode) { f.reach = refused })
 	_, err = c.deregister("n4", false)
-	if peer.ReasonOf(err) != peer.ReasonNotDurable || !strings.Contains(err.Error(), "it was the Primary") {
-		t.Fatalf("deregister the dead Primary n4 with no successor = %v, want NOT_DURABLE saying it was the Primary", err)
+	if peer.ReasonOf(err) != peer.ReasonNotDurable || !strings.Contains(err.Error(), "is the Primary and does not answer") {
+		t.Fatalf("deregister the unreachable Primary n4 = %v, want NOT_DURABLE saying it is the Primary", err)
 	}
 	resp, err = c.deregister("n4", true)
 	if err != nil || !resp.Forced || resp.LastIndexKnown {
@@ -493,5 +518,78 @@ func TestMarkStartsOverWhenANodeIsDegradedAgain(t *testing.T) {
 		}
 		c.primaryWrites("n2", 5, 500*time.Millisecond)
 		time.Sleep(5 * time.Millisecond) // the tip is read on its own goroutine
+	}
+}
+
+// Scale-down: a write W (index 100) is held by the Primary n5 and the
+// replicas n3 and n4 only, acknowledged under majority quorum of 5, and
+// the bucket is behind (90). n3 leaving gracefully must wait until the
+// bucket holds W: otherwise n3 and then n4 leave, the count drops to 3,
+// n5 dies, and n1 and n2 elect a Primary without W.
+func TestLiveNodeLeavesOnlyOnceTheBucketHoldsItsLastReport(t *testing.T) {
+	tip := &bucketTip{index: 90}
+	c := newCluster(t, -1, "n1", "n2", "n3", "n4", "n5")
+	for _, id := range []string{"n1", "n2", "n3", "n4"} {
+		c.set(id, func(f *fakeNode) { f.hb.LatestIndex = 90 })
+	}
+	c.set("n5", func(f *fakeNode) { f.hb.LatestIndex = 90; f.hb.StartTimeUnixNano = 10 })
+	c.begin(-1).withTip(0, tip)
+	c.run(5*time.Second, primaryIs("n5", 1))
+	for _, id := range []string{"n3", "n4", "n5"} {
+		c.set(id, func(f *fakeNode) { f.hb.LatestIndex = 100 })
+	}
+	// n3 leaves: its last heartbeat says it is Degraded.
+	c.set("n3", func(f *fakeNode) { f.hb.Health = netsyv1.HealthState_DEGRADED })
+	c.advance(time.Second)
+	_, err := c.deregister("n3", false)
+	if peer.ReasonOf(err) != peer.ReasonNotDurable || status.Code(err) != codes.FailedPrecondition ||
+		!strings.Contains(err.Error(), "it reported log index 100 and object storage holds up to 90") {
+		t.Fatalf("n3 leaving ahead of the bucket = %v, want FailedPrecondition NOT_DURABLE naming the indexes", err)
+	}
+	if c.status("n3") == nil {
+		t.Fatal("a refused deregistration removed n3")
+	}
+	tip.set(100, nil)
+	if resp, err := c.deregister("n3", false); err != nil || resp.Forced || resp.LastIndex != 100 || resp.DurableTip != 100 {
+		t.Fatalf("n3 leaving with the bucket at its index = %v, %v; want allowed, last_index 100", resp, err)
+	}
+	if c.status("n3") != nil {
+		t.Fatal("n3 still registered")
+	}
+}
+
+// One-way cut: the Elector cannot reach the Primary n3, but n3's
+// heartbeats still reach it and renew n3's lease. Deregistering n3 is
+// refused without force; with force, n3 stays the previous Primary of the
+// election, so its successor is elected only once its lease has run out
+// (before, it was elected at once: two Primaries).
+func TestDeregisterUnreachablePrimaryWaitsOutItsLease(t *testing.T) {
+	c := newCluster(t, -1, "n1", "n2", "n3")
+	c.set("n3", func(f *fakeNode) { f.hb.LatestIndex = 20 })
+	c.begin(-1)
+	c.run(5*time.Second, func(cs *netsyv1.ClusterState) bool {
+		return primaryIs("n3", 1)(cs) && c.hb("n3").PrimaryState == netsyv1.PrimaryState_ACTIVE // the push has arrived
+	})
+	c.advance(5 * time.Second)
+	c.set("n3", func(f *fakeNode) { f.reach = silent })
+	// Its heartbeat still arrives, and the answer renews its lease.
+	resp, err := c.e.Heartbeat(t.Context(), c.hb("n3"))
+	if err != nil || resp.ClusterState.GetPrimary().GetNodeId() != "n3" {
+		t.Fatalf("n3's heartbeat = %v, %v; want an answer naming it Primary", resp, err)
+	}
+	_, err = c.deregister("n3", false)
+	if peer.ReasonOf(err) != peer.ReasonNotDurable || status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("deregister the unreachable Primary = %v, want FailedPrecondition NOT_DURABLE", err)
+	}
+	if c.status("n3") == nil {
+		t.Fatal("a refused deregistration removed n3")
+	}
+	if _, err := c.deregister("n3", true); err != nil {
+		t.Fatal(err)
+	}
+	c.set("n2", func(f *fakeNode) { f.hb.LatestIndex = 20 })
+	cs, took := c.run(10*time.Second, primaryIs("", 2))
+	if cs.Primary.NodeId == "n3" || took < time.Second {
+		t.Fatalf("%s elected %v after n3's last renewed lease; want another node, no sooner than its lease wait (1.25 s)", cs.Primary.NodeId, took)
 	}
 }

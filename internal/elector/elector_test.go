@@ -545,6 +545,14 @@ func TestDecideTable(t *testing.T) {
 		{"degraded starting does not block", []candidate{{"a", hb(9, R, H, 0), false}, {"b", hb(7, S, D, 0), false}}, plan{quorum: -1, registered: 2}, "a", false, nil, 2},
 		{"majority short", []candidate{{"a", hb(9, R, H, 0), false}, {"b", nil, false}, {"c", nil, false}}, plan{quorum: -1, registered: 3}, "", false, errContact, 1},
 		{"static short", []candidate{{"a", hb(9, R, H, 0), false}, {"b", hb(9, R, H, 0), false}, {"c", nil, false}}, plan{quorum: 1, registered: 3}, "", false, errContact, 2},
+		// The previous Primary did not answer (its lease was waited out
+		// instead): the nodes that must answer are counted without it.
+		{"static without the previous Primary", []candidate{{"a", hb(9, R, H, 0), false}, {"b", hb(9, R, H, 0), false}}, plan{quorum: 1, registered: 3, prevRegistered: true}, "a", false, nil, 2},
+		{"static without the previous Primary, one short", []candidate{{"a", hb(9, R, H, 0), false}, {"b", nil, false}}, plan{quorum: 1, registered: 3, prevRegistered: true}, "", false, errContact, 1},
+		{"majority of 2 without the previous Primary", []candidate{{"a", hb(9, R, H, 0), false}}, plan{quorum: -1, registered: 2, prevRegistered: true}, "a", false, nil, 1},
+		{"majority of 4 without the previous Primary", []candidate{{"a", hb(9, R, H, 0), false}, {"b", hb(9, R, H, 0), false}, {"c", nil, false}}, plan{quorum: -1, registered: 4, prevRegistered: true}, "a", false, nil, 2},
+		{"majority of 5 without the previous Primary, one short", []candidate{{"a", hb(9, R, H, 0), false}, {"b", hb(9, R, H, 0), false}, {"c", nil, false}, {"d", nil, false}}, plan{quorum: -1, registered: 5, prevRegistered: true}, "", false, errContact, 2},
+		{"majority of 5 without the previous Primary", []candidate{{"a", hb(9, R, H, 0), false}, {"b", hb(9, R, H, 0), false}, {"c", hb(9, R, H, 0), false}, {"d", nil, false}}, plan{quorum: -1, registered: 5, prevRegistered: true}, "a", false, nil, 3},
 		{"prefer", []candidate{{"a", hb(9, R, H, 0), false}, {"b", hb(7, R, H, 0), false}}, plan{quorum: -1, registered: 2, prefer: "b"}, "b", false, nil, 2},
 		{"exclude", []candidate{{"a", hb(9, R, H, 0), false}, {"b", hb(7, R, H, 0), false}}, plan{quorum: -1, registered: 2, exclude: map[string]bool{"a": true}}, "b", false, nil, 2},
 		{"none healthy", []candidate{{"a", hb(9, R, D, 0), false}}, plan{quorum: 0, registered: 1}, "", false, errNoHealthy, 0},
@@ -1034,4 +1042,36 @@ func TestFailedRoundRetriedAfterRetryInterval(t *testing.T) {
 			t.Fatalf("no round ran %v after the failed one", DefaultRetryInterval)
 		}
 	})
+}
+
+// A dead Primary is not counted among the nodes an election must hear
+// from: its lease is waited out instead (seed, election step 2). Counting
+// it stopped the cluster for good under a static quorum of any size, and
+// under majority quorum with 2 nodes, since a dead Primary is also kept
+// counted until a successor reports ("2 of 3 needed" for ever).
+func TestDeadPrimaryNotCountedForTheContactRule(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		quorum int
+		ids    []string
+	}{
+		{"static 1 of 3", 1, []string{"n1", "n2", "n3"}},
+		{"static 2 of 3", 2, []string{"n1", "n2", "n3"}},
+		{"majority of 2", -1, []string{"n1", "n3"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t, tc.quorum, tc.ids...)
+			c.set("n3", func(f *fakeNode) { f.hb.LatestIndex = 1000 })
+			c.begin(tc.quorum)
+			c.run(5*time.Second, primaryIs("n3", 1))
+			c.set("n3", func(f *fakeNode) { f.reach = refused })
+			for _, id := range tc.ids[:len(tc.ids)-1] {
+				c.set(id, func(f *fakeNode) { f.hb.LatestIndex = 1000 })
+			}
+			cs, took := c.run(20*time.Second, primaryIs("", 2))
+			if cs.Primary.NodeId == "n3" || took < time.Second {
+				t.Fatalf("elected %s after %v; want another node, once n3's lease wait (1.25 s) has passed", cs.Primary.NodeId, took)
+			}
+		})
+	}
 }
