@@ -444,7 +444,19 @@ func (l *Log) claim(ctx context.Context, v *bucketView) error {
 		}
 	}
 	seq := v.lastSeq + 1
+	// The claim itself is always an empty chunk, and the local entries the
+	// bucket lacks follow it. Those entries came from the old writer (this
+	// node replicated them), so a chunk of them could be, byte for byte,
+	// the chunk the old writer is retrying at this seq: the old writer
+	// would read it back, take it for its own earlier attempt that landed,
+	// and go on writing past the fence. An empty chunk is never what a
+	// writer retries (uploads carry entries), and no other writer uploads
+	// at a seq after this node's claim, so no chunk of this node's is ever
+	// another writer's too.
 	chunks := splitEntries(pending, l.o.ChunkMaxBytes)
+	if len(pending) > 0 {
+		chunks = append([][]*netsyv1.Entry{nil}, chunks...)
+	}
 	refs := []chunkRef{{seq: v.lastSeq, last: v.bucketLast}}
 	lastIdx := v.bucketLast
 	for _, c := range chunks {
