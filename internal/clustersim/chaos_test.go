@@ -28,6 +28,7 @@ func seedCount() int {
 // once, and failed every time it was rerun before the fix.
 var regressionSeeds = []uint64{
 	225,  // a Starting step outlived its election and went Active after the newer Primary's claim (primary.Config.HighestTerm)
+	72,   // a claim chunk carrying replicated entries matched the old writer's retried chunk byte for byte; it took it for its own and wrote past the fence (objwal: claims are empty chunks)
 	1058, // a stale Active Primary's longer log blocked every election and it never heard of a successor (elector decide: a stale node is never "ahead")
 }
 
