@@ -587,7 +587,35 @@ func (e *Engine) rollbackPending() {
 	}
 	e.lastIdx, e.lastRev = e.committedIdx.Load(), e.committedRev.Load()
 	e.feed.truncate(e.lastIdx)
+	// The log's last term is its last entry's again, not the term this
+	// node wrote (or was promoted) at: a Follow handshake compares it with
+	// the Primary's entry there, and a false mismatch cuts below history.
+	if t, ok := e.termAt(e.lastIdx); ok {
+		e.lastTerm.Store(t)
+	}
 	e.publishAppended()
+}
+
+// termAt returns the term of the entry at index from the feed or the
+// storage (a scan of the local log: for role changes, not hot paths).
+func (e *Engine) termAt(index uint64) (int64, bool) {
+	if t, ok := e.feed.term(index); ok {
+		return t, true
+	}
+	if index == 0 {
+		return 0, false
+	}
+	var term int64
+	found := false
+	stop := errors.New("enough")
+	err := e.cfg.Storage.Replay(index, func(ent *netsyv1.Entry) error {
+		term, found = ent.Term, ent.Index == index
+		return stop
+	})
+	if err != nil && !errors.Is(err, stop) {
+		return 0, false
+	}
+	return term, found
 }
 
 // appendEntry logs an entry evaluated by the loop and queues p (nil for
