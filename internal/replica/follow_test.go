@@ -506,6 +506,43 @@ func TestFollowRefusesAnotherTerm(t *testing.T) {
 	}
 }
 
+// A replica that applied an entry the new Primary's history replaced (it
+// reports its commit point at the mismatched index: a restarted
+// ex-Primary that counted its whole local log as committed) is cut below
+// the mismatch and rebuilds its state there, then takes the Primary's
+// entry: it never keeps serving its own (clustersim seed 425).
+func TestFollowRebuildsAReplicaThatAppliedADivergentEntry(t *testing.T) {
+	w := newWorld(t)
+	st := &enginetest.MemStorage{}
+	for i := uint64(1); i <= 3; i++ {
+		if err := st.Append(ent(i, 3)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := w.startPrimary("p", st, 4)
+	p.put(t, "g4", "new") // the Primary's entry 4, at term 4
+
+	r := &replica{st: &enginetest.MemStorage{}}
+	for i := uint64(1); i <= 4; i++ {
+		if err := r.st.Append(ent(i, 3)); err != nil { // entry 4: g4=v at term 3
+			t.Fatal(err)
+		}
+	}
+	w.runReplica(r, nil)
+	if got := r.value("g4"); got != "v" {
+		t.Fatalf("setup: the replica's own entry 4 is not applied (g4=%s)", got)
+	}
+	r.f.Observe(p.state(4))
+	waitFor(t, "the Primary's entry 4 on the replica", func() bool { return r.value("g4") == "new" })
+	ents := r.st.Entries(1)
+	if len(ents) != 4 || ents[3].Term != 4 {
+		t.Fatalf("the replica's log: %d entries, the last at term %d; want 4, the 4th at term 4", len(ents), ents[len(ents)-1].Term)
+	}
+	if got := r.eng.CommittedIndex(); got != 4 {
+		t.Fatalf("the replica's committed index: %d, want 4", got)
+	}
+}
+
 // FollowStart names the term of the replica's last entry, not the term
 // its engine last wrote at: a node promoted at term 4 that wrote nothing
 // before stepping down still ends its log with a term-3 entry, and a
