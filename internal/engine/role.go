@@ -95,7 +95,7 @@ func (e *Engine) promote(ctx context.Context, term int64, prepare func(context.C
 	e.follow, e.commitLimit = nil, 0
 	if prepare != nil {
 		if err := prepare(ctx); err != nil {
-			e.publishAppended()
+			e.holdStorage()
 			return err
 		}
 	}
@@ -117,6 +117,35 @@ func (e *Engine) promote(ctx context.Context, term int64, prepare func(context.C
 	e.publishAppended()
 	e.log.Info("writing as the Primary", "term", term, "index", e.lastIdx, "rev", e.lastRev, "applied_from_storage", n)
 	return nil
+}
+
+// holdStorage makes whatever the storage holds past the applied state
+// held entries again (appended, not applied, as followed ones are), after
+// a Starting step failed: the node follows next, and its log must end
+// where the storage's does, or the next followed entry would not continue
+// it. Nothing of it is known committed until a Primary says so.
+func (e *Engine) holdStorage() {
+	e.follow, e.commitLimit = nil, e.committedIdx.Load()
+	if t, ok := e.EntryTerm(e.lastIdx); ok {
+		e.lastTerm.Store(t)
+	}
+	err := e.cfg.Storage.Replay(e.lastIdx+1, func(ent *netsyv1.Entry) error {
+		prev := e.lastIdx
+		if k := len(e.follow); k > 0 {
+			prev = e.follow[k-1].Index
+		}
+		if ent.Index != prev+1 {
+			return fmt.Errorf("log hole: entry %d follows %d", ent.Index, prev)
+		}
+		e.follow = append(e.follow, ent)
+		e.lastTerm.Store(ent.Term)
+		return nil
+	})
+	if err != nil {
+		e.log.Warn("could not hold the storage's entries past the applied state after a failed Starting step", "index", e.lastIdx, "error", err)
+		e.follow = nil
+	}
+	e.publishAppended()
 }
 
 // adoptStorage applies everything the storage holds beyond the state and
