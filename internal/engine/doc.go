@@ -12,6 +12,13 @@
 //     replay on restart or on a follower never re-evaluates a request.
 //   - Revisions move only for entries that change keys; lease grants,
 //     key-less revokes and compactions are logged at the current revision.
+//   - A follower applies only entries known committed: on Open, what the
+//     Storage says is (KnownCommitted: object storage holds it); the rest
+//     of the log is held appended but unapplied, as followed entries are,
+//     until the Primary commits it (CommitTo) or cuts it
+//     (TruncateFollowed). A cut below what was applied rebuilds the state
+//     from the Storage instead of serving it; a failed Starting step
+//     holds what the Storage then has past the state again.
 //
 // The engine never talks to clients (internal/etcdapi does) and never knows
 // where durability comes from: a local WAL, object storage or a replica

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -210,10 +211,11 @@ func Open(cfg Config) (*Engine, error) {
 	}
 	e.term.Store(cfg.Term)
 	e.writer.Store(!cfg.Follower)
-	e.syncMu.Lock()
-	e.syncedIdx = e.lastIdx
-	e.syncMu.Unlock()
 	e.publishAppended()
+	// Everything Replay gave is durable here, held entries included.
+	e.syncMu.Lock()
+	e.syncedIdx = e.appendedIdx.Load()
+	e.syncMu.Unlock()
 	cfg.Storage.Attach(e.OnSync)
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	// The ticker is armed before Open returns so fake-clock tests can
@@ -224,7 +226,26 @@ func Open(cfg Config) (*Engine, error) {
 	return e, nil
 }
 
+// committedKnower is a Storage that knows, once opened, through which
+// index its entries are known committed (object storage holds them, or
+// every one was acknowledged on its local fsync). A Storage without it
+// holds only committed entries.
+type committedKnower interface {
+	KnownCommitted() uint64
+}
+
+// recover rebuilds the state from the storage. A follower applies only
+// the entries known committed: the rest (an ex-Primary's entries its
+// crash kept from object storage, or a replica's its Primary had not yet
+// committed) are held appended but not applied, exactly as followed
+// entries are, until the Primary's Follow handshake commits them (same
+// term at that index) or cuts them (TruncateFollowed). Applying them
+// would serve a history the cluster may have replaced.
 func (e *Engine) recover() error {
+	known := uint64(math.MaxUint64)
+	if k, ok := e.cfg.Storage.(committedKnower); ok && e.cfg.Follower {
+		known = k.KnownCommitted()
+	}
 	snap, err := e.cfg.Storage.LoadSnapshot()
 	if err != nil {
 		return fmt.Errorf("load snapshot: %w", err)
@@ -253,13 +274,21 @@ func (e *Engine) recover() error {
 	}
 	n := 0
 	err = e.cfg.Storage.Replay(from, func(ent *netsyv1.Entry) error {
-		if ent.Index != e.lastIdx+1 && e.lastIdx != 0 {
-			return fmt.Errorf("log hole: entry %d follows %d", ent.Index, e.lastIdx)
+		prev := e.lastIdx
+		if k := len(e.follow); k > 0 {
+			prev = e.follow[k-1].Index
+		}
+		if ent.Index != prev+1 && prev != 0 {
+			return fmt.Errorf("log hole: entry %d follows %d", ent.Index, prev)
+		}
+		e.lastTerm.Store(ent.Term)
+		if ent.Index > known {
+			e.follow = append(e.follow, ent)
+			return nil
 		}
 		if err := e.applyEntry(ent); err != nil {
 			return fmt.Errorf("replay entry %d: %w", ent.Index, err)
 		}
-		e.lastTerm.Store(ent.Term)
 		n++
 		return nil
 	})
@@ -268,8 +297,13 @@ func (e *Engine) recover() error {
 	}
 	e.committedIdx.Store(e.lastIdx)
 	e.committedRev.Store(e.lastRev)
+	e.commitLimit = e.lastIdx
 	e.sinceSnap = uint64(n)
 	e.log.Info("recovered", "index", e.lastIdx, "rev", e.lastRev, "compact_rev", e.compactRev.Load(), "replayed", n, "leases", e.lease.count())
+	if k := len(e.follow); k > 0 {
+		e.log.Info("holding local entries not known committed until the Primary judges them",
+			"from", e.follow[0].Index, "to", e.follow[k-1].Index, "known_committed", known)
+	}
 	return nil
 }
 
@@ -553,7 +587,35 @@ func (e *Engine) rollbackPending() {
 	}
 	e.lastIdx, e.lastRev = e.committedIdx.Load(), e.committedRev.Load()
 	e.feed.truncate(e.lastIdx)
+	// The log's last term is its last entry's again, not the term this
+	// node wrote (or was promoted) at: a Follow handshake compares it with
+	// the Primary's entry there, and a false mismatch cuts below history.
+	if t, ok := e.termAt(e.lastIdx); ok {
+		e.lastTerm.Store(t)
+	}
 	e.publishAppended()
+}
+
+// termAt returns the term of the entry at index from the feed or the
+// storage (a scan of the local log: for role changes, not hot paths).
+func (e *Engine) termAt(index uint64) (int64, bool) {
+	if t, ok := e.feed.term(index); ok {
+		return t, true
+	}
+	if index == 0 {
+		return 0, false
+	}
+	var term int64
+	found := false
+	stop := errors.New("enough")
+	err := e.cfg.Storage.Replay(index, func(ent *netsyv1.Entry) error {
+		term, found = ent.Term, ent.Index == index
+		return stop
+	})
+	if err != nil && !errors.Is(err, stop) {
+		return 0, false
+	}
+	return term, found
 }
 
 // appendEntry logs an entry evaluated by the loop and queues p (nil for

@@ -95,7 +95,7 @@ func (e *Engine) promote(ctx context.Context, term int64, prepare func(context.C
 	e.follow, e.commitLimit = nil, 0
 	if prepare != nil {
 		if err := prepare(ctx); err != nil {
-			e.publishAppended()
+			e.holdStorage()
 			return err
 		}
 	}
@@ -117,6 +117,35 @@ func (e *Engine) promote(ctx context.Context, term int64, prepare func(context.C
 	e.publishAppended()
 	e.log.Info("writing as the Primary", "term", term, "index", e.lastIdx, "rev", e.lastRev, "applied_from_storage", n)
 	return nil
+}
+
+// holdStorage makes whatever the storage holds past the applied state
+// held entries again (appended, not applied, as followed ones are), after
+// a Starting step failed: the node follows next, and its log must end
+// where the storage's does, or the next followed entry would not continue
+// it. Nothing of it is known committed until a Primary says so.
+func (e *Engine) holdStorage() {
+	e.follow, e.commitLimit = nil, e.committedIdx.Load()
+	if t, ok := e.EntryTerm(e.lastIdx); ok {
+		e.lastTerm.Store(t)
+	}
+	err := e.cfg.Storage.Replay(e.lastIdx+1, func(ent *netsyv1.Entry) error {
+		prev := e.lastIdx
+		if k := len(e.follow); k > 0 {
+			prev = e.follow[k-1].Index
+		}
+		if ent.Index != prev+1 {
+			return fmt.Errorf("log hole: entry %d follows %d", ent.Index, prev)
+		}
+		e.follow = append(e.follow, ent)
+		e.lastTerm.Store(ent.Term)
+		return nil
+	})
+	if err != nil {
+		e.log.Warn("could not hold the storage's entries past the applied state after a failed Starting step", "index", e.lastIdx, "error", err)
+		e.follow = nil
+	}
+	e.publishAppended()
 }
 
 // adoptStorage applies everything the storage holds beyond the state and
@@ -422,7 +451,10 @@ func (e *Engine) applyFollowed() {
 
 // TruncateFollowed drops followed entries after index, which the Primary
 // never committed (a new Primary's history diverges there), from memory
-// and from the storage. Applied entries cannot be dropped.
+// and from the storage. If the cut reaches entries already applied (a
+// node that applied what it should not have), the state is rebuilt from
+// the storage's snapshot and entries through index; a storage that
+// refuses the cut leaves everything as it was and returns the error.
 func (e *Engine) TruncateFollowed(ctx context.Context, index uint64) error {
 	var err error
 	if lerr := e.inLoop(ctx, func() { err = e.truncateFollowed(index) }); lerr != nil {
@@ -435,16 +467,30 @@ func (e *Engine) truncateFollowed(index uint64) error {
 	if e.writer.Load() {
 		return errors.New("engine: the writer cannot truncate its log")
 	}
-	if index < e.lastIdx {
-		return fmt.Errorf("engine: cannot truncate after index %d: entries through %d are applied", index, e.lastIdx)
-	}
 	tr, ok := e.cfg.Storage.(truncater)
 	if !ok {
 		return errors.New("engine: the storage cannot truncate")
 	}
+	applied := e.lastIdx
 	if err := tr.TruncateAfter(index); err != nil {
+		if index < applied {
+			// The storage refuses (object storage or a local snapshot
+			// holds what the cut would drop): nothing changed here.
+			return fmt.Errorf("engine: cut after index %d below the applied %d: %w", index, applied, err)
+		}
 		e.failStorage(err)
 		return err
+	}
+	if index < applied {
+		// Applied entries the Primary's history replaced: the state
+		// built on them must not be served, so it is rebuilt from the
+		// storage, which now ends at index.
+		if err := e.rebuild(); err != nil {
+			e.failStorage(fmt.Errorf("rebuild the state after cutting the log after index %d: %w", index, err))
+			return *e.failed.Load()
+		}
+		e.log.Warn("rebuilt the state below entries the Primary's history replaced",
+			"cut_after", index, "was_applied", applied, "index", e.lastIdx, "rev", e.lastRev)
 	}
 	keep := 0
 	for keep < len(e.follow) && e.follow[keep].Index <= index {
@@ -457,5 +503,46 @@ func (e *Engine) truncateFollowed(index uint64) error {
 	e.syncMu.Unlock()
 	e.durableIdx.Store(min(e.durableIdx.Load(), index))
 	e.publishAppended()
+	return nil
+}
+
+// rebuild replaces the applied state with what the storage holds, all of
+// it committed: its snapshot (or the empty store) and every entry after
+// it. The committed revision may move back; that is the point: the state
+// it replaces held entries the cluster never committed.
+func (e *Engine) rebuild() error {
+	snap, err := e.cfg.Storage.LoadSnapshot()
+	if err != nil {
+		return fmt.Errorf("load snapshot: %w", err)
+	}
+	rev, compact, idx, term := int64(1), int64(0), uint64(0), int64(0)
+	var kvs []*netsyv1.KeyVersion
+	if snap != nil {
+		h := snap.Header
+		rev, compact, idx, term, kvs = h.Revision, h.CompactRevision, h.Index, h.Term, snap.KVs
+	}
+	if err := e.store.Replace(rev, compact, kvs); err != nil {
+		return fmt.Errorf("restore snapshot at index %d: %w", idx, err)
+	}
+	e.lease = newLessor(e.cfg.Clock)
+	if snap != nil {
+		for _, l := range snap.Leases {
+			e.lease.grant(l.Id, l.Ttl)
+		}
+		e.lease.reattach(e.store, rev)
+	}
+	e.lastIdx, e.lastRev = idx, rev
+	e.compactRev.Store(compact)
+	e.lastTerm.Store(term)
+	e.follow = nil
+	n, err := e.catchUpStorage()
+	if err != nil {
+		return err
+	}
+	e.sinceSnap = uint64(n)
+	e.committedIdx.Store(e.lastIdx)
+	e.committedRev.Store(e.lastRev)
+	e.commitLimit = e.lastIdx
+	e.broadcast()
 	return nil
 }

@@ -338,3 +338,31 @@ func TestPromoteExtendsLeaseTTLs(t *testing.T) {
 		return false
 	})
 }
+
+// A Starting step that fails leaves the entries the follower held (in
+// storage, not committed) held: the log still ends where the storage's
+// does, so following resumes after them and a commit applies them.
+func TestFailedPromoteKeepsHeldEntries(t *testing.T) {
+	wst := &enginetest.MemStorage{}
+	w := newHarness(t, wst, nil)
+	w.put("a", "1")
+	w.put("b", "2")
+	f := follower(t, &enginetest.MemStorage{}, nil)
+	shipAll(t, wst, f, 1, 1) // b is held, not committed
+	refused := errors.New("claim refused")
+	if err := f.e.Promote(ctx(t), 2, func(context.Context) error { return refused }); !errors.Is(err, refused) {
+		t.Fatalf("promote: %v, want the Starting step's error", err)
+	}
+	if last, _, _ := f.e.LastAppended(); last != 2 {
+		t.Fatalf("last appended after the failed promote: %d, want 2 (the storage holds it)", last)
+	}
+	if f.value("b") != "<none>" {
+		t.Fatalf("the held entry was applied by a failed promote: b=%q", f.value("b"))
+	}
+	w.put("c", "3")
+	shipAll(t, wst, f, 1, 3)
+	waitFor(t, func() bool { return f.e.CommittedIndex() == 3 })
+	if f.value("b") != "2" || f.value("c") != "3" {
+		t.Fatalf("after following on: b=%q c=%q", f.value("b"), f.value("c"))
+	}
+}

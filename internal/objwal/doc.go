@@ -73,7 +73,9 @@
 // there: entries another node wrote are appended to the local log only
 // (the Primary uploads them), snapshots are saved locally only, and a
 // local tail the bucket does not yet hold is kept for the Primary to
-// judge. Claim makes it the writer (as Open does without Follower): it
+// judge: KnownCommitted stops at the bucket's tip (or a local snapshot),
+// so the engine holds that tail unapplied. With AckOnFsync (a lone node
+// acknowledging on its fsync) the whole local log is known committed. Claim makes it the writer (as Open does without Follower): it
 // waits for the local log to be durable, catches up again and claims the
 // next seq. Release gives the role up, uploading everything pending first
 // when asked to (Draining), forgetting a fence, and cutting local entries

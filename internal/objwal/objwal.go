@@ -632,6 +632,22 @@ func (l *Log) IsWriter() bool {
 	return l.writer
 }
 
+// KnownCommitted is the last local index known committed: what the
+// bucket holds (after Open's catch-up) or a local snapshot covers. A
+// follower's local entries after it (an ex-Primary's that its crash kept
+// from the bucket, or entries its Primary had not committed) are for the
+// Primary to judge, so the engine holds them unapplied. With AckOnFsync
+// (a lone node) and for the writer, every local entry counts: the former
+// acknowledged each on its fsync, the latter's claim uploaded them all.
+func (l *Log) KnownCommitted() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.writer || l.o.AckOnFsync {
+		return max(l.wal.LastIndex(), l.localSnapIdx)
+	}
+	return max(l.uploaded, l.localSnapIdx)
+}
+
 // FirstIndex is the oldest entry the local log holds (0: none).
 func (l *Log) FirstIndex() uint64 { return l.wal.FirstIndex() }
 

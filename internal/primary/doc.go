@@ -51,7 +51,9 @@
 //     writes are acknowledged through object storage.
 //   - Follow streams send every entry in index order from where the
 //     replica's log agrees with ours (same term at its last index), cutting
-//     a diverged replica back to its own commit point; entries older than
+//     a diverged replica back to its own commit point, and in any case
+//     below its last index when we hold another term's entry there (a
+//     replica that applied it rebuilds its state); entries older than
 //     what this node still holds send the replica to object storage first.
 //     Every message carries the primary term. Commits follow the engine's
 //     commit point. A slow replica slows only its own stream (gRPC flow

@@ -47,6 +47,17 @@ func (s *FollowService) Follow(stream netsyv1.Follow_FollowServer) error {
 			// The replica's log diverges from ours somewhere after its own
 			// commit point (or we cannot tell): cut it back there.
 			cut := min(start.CommittedIndex, last)
+			if ok && start.LastTerm != 0 && t != start.LastTerm {
+				// Its last entry is provably not ours (a term of 0 means
+				// the replica does not know it: its log ends at a
+				// snapshot), so the cut goes below it even when the
+				// replica reports it committed: such a replica applied
+				// an entry no Primary committed (an ex-Primary that
+				// counted its whole local log as committed on restart)
+				// and rebuilds its state below the cut rather than keep
+				// serving it.
+				cut = min(cut, start.LastIndex-1)
+			}
 			if start.LastIndex > cut {
 				init.Truncate, init.TruncateAfter = true, cut
 				next = cut + 1

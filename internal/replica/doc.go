@@ -17,7 +17,8 @@
 //     may have come while it still wrote, and will not come again.
 //   - Every message must carry the term the stream was opened for; any
 //     other term ends the stream. The Initial message may cut the log back
-//     (entries no Primary committed) or send the node to object storage
+//     (entries no Primary committed; a cut below what the engine applied
+//     makes it rebuild its state there) or send the node to object storage
 //     first (it is further behind than the Primary holds); entries must
 //     then continue the log exactly, or the stream ends. Initial's commit
 //     point takes the path every Commit takes. Compact is deliberately

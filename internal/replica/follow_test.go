@@ -142,6 +142,13 @@ type replica struct {
 func (w *world) startReplica(manual bool, catchUp func(context.Context) error) *replica {
 	w.t.Helper()
 	r := &replica{st: &enginetest.MemStorage{Manual: manual}}
+	w.runReplica(r, catchUp)
+	return r
+}
+
+// runReplica opens r's engine over r.st and starts its Follower.
+func (w *world) runReplica(r *replica, catchUp func(context.Context) error) {
+	w.t.Helper()
 	var err error
 	r.eng, err = engine.Open(engine.Config{Storage: r.st, Clock: w.clk, Logger: testLogger(w.t, "r"), ClusterID: 1, MemberID: 2, Follower: true})
 	if err != nil {
@@ -166,7 +173,6 @@ func (w *world) startReplica(manual bool, catchUp func(context.Context) error) *
 		r.pool.Close()
 		r.eng.Close()
 	})
-	return r
 }
 
 func (r *replica) value(k string) string {
@@ -498,4 +504,107 @@ func TestFollowRefusesAnotherTerm(t *testing.T) {
 	if got := r.last(); got != 0 {
 		t.Fatalf("the replica took %d entries of another term", got)
 	}
+}
+
+// A replica that applied an entry the new Primary's history replaced (it
+// reports its commit point at the mismatched index: a restarted
+// ex-Primary that counted its whole local log as committed) is cut below
+// the mismatch and rebuilds its state there, then takes the Primary's
+// entry: it never keeps serving its own (clustersim seed 425).
+func TestFollowRebuildsAReplicaThatAppliedADivergentEntry(t *testing.T) {
+	w := newWorld(t)
+	st := &enginetest.MemStorage{}
+	for i := uint64(1); i <= 3; i++ {
+		if err := st.Append(ent(i, 3)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := w.startPrimary("p", st, 4)
+	p.put(t, "g4", "new") // the Primary's entry 4, at term 4
+
+	r := &replica{st: &enginetest.MemStorage{}}
+	for i := uint64(1); i <= 4; i++ {
+		if err := r.st.Append(ent(i, 3)); err != nil { // entry 4: g4=v at term 3
+			t.Fatal(err)
+		}
+	}
+	w.runReplica(r, nil)
+	if got := r.value("g4"); got != "v" {
+		t.Fatalf("setup: the replica's own entry 4 is not applied (g4=%s)", got)
+	}
+	r.f.Observe(p.state(4))
+	waitFor(t, "the Primary's entry 4 on the replica", func() bool { return r.value("g4") == "new" })
+	ents := r.st.Entries(1)
+	if len(ents) != 4 || ents[3].Term != 4 {
+		t.Fatalf("the replica's log: %d entries, the last at term %d; want 4, the 4th at term 4", len(ents), ents[len(ents)-1].Term)
+	}
+	if got := r.eng.CommittedIndex(); got != 4 {
+		t.Fatalf("the replica's committed index: %d, want 4", got)
+	}
+}
+
+// FollowStart names the term of the replica's last entry, not the term
+// its engine last wrote at: a node promoted at term 4 that wrote nothing
+// before stepping down still ends its log with a term-3 entry, and a
+// Primary that holds that entry must not take the log to diverge there
+// (it would cut below an entry the bucket holds, which the log refuses:
+// clustersim seed 25 stayed unready for good).
+func TestFollowStartNamesTheTermOfTheLastEntry(t *testing.T) {
+	w := newWorld(t)
+	starts := make(chan *netsyv1.FollowStart, 4)
+	s := &startScript{starts: starts}
+	g := peer.NewServer()
+	netsyv1.RegisterFollowServer(g, s)
+	l, err := w.net.Host("s").Listen("s:2380")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := peer.Serve(g, l)
+	t.Cleanup(srv.Close)
+
+	r := &replica{st: &enginetest.MemStorage{}}
+	for i := uint64(1); i <= 3; i++ {
+		if err := r.st.Append(ent(i, 3)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.runReplica(r, nil)
+	if err := r.eng.Promote(t.Context(), 4, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.eng.Demote(t.Context(), false); err != nil {
+		t.Fatal(err)
+	}
+	r.f.Observe(scriptState)
+	var st *netsyv1.FollowStart
+	waitFor(t, "the FollowStart", func() bool {
+		select {
+		case st = <-starts:
+			return true
+		default:
+			return false
+		}
+	})
+	if st.LastIndex != 3 || st.LastTerm != 3 {
+		t.Fatalf("FollowStart says last entry %d at term %d, want 3 at term 3", st.LastIndex, st.LastTerm)
+	}
+}
+
+// startScript records each stream's FollowStart and answers nothing.
+type startScript struct {
+	netsyv1.UnsafeFollowServer
+	starts chan *netsyv1.FollowStart
+}
+
+func (s *startScript) Follow(stream netsyv1.Follow_FollowServer) error {
+	m, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	select {
+	case s.starts <- m.GetStart():
+	default:
+	}
+	<-stream.Context().Done()
+	return nil
 }
