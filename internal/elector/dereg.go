@@ -84,6 +84,11 @@ type deregMark struct {
 	index uint64
 	// from is the Primary that reported it.
 	from string
+	// uncounted: the Primary's last report did not count the node's
+	// receipts toward its quorum; the mark is taken from the next report
+	// that does not either (one report's committed index and its
+	// replication status are read a moment apart).
+	uncounted bool
 }
 
 // markDegraded records that the node became Degraded at now. A new
@@ -100,14 +105,29 @@ func (r *nodeRec) markDegraded(now time.Time) {
 // Primary, before it went silent; this Primary either is that one or was
 // elected with the node counted, so holds all of it; and its report,
 // received after the node was marked Degraded, is newer than the silence.
-// A mark is frozen: the Primary's later growth does not move it, or a busy
+// The mark is taken only from the second report in a row in which the
+// Primary does not count the node's receipts toward its quorum (a node cut
+// from this Elector may still follow the Primary and receipt; while its
+// receipts count, the Primary may acknowledge entries past any mark with
+// them); a report that counts it again voids the mark. Once taken, a mark
+// is frozen: the Primary's later growth does not move it, or a busy
 // cluster would never let a dead node go.
 func (e *Elector) notePrimaryReport(hb *netsyv1.Heartbeat) {
 	if hb.PrimaryState != netsyv1.PrimaryState_ACTIVE || hb.PrimaryId != hb.NodeId || hb.PrimaryTerm != e.primaryTerm {
 		return
 	}
 	for id, r := range e.nodes {
-		if id == hb.NodeId || r.health != netsyv1.HealthState_DEGRADED || r.mark.known {
+		if id == hb.NodeId || r.health != netsyv1.HealthState_DEGRADED {
+			continue
+		}
+		if countedBy(hb, id) {
+			// The Primary still counts its receipts (it may be cut from
+			// this Elector but following the Primary): it may yet
+			// acknowledge entries with them, so no mark holds.
+			r.mark = deregMark{}
+			continue
+		}
+		if r.mark.known {
 			continue
 		}
 		if saysPrimary(r.last) && r.last.PrimaryTerm >= hb.PrimaryTerm {
@@ -115,8 +135,23 @@ func (e *Elector) notePrimaryReport(hb *netsyv1.Heartbeat) {
 			// of another at this term is no successor's.
 			continue
 		}
+		if !r.mark.uncounted {
+			r.mark.uncounted = true
+			continue
+		}
 		r.mark = deregMark{known: true, index: lastIndexOf(hb), from: hb.NodeId}
 	}
+}
+
+// countedBy reports whether the Primary's heartbeat hb says it counts
+// node id's receipts toward its quorum.
+func countedBy(hb *netsyv1.Heartbeat, id string) bool {
+	for _, rs := range hb.GetReplication().GetReplicas() {
+		if rs.GetNodeId() == id {
+			return rs.GetCounted()
+		}
+	}
+	return false
 }
 
 // saysPrimary reports whether hb says its node holds (or takes up, or

@@ -59,17 +59,21 @@
 //     silent, by the Primary N followed or by N itself as Primary; and the
 //     Primary the Elector names, if it is not N, is that Primary or was
 //     elected with N still counted, so it holds all of it. So the Elector
-//     records, per Degraded node, the mark: the log index in the first
-//     heartbeat it receives, after it marked N Degraded, from the Active
-//     Primary at the current term, if that Primary is not N (and, if N
-//     last said it was a Primary, is at a higher term). The mark is frozen
-//     (a busy Primary's later growth would otherwise keep N counted
-//     forever) and starts over if N is Degraded again. The report is newer
-//     than N's silence: N was marked Degraded only after two of its
-//     heartbeats went missing, so it stopped at least one interval before
-//     the mark was taken (the mark is the Primary's fsync'd index: it
-//     assumes the Primary's fsync of what it streamed lags less than that
-//     interval). N leaves only once the bucket's durable tip
+//     records, per Degraded node, the mark: the highest log index (latest
+//     or committed) in the second heartbeat in a row it receives, after it
+//     marked N Degraded, from the Active Primary at the current term whose
+//     replication status does not count N's receipts toward its quorum,
+//     if that Primary is not N (and, if N last said it was a Primary, is
+//     at a higher term). N silent here may still follow the Primary and
+//     receipt (cut from the Elector only): while the Primary counts its
+//     receipts it may acknowledge entries past any index with them, so a
+//     report that counts N voids the mark. Once the Primary does not count
+//     N, no later acknowledgement rests on N's receipts, and every earlier
+//     one is at or below the Primary's committed index (the second report
+//     in a row is taken because a report reads its committed index and
+//     its replication status a moment apart). The mark is frozen (a busy
+//     Primary's later growth would otherwise keep N counted forever) and
+//     starts over if N is Degraded again. N leaves only once the bucket's durable tip
 //     (Config.DurableTip, read off the loop at most every
 //     DurableTipInterval, and only while a node waits on it) is at or
 //     above max(N's last reported index, latest or committed, and its

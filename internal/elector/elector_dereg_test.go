@@ -249,7 +249,10 @@ func TestDeadPrimaryLeavesOnceTipReachesItsSuccessorsFirstReport(t *testing.T) {
 	c.run(5*time.Second, func(cs *netsyv1.ClusterState) bool {
 		return primaryIs("n3", 2)(cs) && c.hb("n3").PrimaryState == netsyv1.PrimaryState_ACTIVE // the push has arrived
 	})
-	c.beat() // n3's first report as the Active Primary: 45
+	// n3's first two reports as the Active Primary: 45 (the mark is the
+	// second report in a row that does not count n2's receipts).
+	c.beat()
+	c.beat()
 
 	c.primaryWrites("n3", 5, 20*time.Second)
 	c.run(5*time.Second, func(*netsyv1.ClusterState) bool {
@@ -379,7 +382,7 @@ func TestDeregisterDeadNodeNeedsForceUnlessDurable(t *testing.T) {
 	c.begin(-1).withTip(0, tip)
 	c.run(5*time.Second, primaryIs("n4", 1))
 	c.set("n2", func(f *fakeNode) { f.reach = refused })
-	c.advance(2 * time.Second) // n2 is Degraded, then n4 reports 1300
+	c.advance(3 * time.Second) // n2 is Degraded, then n4 reports 1300 twice
 
 	_, err := c.deregister("n2", false)
 	if peer.ReasonOf(err) != peer.ReasonNotDurable || status.Code(err) != codes.FailedPrecondition ||
@@ -591,5 +594,39 @@ func TestDeregisterUnreachablePrimaryWaitsOutItsLease(t *testing.T) {
 	cs, took := c.run(10*time.Second, primaryIs("", 2))
 	if cs.Primary.NodeId == "n3" || took < time.Second {
 		t.Fatalf("%s elected %v after n3's last renewed lease; want another node, no sooner than its lease wait (1.25 s)", cs.Primary.NodeId, took)
+	}
+}
+
+// A node cut from the Elector but still following the Primary keeps
+// receipting, and while the Primary counts its receipts it may acknowledge
+// entries with them past any index reported so far: such a node gets no
+// mark, however long it is Degraded here and however far the tip is. Once
+// the Primary stops counting it (two reports in a row), the mark is taken
+// and it leaves when the tip reaches it.
+func TestNodeThePrimaryStillCountsGetsNoMark(t *testing.T) {
+	tip := &bucketTip{index: 1000}
+	c := newCluster(t, -1, "n1", "n2", "n3")
+	c.set("n2", func(f *fakeNode) { f.hb.LatestIndex, f.hb.StartTimeUnixNano = 20, 10 }) // n2 wins the tie
+	c.set("n3", func(f *fakeNode) { f.hb.LatestIndex = 20 })
+	c.begin(-1).withTip(10*time.Second, tip)
+	c.run(5*time.Second, primaryIs("n2", 1))
+	c.set("n3", func(f *fakeNode) { f.reach = refused }) // cut from the Elector only
+	c.set("n2", func(f *fakeNode) {
+		f.hb.LatestIndex = 30
+		f.hb.Replication = &netsyv1.Replication{Quorum: -1, ReplicasNeeded: 1,
+			Replicas: []*netsyv1.ReplicaStatus{{NodeId: "n3", DurableIndex: 30, Counted: true}}}
+	})
+	c.advance(20 * time.Second)
+	if c.status("n3") == nil {
+		t.Fatal("n3 deregistered while the Primary still counted its receipts")
+	}
+	c.set("n2", func(f *fakeNode) {
+		f.hb.LatestIndex = 40
+		f.hb.Replication = &netsyv1.Replication{Quorum: -1, ReplicasNeeded: 1,
+			Replicas: []*netsyv1.ReplicaStatus{{NodeId: "n3", DurableIndex: 30, NotCountedReason: "silent"}}}
+	})
+	c.run(10*time.Second, func(cs *netsyv1.ClusterState) bool { return cs.RegisteredNodes == 2 })
+	if c.status("n3") != nil {
+		t.Fatal("n3 still registered once the Primary stopped counting it and the tip holds its mark")
 	}
 }
