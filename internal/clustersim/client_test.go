@@ -88,11 +88,24 @@ func (cl *client) issue(put bool, k int) *op {
 		}
 	}
 	cl.mu.Lock()
-	defer cl.mu.Unlock()
 	if cl.stopped || len(live) == 0 {
+		cl.mu.Unlock()
 		return nil
 	}
 	n := live[cl.rng.IntN(len(live))]
+	cl.mu.Unlock()
+	return cl.issueOn(n, put, k)
+}
+
+// issueOn sends one request through n's client API (from the driver: it
+// does not wait for the answer); the checks after the run see it as any
+// other request.
+func (cl *client) issueOn(n *simNode, put bool, k int) *op {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if cl.stopped {
+		return nil
+	}
 	cl.seq++
 	o := op{node: n.id, put: put, key: fmt.Sprintf("k%d", k), start: cl.c.w.Now()}
 	if put {

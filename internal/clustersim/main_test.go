@@ -13,7 +13,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var (
 	flagSeed  = flag.Uint64("clustersim.seed", 0, "run only this chaos seed (0: all), with a trace on failure")
-	flagTrace = flag.Bool("clustersim.trace", false, "print the trace of every seed run")
+	flagTrace = flag.Bool("clustersim.trace", false, "print the trace of every seed run and named scenario")
 )
 
 // uniform draws from [lo, hi).

@@ -43,7 +43,7 @@ func runScenario(t *testing.T, n int, tweak func(*simConfig), body func(s *scena
 		s := &scenario{t: t, c: c}
 		defer func() {
 			c.closeAll()
-			if t.Failed() || outer.Failed() {
+			if t.Failed() || outer.Failed() || *flagTrace {
 				t.Log("trace:\n" + c.w.dump())
 			}
 		}()
