@@ -206,32 +206,17 @@ func (l *Log) readSnapshotHeader(key string, size int64) (*netsyv1.SnapshotHeade
 		if err != nil {
 			return err
 		}
-		if k := dr.Header().Kind; k != datafile.KindSnapshot {
-			return fmt.Errorf("data file %s: a %s is not a snapshot", key, k)
+		if h, err = firstSnapshotHeader(key, dr); err != nil {
+			return err
 		}
+		// The rest is read only to verify every checksum and the footer.
 		for {
-			payload, err := dr.Next()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
+			if _, err := dr.Next(); err == io.EOF {
+				return nil
+			} else if err != nil {
 				return err
 			}
-			if h != nil {
-				continue
-			}
-			rec := &netsyv1.SnapshotRecord{}
-			if err := proto.Unmarshal(payload, rec); err != nil {
-				return fmt.Errorf("data file %s: decode the first record: %w", key, err)
-			}
-			if h = rec.GetHeader(); h == nil {
-				return fmt.Errorf("data file %s: the first record is not a snapshot header", key)
-			}
 		}
-		if h == nil {
-			return fmt.Errorf("data file %s: no snapshot header", key)
-		}
-		return nil
 	})
 	if err != nil {
 		return nil, err

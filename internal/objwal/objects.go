@@ -146,13 +146,20 @@ func (l *Log) openGet(ctx context.Context, key string) ([]byte, error) {
 // listAll lists every key under prefix after startAfter, page by page,
 // retrying transient failures of each page a bounded number of times.
 func (l *Log) listAll(ctx context.Context, prefix, startAfter string, attempts int, fn func(objstore.ObjectInfo) (bool, error)) error {
-	for {
-		var page []objstore.ObjectInfo
-		err := l.retry(ctx, attempts, "list "+prefix, nil, func(ctx context.Context) error {
-			var err error
-			page, err = l.store.List(ctx, prefix, startAfter, listPage)
+	return listPages(ctx, startAfter, func(ctx context.Context, after string) (page []objstore.ObjectInfo, err error) {
+		err = l.retry(ctx, attempts, "list "+prefix, nil, func(ctx context.Context) error {
+			page, err = l.store.List(ctx, prefix, after, listPage)
 			return err
 		})
+		return page, err
+	}, fn)
+}
+
+// listPages calls fn with every object list returns, page by page from
+// startAfter, until fn says stop or fails.
+func listPages(ctx context.Context, startAfter string, list func(ctx context.Context, after string) ([]objstore.ObjectInfo, error), fn func(objstore.ObjectInfo) (bool, error)) error {
+	for {
+		page, err := list(ctx, startAfter)
 		if err != nil {
 			return err
 		}

@@ -82,24 +82,40 @@ func DurableTip(ctx context.Context, store objstore.Store) (uint64, error) {
 	return max(tip, idx), nil
 }
 
-// listKeys calls fn with every key under prefix, in order, page by page.
+// listKeys calls fn with every key under prefix, in order, one attempt
+// per page.
 func listKeys(ctx context.Context, store objstore.Store, prefix string, fn func(key string) error) error {
-	after := ""
-	for {
+	return listPages(ctx, "", func(ctx context.Context, after string) ([]objstore.ObjectInfo, error) {
 		page, err := store.List(ctx, prefix, after, listPage)
 		if err != nil {
-			return fmt.Errorf("list %s: %w", prefix, err)
+			return nil, fmt.Errorf("list %s: %w", prefix, err)
 		}
-		for _, o := range page {
-			if err := fn(o.Key); err != nil {
-				return err
-			}
-		}
-		if len(page) < listPage {
-			return nil
-		}
-		after = page[len(page)-1].Key
+		return page, nil
+	}, func(o objstore.ObjectInfo) (bool, error) { return true, fn(o.Key) })
+}
+
+// firstSnapshotHeader checks that dr is a snapshot and decodes its first
+// record, the snapshot header.
+func firstSnapshotHeader(key string, dr *datafile.Reader) (*netsyv1.SnapshotHeader, error) {
+	if k := dr.Header().Kind; k != datafile.KindSnapshot {
+		return nil, fmt.Errorf("data file %s: a %s is not a snapshot", key, k)
 	}
+	payload, err := dr.Next()
+	if err == io.EOF {
+		return nil, fmt.Errorf("data file %s: no snapshot header", key)
+	}
+	if err != nil {
+		return nil, err
+	}
+	rec := &netsyv1.SnapshotRecord{}
+	if err := proto.Unmarshal(payload, rec); err != nil {
+		return nil, fmt.Errorf("data file %s: decode the first record: %w", key, err)
+	}
+	h := rec.GetHeader()
+	if h == nil {
+		return nil, fmt.Errorf("data file %s: the first record is not a snapshot header", key)
+	}
+	return h, nil
 }
 
 // snapshotIndex reads the header record of the snapshot at key, and no
@@ -116,23 +132,9 @@ func snapshotIndex(ctx context.Context, store objstore.Store, key string) (uint6
 	if err != nil {
 		return 0, err
 	}
-	if k := dr.Header().Kind; k != datafile.KindSnapshot {
-		return 0, fmt.Errorf("data file %s: a %s is not a snapshot", key, k)
-	}
-	payload, err := dr.Next()
-	if err == io.EOF {
-		return 0, fmt.Errorf("data file %s: no snapshot header", key)
-	}
+	h, err := firstSnapshotHeader(key, dr)
 	if err != nil {
 		return 0, err
-	}
-	rec := &netsyv1.SnapshotRecord{}
-	if err := proto.Unmarshal(payload, rec); err != nil {
-		return 0, fmt.Errorf("data file %s: decode the first record: %w", key, err)
-	}
-	h := rec.GetHeader()
-	if h == nil {
-		return 0, fmt.Errorf("data file %s: the first record is not a snapshot header", key)
 	}
 	if snapKey(h.Revision) != key {
 		return 0, fmt.Errorf("snapshot %s: header says revision %d", key, h.Revision)
