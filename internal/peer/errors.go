@@ -46,11 +46,7 @@ const (
 
 // Error is a status error with code c carrying reason r.
 func Error(c codes.Code, r Reason, msg string) error {
-	st := status.New(c, msg)
-	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: string(r), Domain: ErrorDomain}); err == nil {
-		st = d
-	}
-	return st.Err()
+	return (&CodedError{C: c, R: r, Msg: msg}).GRPCStatus().Err()
 }
 
 // ReasonOf returns the Reason an error carries, or "" if it carries none.
