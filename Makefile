@@ -2,7 +2,7 @@ GO ?= go
 PROTOC ?= protoc
 GOBIN := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: all build run test soak test-unit test-e2e test-e2e-etcd test-k8s test-k8s-etcd fuzz proto proto-check vet fmt bench bench-cluster tools clean cluster cluster-status cluster-stop
+.PHONY: all build run test soak test-unit test-e2e test-e2e-etcd test-k8s test-k8s-etcd fuzz proto proto-check manifests manifests-check vet fmt bench bench-cluster tools clean cluster cluster-status cluster-stop
 
 # Unit and protocol tests get the race detector; process-level suites run
 # the built binary and do not need it.
@@ -55,6 +55,18 @@ proto-check:
 	@diff -r proto/netsyv1 .cache/proto-check/proto/netsyv1 || { echo "proto/netsyv1 differs from a fresh make proto"; exit 1; }
 	@echo "proto: generated code matches proto/"
 
+# manifests renders deploy/kubernetes from the Helm chart in deploy/helm/netsy
+# (default values): the chart is their only source. manifests-check fails if
+# the committed files differ from a fresh render (the chart was edited and
+# make manifests not run, or deploy/kubernetes was edited by hand).
+manifests:
+	bash scripts/helm-manifests.sh deploy/kubernetes
+
+manifests-check:
+	@rm -rf .cache/manifests-check && bash scripts/helm-manifests.sh .cache/manifests-check
+	@diff -r -x secrets.yaml deploy/kubernetes .cache/manifests-check || { echo "deploy/kubernetes differs from the chart: run make manifests"; exit 1; }
+	@echo "manifests: deploy/kubernetes matches the chart"
+
 vet:
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./test/e2e/
@@ -83,7 +95,7 @@ test: tools
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./test/e2e/
-	$(MAKE) proto-check test-unit fuzz test-e2e test-k8s
+	$(MAKE) proto-check manifests-check test-unit fuzz test-e2e test-k8s
 
 test-unit:
 	NETSY_REQUIRE_MINIO=1 $(GO) test -race -count=1 -timeout 15m $(UNIT_PKGS)
