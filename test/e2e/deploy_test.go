@@ -619,18 +619,28 @@ func k8sObjects(t *testing.T) map[string]k8sObject {
 		if err != nil {
 			t.Fatal(err)
 		}
-		dec := yaml.NewDecoder(bytes.NewReader(data))
-		for {
-			var o k8sObject
-			if err := dec.Decode(&o); errors.Is(err, io.EOF) {
-				break
-			} else if err != nil {
-				t.Fatalf("%s: %v", f, err)
-			}
+		addK8sObjects(t, objs, f, data)
+	}
+	return objs
+}
+
+// addK8sObjects adds the objects of the YAML stream data (from what, for
+// errors) to objs, by "Kind/name". Empty documents (a stream that opens
+// with "---", as helm's output does) are skipped.
+func addK8sObjects(t *testing.T, objs map[string]k8sObject, what string, data []byte) {
+	t.Helper()
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	for {
+		var o k8sObject
+		if err := dec.Decode(&o); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if o.Kind != "" {
 			objs[o.Kind+"/"+o.Metadata.Name] = o
 		}
 	}
-	return objs
 }
 
 // k8sVar is a $(NAME) reference as Kubernetes expands it in args and env.
@@ -648,10 +658,18 @@ var k8sVar = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
 // name.
 func TestKubernetesConfig(t *testing.T) {
 	skipUnlessNetsy(t)
-	objs := k8sObjects(t)
-	sts, ok := objs["StatefulSet/netsy"]
+	checkPodConfigs(t, k8sObjects(t), "netsy")
+}
+
+// checkPodConfigs holds every pod of the StatefulSet called name in objs
+// to what TestKubernetesConfig says. It returns, for each pod, the Secret
+// each certificate setting's file comes from (flag name to Secret name).
+func checkPodConfigs(t *testing.T, objs map[string]k8sObject, name string) map[string]map[string]string {
+	t.Helper()
+	fileSecrets := map[string]map[string]string{}
+	sts, ok := objs["StatefulSet/"+name]
 	if !ok {
-		t.Fatalf("deploy/kubernetes has no StatefulSet netsy: %v", sortedKeys(objs))
+		t.Fatalf("no StatefulSet %s among %v", name, sortedKeys(objs))
 	}
 	var c k8sContainer
 	for _, ct := range sts.Spec.Template.Spec.Containers {
@@ -703,6 +721,7 @@ func TestKubernetesConfig(t *testing.T) {
 
 	for i := range sts.Spec.Replicas {
 		pod := fmt.Sprintf("%s-%d", sts.Metadata.Name, i)
+		fileSecrets[pod] = map[string]string{}
 		t.Run(pod, func(t *testing.T) {
 			vars := map[string]string{}
 			expand := func(s string) string {
@@ -777,6 +796,7 @@ func TestKubernetesConfig(t *testing.T) {
 					if secret.Kind != "Secret" || !inData && !inStringData {
 						t.Errorf("--%s %s: no Secret key is mounted there (%s %q, key %q)", name, p, secret.Kind, secret.Metadata.Name, key)
 					}
+					fileSecrets[pod][name] = secret.Metadata.Name
 				}
 			}
 			if !claimAt(settings["data-dir"].value) {
@@ -789,6 +809,7 @@ func TestKubernetesConfig(t *testing.T) {
 			}
 		})
 	}
+	return fileSecrets
 }
 
 // sortedKeys returns m's keys in order.

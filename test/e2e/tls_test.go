@@ -394,6 +394,8 @@ func TestTLSCluster(t *testing.T) {
 				t.Errorf("kubectl apply --dry-run=server: no %s:\n%s", want, out)
 			}
 		}
+		// The Helm chart with every optional feature on (helm_test.go).
+		dryRunHelmChart(t, k)
 	})
 
 	// Last: it replaces the replica's certificate.
