@@ -166,7 +166,8 @@ func dig(v any, path ...string) any {
 // the headless Service only; the PrometheusRule holds the groups of
 // files/netsy-rules.yaml and the dashboard ConfigMap, labelled
 // grafana_dashboard "1", files/netsy-dashboard.json as it is; a config key
-// the chart sets itself is refused. The server-side dry run of the all-on
+// the chart sets itself, a misspelt value and an out-of-range one are
+// refused. The server-side dry run of the all-on
 // render is dryRunHelmChart, run by TestTLSCluster's kube-apiserver.
 func TestHelmChart(t *testing.T) {
 	skipUnlessNetsy(t)
@@ -332,10 +333,20 @@ func TestHelmChart(t *testing.T) {
 		checkPodConfigs(t, objs, "netsy")
 	})
 
-	t.Run("refuses a setting the chart owns", func(t *testing.T) {
-		args := renderArgs("netsy", nil, "config.quorum=0")
-		if _, stderr, err := runHelm(t, args...); err == nil || !strings.Contains(stderr, "config.quorum") {
-			t.Errorf("helm %s: %v, want a refusal naming config.quorum\n%s", strings.Join(args, " "), err, stderr)
+	t.Run("refuses values it would ignore", func(t *testing.T) {
+		for set, want := range map[string]string{
+			// The chart writes quorum itself: a second one would be a
+			// duplicate key of netsy.yaml.
+			"config.quorum=0": "config.quorum",
+			// values.schema.json: a misspelt key would otherwise be ignored
+			// in silence.
+			"tls.enable=false": "'enable' not allowed",
+			"quorum=-2":        "/quorum",
+		} {
+			args := renderArgs("netsy", nil, set)
+			if _, stderr, err := runHelm(t, args...); err == nil || !strings.Contains(stderr, want) {
+				t.Errorf("helm %s: %v, want a refusal naming %s\n%s", strings.Join(args, " "), err, want, stderr)
+			}
 		}
 	})
 }
