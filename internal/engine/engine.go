@@ -422,7 +422,9 @@ func (e *Engine) run(ticker clock.Ticker) {
 			e.expireWaits(now)
 			if e.writer.Load() {
 				e.expireLeases()
-				if now := e.cfg.Clock.Now(); now.Sub(e.lastCheckpoint) >= e.cfg.LeaseCheckpointInterval {
+				// Half a tick of slack: ticks arrive a little late, and a
+				// pass skipped for a microsecond would wait a whole tick.
+				if now := e.cfg.Clock.Now(); now.Sub(e.lastCheckpoint) >= e.cfg.LeaseCheckpointInterval-e.cfg.LeaseCheckInterval/2 {
 					e.lastCheckpoint = now
 					e.checkpointLeases()
 				}

@@ -263,3 +263,26 @@ func TestPromoteGivesRunOutLeasesOneInterval(t *testing.T) {
 	f.renew(id)
 	within(t, "after a renewal on the new Primary", f.remaining(id), 10, 10)
 }
+
+// The loop's ticker runs the checkpoint pass by itself on the writer: a
+// renewal reaches the log within about one checkpoint interval, with no
+// one calling for it.
+func TestCheckpointPassRunsOnTheTicker(t *testing.T) {
+	h := newHarness(t, nil, nil)
+	id := h.grant(60)
+	h.clk.Advance(10 * time.Second)
+	h.checkpointNow() // the age checkpoint due by now, whichever pass logs it
+	before := checkpointEntries(h.st)
+	h.renew(id)
+	waitFor(t, func() bool {
+		if checkpointEntries(h.st) > before {
+			return true
+		}
+		h.clk.Advance(500 * time.Millisecond)
+		return false
+	})
+	last := h.st.Entries(1)[h.st.Len()-1]
+	if len(last.LeaseCheckpoints) != 1 || last.LeaseCheckpoints[0].Id != id || last.LeaseCheckpoints[0].RemainingMs < 58_000 {
+		t.Fatalf("the ticker's checkpoint: %v, want lease %x with about 60 s left", last.LeaseCheckpoints, id)
+	}
+}
