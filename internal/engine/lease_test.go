@@ -1,12 +1,14 @@
 package engine
 
 import (
+	"bytes"
 	"errors"
 	"testing"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
+	"github.com/netsy-io/netsy/internal/datafile"
 	"github.com/netsy-io/netsy/internal/engine/enginetest"
 )
 
@@ -285,4 +287,28 @@ func TestCheckpointPassRunsOnTheTicker(t *testing.T) {
 	if len(last.LeaseCheckpoints) != 1 || last.LeaseCheckpoints[0].Id != id || last.LeaseCheckpoints[0].RemainingMs < 58_000 {
 		t.Fatalf("the ticker's checkpoint: %v, want lease %x with about 60 s left", last.LeaseCheckpoints, id)
 	}
+}
+
+// A snapshot file (what `etcdctl snapshot save` gets and a restore or an
+// object-storage catch-up reads) carries each lease's remaining time
+// through its encoding.
+func TestSnapshotFileKeepsLeaseRemainingTime(t *testing.T) {
+	h := newHarness(t, nil, nil)
+	id := h.grant(60)
+	h.clk.Advance(40 * time.Second)
+	var buf bytes.Buffer
+	if _, err := h.e.Snapshot(ctx(t), &buf); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := datafile.DecodeSnapshot("snapshot", &buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &enginetest.MemStorage{}
+	if err := st.SaveSnapshot(snap); err != nil {
+		t.Fatal(err)
+	}
+	// Another node, its own clock: only the recorded time counts.
+	r := newHarness(t, st, nil)
+	within(t, "restored from the snapshot file", r.remaining(id), 20, 20)
 }
