@@ -11,7 +11,22 @@
 //   - An entry carries resolved mutations (final values, existing keys), so
 //     replay on restart or on a follower never re-evaluates a request.
 //   - Revisions move only for entries that change keys; lease grants,
-//     key-less revokes and compactions are logged at the current revision.
+//     key-less revokes, lease checkpoints and compactions are logged at
+//     the current revision.
+//   - Only the writer renews and expires leases, and a renewal is not an
+//     entry. Every node counts each lease's deadline down on its own
+//     monotonic clock from the last grant, snapshot or lease checkpoint
+//     it applied, never from a logged wall-clock time. The writer logs a
+//     checkpoint (the time a lease has left) once per checkpoint interval
+//     for the leases renewed since their last one, every tenth of a TTL
+//     (within LeaseCheckpointAge and 5 min) for the others, and once more,
+//     for every renewal since, when it starts draining, after which it
+//     takes no renewal. So a follower's TimeToLive trails the writer's by
+//     about one interval, a promoted follower keeps the deadlines it
+//     tracked (at least one interval from the promotion) instead of
+//     granting whole TTLs again, and a restart starts each lease from the
+//     last remaining time logged; a checkpoint never makes a lease longer
+//     than its TTL.
 //   - A follower applies only entries known committed: on Open, what the
 //     Storage says is (KnownCommitted: object storage holds it); the rest
 //     of the log is held appended but unapplied, as followed entries are,

@@ -51,6 +51,18 @@ type Config struct {
 	// MinLeaseTTL is the smallest TTL granted, in seconds (default 2, as
 	// etcd with its default election timeout).
 	MinLeaseTTL int64
+	// LeaseCheckpointInterval is how often the writer logs, in one entry,
+	// the remaining time of the leases that need a checkpoint (default
+	// 1 s): renewed ones, so replicas answer TimeToLive within about this
+	// much of the Primary, and old ones (see LeaseCheckpointAge). It is
+	// also the least time a new Primary leaves a lease it takes over.
+	LeaseCheckpointInterval time.Duration
+	// LeaseCheckpointAge is the least age at which a lease nobody renews
+	// is checkpointed again (default 5 s; a tenth of its TTL when that is
+	// longer, at most 5 min): a restarted node starts each lease from its
+	// last checkpoint, so this bounds how much longer than its TTL a lease
+	// can live across a restart, besides the downtime.
+	LeaseCheckpointAge time.Duration
 	// SpillDir, when not empty, is a directory the engine owns for values
 	// of at least SpillMin bytes (default mvcc.DefaultSpillMin), kept out
 	// of memory: see mvcc.Options.
@@ -97,6 +109,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.MinLeaseTTL == 0 {
 		c.MinLeaseTTL = 2
+	}
+	if c.LeaseCheckpointInterval == 0 {
+		c.LeaseCheckpointInterval = time.Second
+	}
+	if c.LeaseCheckpointAge == 0 {
+		c.LeaseCheckpointAge = 5 * time.Second
 	}
 	if c.WriteTimeout == 0 {
 		c.WriteTimeout = 7 * time.Second
@@ -163,7 +181,10 @@ type Engine struct {
 	drained      chan struct{}
 	sinceSnap    uint64
 	snapshotting bool
-	snapDone     chan struct{}
+	// lastCheckpoint is when the writer last looked for lease checkpoints
+	// to log.
+	lastCheckpoint time.Time
+	snapDone       chan struct{}
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -205,12 +226,15 @@ func Open(cfg Config) (*Engine, error) {
 		durableCh: make(chan struct{}),
 		feed:      newFeed(),
 	}
+	e.lease.minDrift = cfg.LeaseCheckpointInterval / 4
+	e.lease.ageFloor, e.lease.ageCap = cfg.LeaseCheckpointAge, max(cfg.LeaseCheckpointAge, maxCheckpointAge)
 	if err := e.recover(); err != nil {
 		_ = store.Close()
 		return nil, err
 	}
 	e.term.Store(cfg.Term)
 	e.writer.Store(!cfg.Follower)
+	e.lease.setRenewing(!cfg.Follower)
 	e.publishAppended()
 	// Everything Replay gave is durable here, held entries included.
 	e.syncMu.Lock()
@@ -266,9 +290,7 @@ func (e *Engine) recover() error {
 		}
 		e.lastIdx, e.lastRev = h.Index, h.Revision
 		e.compactRev.Store(h.CompactRevision)
-		for _, l := range snap.Leases {
-			e.lease.grant(l.Id, l.Ttl)
-		}
+		e.restoreLeases(snap.Leases)
 		e.lease.reattach(e.store, h.Revision)
 		from = h.Index + 1
 	}
@@ -332,6 +354,9 @@ func (e *Engine) applyEntry(ent *netsyv1.Entry) error {
 		}
 	} else if ent.Revision != e.store.Rev() {
 		return fmt.Errorf("key-less entry at revision %d, store at %d", ent.Revision, e.store.Rev())
+	}
+	for _, c := range ent.LeaseCheckpoints {
+		e.lease.applyCheckpoint(c.Id, c.RemainingMs)
 	}
 	for _, id := range ent.LeaseRevokes {
 		e.lease.revoke(id)
@@ -397,6 +422,12 @@ func (e *Engine) run(ticker clock.Ticker) {
 			e.expireWaits(now)
 			if e.writer.Load() {
 				e.expireLeases()
+				// Half a tick of slack: ticks arrive a little late, and a
+				// pass skipped for a microsecond would wait a whole tick.
+				if now := e.cfg.Clock.Now(); now.Sub(e.lastCheckpoint) >= e.cfg.LeaseCheckpointInterval-e.cfg.LeaseCheckInterval/2 {
+					e.lastCheckpoint = now
+					e.checkpointLeases()
+				}
 			}
 		case <-e.snapDone:
 			e.snapshotting = false

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/netsy-io/netsy/proto/netsyv1"
 )
@@ -73,8 +74,9 @@ func (e *Engine) DurableIndex() uint64 { return e.durableIdx.Load() }
 // first, in the loop, with the engine quiet: the Primary's Starting step
 // (reconcile with object storage and claim the next wal seq). The engine
 // then applies whatever the storage holds beyond its state, all of it
-// durable and so committed, gives every lease its full TTL again, and
-// starts evaluating writes.
+// durable and so committed, keeps each lease's deadline as this node
+// tracked it from the checkpoints it applied (never less than one
+// checkpoint interval from now), and starts evaluating writes.
 func (e *Engine) Promote(ctx context.Context, term int64, prepare func(context.Context) error) error {
 	var err error
 	if lerr := e.inLoop(ctx, func() { err = e.promote(ctx, term, prepare) }); lerr != nil {
@@ -110,7 +112,7 @@ func (e *Engine) promote(ctx context.Context, term int64, prepare func(context.C
 		e.publishAppended()
 		return fmt.Errorf("engine: promote at term %d: the log already holds entries of term %d", term, last)
 	}
-	e.lease.extendAll()
+	e.lease.promote(e.cfg.LeaseCheckpointInterval)
 	e.term.Store(term)
 	e.lastTerm.Store(term)
 	e.writer.Store(true)
@@ -290,10 +292,8 @@ func (e *Engine) reloadSnapshot() error {
 	if err := e.store.Replace(h.Revision, h.CompactRevision, snap.KVs); err != nil {
 		return fmt.Errorf("restore snapshot at index %d: %w", h.Index, err)
 	}
-	e.lease = newLessor(e.cfg.Clock)
-	for _, l := range snap.Leases {
-		e.lease.grant(l.Id, l.Ttl)
-	}
+	e.lease.reset()
+	e.restoreLeases(snap.Leases)
 	e.lease.reattach(e.store, h.Revision)
 	e.lastIdx, e.lastRev = h.Index, h.Revision
 	e.compactRev.Store(h.CompactRevision)
@@ -316,6 +316,13 @@ func (e *Engine) Demote(ctx context.Context, flush bool) (uint64, error) {
 		e.draining = true
 		e.drained = make(chan struct{})
 		drained = e.drained
+		// The last renewals this writer took reach the next Primary in
+		// one final checkpoint, drained with everything else; renewals
+		// from here on wait for the next Primary.
+		e.lease.setRenewing(false)
+		if e.failed.Load() == nil {
+			e.logCheckpoints(e.lease.due(maxCheckpointBatch, time.Nanosecond))
+		}
 		e.checkDrained()
 	})
 	if err != nil {
@@ -361,6 +368,7 @@ func (e *Engine) stepDown(err error) {
 	}
 	e.noopWaiters = nil
 	e.rollbackPending()
+	e.lease.setRenewing(false)
 	e.writer.Store(false)
 	e.draining = false
 	if e.drained != nil {
@@ -524,11 +532,9 @@ func (e *Engine) rebuild() error {
 	if err := e.store.Replace(rev, compact, kvs); err != nil {
 		return fmt.Errorf("restore snapshot at index %d: %w", idx, err)
 	}
-	e.lease = newLessor(e.cfg.Clock)
+	e.lease.reset()
 	if snap != nil {
-		for _, l := range snap.Leases {
-			e.lease.grant(l.Id, l.Ttl)
-		}
+		e.restoreLeases(snap.Leases)
 		e.lease.reattach(e.store, rev)
 	}
 	e.lastIdx, e.lastRev = idx, rev

@@ -231,8 +231,9 @@ func TestDemoteWithFlushWaitsForPending(t *testing.T) {
 	}
 }
 
-// A follower never expires leases; a promoted one gives them their full
-// TTL again from the promotion.
+// A follower never expires leases, even one that ran out in its own
+// count; once promoted it does (after the one interval a new Primary
+// leaves a run-out lease, see TestPromoteGivesRunOutLeasesOneInterval).
 func TestLeasesExpireOnlyOnTheWriter(t *testing.T) {
 	wst := &enginetest.MemStorage{}
 	w := newHarness(t, wst, nil)
@@ -251,10 +252,10 @@ func TestLeasesExpireOnlyOnTheWriter(t *testing.T) {
 		t.Fatal(err)
 	}
 	ttl, err := f.e.LeaseTimeToLive(ctx(t), &pb.LeaseTimeToLiveRequest{ID: g.ID})
-	if err != nil || ttl.TTL != 10 {
-		t.Fatalf("TTL after promote: %+v, %v; want the full 10 s", ttl, err)
+	if err != nil || ttl.TTL != 1 {
+		t.Fatalf("TTL after promote: %+v, %v; want the 1 s left to a run-out lease", ttl, err)
 	}
-	f.clk.Advance(11 * time.Second)
+	f.clk.Advance(2 * time.Second)
 	waitFor(t, func() bool { return !f.e.lease.exists(g.ID) })
 }
 
@@ -300,43 +301,6 @@ func TestPromoteBelowTheLogsTermRefused(t *testing.T) {
 	if err := f.e.Promote(ctx(t), 6, nil); err != nil {
 		t.Fatalf("promote at term 6: %v", err)
 	}
-}
-
-// A new Primary gives every lease its whole TTL again from the moment it
-// takes over, as etcd does on a leader change: it does not know when the
-// old Primary last saw a keep-alive, so it never expires a lease early.
-func TestPromoteExtendsLeaseTTLs(t *testing.T) {
-	wst := &enginetest.MemStorage{}
-	w := newHarness(t, wst, func(c *Config) { c.Term = 3 })
-	lease, err := w.e.LeaseGrant(ctx(t), &pb.LeaseGrantRequest{TTL: 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := follower(t, nil, nil)
-	shipAll(t, wst, f, 3, 1)
-	// 8 s pass on the follower's clock: under the old Primary the lease
-	// had 2 s left.
-	f.clk.Advance(8 * time.Second)
-	if err := f.e.Promote(ctx(t), 4, nil); err != nil {
-		t.Fatal(err)
-	}
-	ttl, err := f.e.LeaseTimeToLive(ctx(t), &pb.LeaseTimeToLiveRequest{ID: lease.ID})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ttl.TTL < 9 || ttl.GrantedTTL != 10 {
-		t.Fatalf("after the failover the lease has %d of %d s left, want its whole TTL again", ttl.TTL, ttl.GrantedTTL)
-	}
-	// And it still expires once nobody keeps it alive for a whole TTL.
-	f.clk.Advance(11 * time.Second)
-	waitFor(t, func() bool {
-		_, err := f.e.LeaseTimeToLive(ctx(t), &pb.LeaseTimeToLiveRequest{ID: lease.ID})
-		if err != nil {
-			return true
-		}
-		f.clk.Advance(500 * time.Millisecond)
-		return false
-	})
 }
 
 // A Starting step that fails leaves the entries the follower held (in

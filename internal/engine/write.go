@@ -663,6 +663,37 @@ func (e *Engine) revokeLease(id int64, p *proposal, setHeader func(*pb.ResponseH
 	w.commit(p, []int64{id})
 }
 
+// maxCheckpointAge caps LeaseCheckpointAge's tenth-of-the-TTL rule, as
+// etcd's default checkpoint interval; maxCheckpointBatch caps one
+// checkpoint entry (the rest stay due for the next one).
+const (
+	maxCheckpointAge   = 5 * time.Minute
+	maxCheckpointBatch = 10000
+)
+
+// checkpointLeases logs the remaining time of every lease due for a
+// checkpoint (see lessor.due) in one entry. A checkpoint is never needed
+// for correctness on the writer, so it gives way: not while draining (the
+// drain logs its own), failed, or refused by the storage's backpressure.
+func (e *Engine) checkpointLeases() {
+	if e.failed.Load() != nil || e.draining {
+		return
+	}
+	if bp, ok := e.cfg.Storage.(backpressurer); ok && bp.Backpressure() != nil {
+		return
+	}
+	e.logCheckpoints(e.lease.due(maxCheckpointBatch, e.lease.minDrift))
+}
+
+// logCheckpoints appends one key-less entry carrying cps, if any.
+func (e *Engine) logCheckpoints(cps []*netsyv1.LeaseCheckpoint) {
+	if len(cps) == 0 {
+		return
+	}
+	ent := &netsyv1.Entry{Index: e.lastIdx + 1, Revision: e.store.Rev(), LeaseCheckpoints: cps}
+	e.appendEntry(ent, nil, nil)
+}
+
 func (e *Engine) expireLeases() {
 	if e.failed.Load() != nil {
 		return

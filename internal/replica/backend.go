@@ -285,20 +285,23 @@ func (b *Backend) LeaseRenew(ctx context.Context, id int64) (int64, error) {
 		})
 }
 
-// LeaseTimeToLive and LeaseLeases are answered by the Primary: only it
-// knows when a lease expires.
+// LeaseTimeToLive and LeaseLeases are linearizable reads of the local
+// state: grants and revokes are entries, and the remaining time counts
+// down from the last lease checkpoint this node applied, within about a
+// checkpoint interval of the Primary's (see engine.Config). A lease
+// revoked or granted before the request is seen as such.
 func (b *Backend) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
-	return write(ctx, b, func(ctx context.Context) (*pb.LeaseTimeToLiveResponse, error) { return b.l.LeaseTimeToLive(ctx, r) },
-		func(ctx context.Context, c *grpc.ClientConn, opts ...grpc.CallOption) (*pb.LeaseTimeToLiveResponse, error) {
-			return pb.NewLeaseClient(c).LeaseTimeToLive(ctx, r, opts...)
-		})
+	if err := b.linearizable(ctx); err != nil {
+		return nil, err
+	}
+	return b.l.LeaseTimeToLive(ctx, r)
 }
 
 func (b *Backend) LeaseLeases(ctx context.Context, r *pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, error) {
-	return write(ctx, b, func(ctx context.Context) (*pb.LeaseLeasesResponse, error) { return b.l.LeaseLeases(ctx, r) },
-		func(ctx context.Context, c *grpc.ClientConn, opts ...grpc.CallOption) (*pb.LeaseLeasesResponse, error) {
-			return pb.NewLeaseClient(c).LeaseLeases(ctx, r, opts...)
-		})
+	if err := b.linearizable(ctx); err != nil {
+		return nil, err
+	}
+	return b.l.LeaseLeases(ctx, r)
 }
 
 // Range serves serializable reads locally; linearizable ones after a read

@@ -624,3 +624,45 @@ func TestBackendForwardedWriteWaitsUntilApplied(t *testing.T) {
 }
 
 func (outcome[T]) of(v T, err error) outcome[T] { return outcome[T]{v, err} }
+
+// A replica answers LeaseTimeToLive and LeaseLeases from its own state
+// after a read index, not by asking the Primary: the remaining time is
+// the Primary's last checkpoint counted down on this node's clock.
+func TestBackendLeaseTimeToLiveIsLocal(t *testing.T) {
+	w := newWorld(t)
+	p := w.servePrimary("p", 10) // serves no Lease service: forwarding would fail
+	p.readIndex = readIndexAt(3)
+	n := w.startBackend(p.info, 1)
+	const id = 0x42
+	lease := func(i uint64, e *netsyv1.Entry) *netsyv1.Entry {
+		e.Index, e.Revision, e.Term = i, 2, 5 // key-less: at entry 1's revision
+		return e
+	}
+	if err := n.eng.Follow(context.Background(), 5, []*netsyv1.Entry{
+		lease(2, &netsyv1.Entry{LeaseGrants: []*netsyv1.LeaseGrant{{Id: id, Ttl: 30}}}),
+		lease(3, &netsyv1.Entry{LeaseCheckpoints: []*netsyv1.LeaseCheckpoint{{Id: id, RemainingMs: 27_000}}}),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	n.apply(t, 3)
+	w.clk.Advance(2 * time.Second)
+
+	ttl := await(t, "TimeToLive", async(func() (*pb.LeaseTimeToLiveResponse, error) {
+		return n.b.LeaseTimeToLive(context.Background(), &pb.LeaseTimeToLiveRequest{ID: id})
+	}))
+	if ttl.err != nil {
+		t.Fatal(ttl.err)
+	}
+	if ttl.v.TTL != 25 || ttl.v.GrantedTTL != 30 {
+		t.Fatalf("TimeToLive on the replica: %d of %d s left, want 25 of 30 (the checkpoint's 27 s less the 2 s since)", ttl.v.TTL, ttl.v.GrantedTTL)
+	}
+	ls := await(t, "Leases", async(func() (*pb.LeaseLeasesResponse, error) {
+		return n.b.LeaseLeases(context.Background(), &pb.LeaseLeasesRequest{})
+	}))
+	if ls.err != nil || len(ls.v.Leases) != 1 || ls.v.Leases[0].ID != id {
+		t.Fatalf("Leases on the replica: %+v, %v", ls.v, ls.err)
+	}
+	if c, ri := p.count(""), p.count("ReadIndex"); c != ri || ri == 0 {
+		t.Fatalf("the Primary got %d calls, %d of them ReadIndex: want only read indexes", c, ri)
+	}
+}

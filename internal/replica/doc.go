@@ -51,6 +51,10 @@
 //     point (concurrent reads share one request that began after they
 //     arrived) and the node waits until it has applied that far. On the
 //     Primary itself the lease (or the seq check) stands in for it.
+//   - Lease TimeToLive and Leases are linearizable reads too: the lease
+//     set is replicated state, and each lease's deadline counts down on
+//     this node's clock from the Primary's last checkpoint of it (see
+//     engine), so every node tells about the same remaining time.
 //   - Watches read the local committed log, so they carry only committed
 //     entries on every node.
 //

@@ -75,7 +75,8 @@ func (Op_Type) EnumDescriptor() ([]byte, []int) {
 // takes the next index). Revision is the store revision after the entry: it
 // equals the previous entry's revision + 1 when the entry changes keys (ops is
 // not empty) and the previous revision otherwise (lease grants, lease revokes
-// without attached keys, compactions), as etcd counts revisions.
+// without attached keys, lease checkpoints, compactions), as etcd counts
+// revisions.
 type Entry struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Index    uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
@@ -91,8 +92,15 @@ type Entry struct {
 	LeaseRevokes []int64       `protobuf:"varint,6,rep,packed,name=lease_revokes,json=leaseRevokes,proto3" json:"lease_revokes,omitempty"`
 	// compact_revision > 0 compacts history at and below that revision.
 	CompactRevision int64 `protobuf:"varint,7,opt,name=compact_revision,json=compactRevision,proto3" json:"compact_revision,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// lease_checkpoints carry the remaining time of leases as the Primary
+	// saw it when it logged the entry (renewed leases, and leases whose last
+	// checkpoint grew old). A node that applies the entry counts each lease's
+	// remaining time down from there on its own monotonic clock; entries
+	// written before checkpoints existed have none, and a reader that does not
+	// know the field skips it.
+	LeaseCheckpoints []*LeaseCheckpoint `protobuf:"bytes,8,rep,name=lease_checkpoints,json=leaseCheckpoints,proto3" json:"lease_checkpoints,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Entry) Reset() {
@@ -172,6 +180,13 @@ func (x *Entry) GetCompactRevision() int64 {
 		return x.CompactRevision
 	}
 	return 0
+}
+
+func (x *Entry) GetLeaseCheckpoints() []*LeaseCheckpoint {
+	if x != nil {
+		return x.LeaseCheckpoints
+	}
+	return nil
 }
 
 type Op struct {
@@ -294,6 +309,60 @@ func (x *LeaseGrant) GetTtl() int64 {
 	return 0
 }
 
+// LeaseCheckpoint is a lease's remaining time, in milliseconds, when the
+// entry carrying it was written.
+type LeaseCheckpoint struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            int64                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	RemainingMs   int64                  `protobuf:"varint,2,opt,name=remaining_ms,json=remainingMs,proto3" json:"remaining_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseCheckpoint) Reset() {
+	*x = LeaseCheckpoint{}
+	mi := &file_netsy_v1_log_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseCheckpoint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseCheckpoint) ProtoMessage() {}
+
+func (x *LeaseCheckpoint) ProtoReflect() protoreflect.Message {
+	mi := &file_netsy_v1_log_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseCheckpoint.ProtoReflect.Descriptor instead.
+func (*LeaseCheckpoint) Descriptor() ([]byte, []int) {
+	return file_netsy_v1_log_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *LeaseCheckpoint) GetId() int64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *LeaseCheckpoint) GetRemainingMs() int64 {
+	if x != nil {
+		return x.RemainingMs
+	}
+	return 0
+}
+
 // SnapshotHeader is the first record of a snapshot data file.
 type SnapshotHeader struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -312,7 +381,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_netsy_v1_log_proto_msgTypes[3]
+	mi := &file_netsy_v1_log_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -324,7 +393,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_log_proto_msgTypes[3]
+	mi := &file_netsy_v1_log_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -337,7 +406,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_log_proto_rawDescGZIP(), []int{3}
+	return file_netsy_v1_log_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SnapshotHeader) GetIndex() uint64 {
@@ -408,7 +477,7 @@ type KeyVersion struct {
 
 func (x *KeyVersion) Reset() {
 	*x = KeyVersion{}
-	mi := &file_netsy_v1_log_proto_msgTypes[4]
+	mi := &file_netsy_v1_log_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -420,7 +489,7 @@ func (x *KeyVersion) String() string {
 func (*KeyVersion) ProtoMessage() {}
 
 func (x *KeyVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_log_proto_msgTypes[4]
+	mi := &file_netsy_v1_log_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -433,7 +502,7 @@ func (x *KeyVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyVersion.ProtoReflect.Descriptor instead.
 func (*KeyVersion) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_log_proto_rawDescGZIP(), []int{4}
+	return file_netsy_v1_log_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *KeyVersion) GetKey() []byte {
@@ -493,16 +562,21 @@ func (x *KeyVersion) GetTombstone() bool {
 }
 
 type SnapshotLease struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            int64                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	Ttl           int64                  `protobuf:"varint,2,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    int64                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Ttl   int64                  `protobuf:"varint,2,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// remaining_ms is the lease's remaining time, in milliseconds, when the
+	// snapshot was captured; 0 in snapshots written before it was recorded
+	// (the lease then starts from its whole TTL). A lease already past its
+	// deadline is recorded as 1.
+	RemainingMs   int64 `protobuf:"varint,3,opt,name=remaining_ms,json=remainingMs,proto3" json:"remaining_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SnapshotLease) Reset() {
 	*x = SnapshotLease{}
-	mi := &file_netsy_v1_log_proto_msgTypes[5]
+	mi := &file_netsy_v1_log_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -514,7 +588,7 @@ func (x *SnapshotLease) String() string {
 func (*SnapshotLease) ProtoMessage() {}
 
 func (x *SnapshotLease) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_log_proto_msgTypes[5]
+	mi := &file_netsy_v1_log_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -527,7 +601,7 @@ func (x *SnapshotLease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotLease.ProtoReflect.Descriptor instead.
 func (*SnapshotLease) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_log_proto_rawDescGZIP(), []int{5}
+	return file_netsy_v1_log_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SnapshotLease) GetId() int64 {
@@ -540,6 +614,13 @@ func (x *SnapshotLease) GetId() int64 {
 func (x *SnapshotLease) GetTtl() int64 {
 	if x != nil {
 		return x.Ttl
+	}
+	return 0
+}
+
+func (x *SnapshotLease) GetRemainingMs() int64 {
+	if x != nil {
+		return x.RemainingMs
 	}
 	return 0
 }
@@ -560,7 +641,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_netsy_v1_log_proto_msgTypes[6]
+	mi := &file_netsy_v1_log_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -572,7 +653,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_log_proto_msgTypes[6]
+	mi := &file_netsy_v1_log_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -585,7 +666,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_log_proto_rawDescGZIP(), []int{6}
+	return file_netsy_v1_log_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SnapshotRecord) GetRecord() isSnapshotRecord_Record {
@@ -648,7 +729,7 @@ var File_netsy_v1_log_proto protoreflect.FileDescriptor
 
 const file_netsy_v1_log_proto_rawDesc = "" +
 	"\n" +
-	"\x12netsy/v1/log.proto\x12\bnetsy.v1\"\xf6\x01\n" +
+	"\x12netsy/v1/log.proto\x12\bnetsy.v1\"\xbe\x02\n" +
 	"\x05Entry\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12\x12\n" +
@@ -656,7 +737,8 @@ const file_netsy_v1_log_proto_rawDesc = "" +
 	"\x03ops\x18\x04 \x03(\v2\f.netsy.v1.OpR\x03ops\x127\n" +
 	"\flease_grants\x18\x05 \x03(\v2\x14.netsy.v1.LeaseGrantR\vleaseGrants\x12#\n" +
 	"\rlease_revokes\x18\x06 \x03(\x03R\fleaseRevokes\x12)\n" +
-	"\x10compact_revision\x18\a \x01(\x03R\x0fcompactRevision\"\x86\x01\n" +
+	"\x10compact_revision\x18\a \x01(\x03R\x0fcompactRevision\x12F\n" +
+	"\x11lease_checkpoints\x18\b \x03(\v2\x19.netsy.v1.LeaseCheckpointR\x10leaseCheckpoints\"\x86\x01\n" +
 	"\x02Op\x12%\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x11.netsy.v1.Op.TypeR\x04type\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x14\n" +
@@ -669,7 +751,10 @@ const file_netsy_v1_log_proto_rawDesc = "" +
 	"\n" +
 	"LeaseGrant\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x10\n" +
-	"\x03ttl\x18\x02 \x01(\x03R\x03ttl\"\xd5\x01\n" +
+	"\x03ttl\x18\x02 \x01(\x03R\x03ttl\"D\n" +
+	"\x0fLeaseCheckpoint\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x03R\x02id\x12!\n" +
+	"\fremaining_ms\x18\x02 \x01(\x03R\vremainingMs\"\xd5\x01\n" +
 	"\x0eSnapshotHeader\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12)\n" +
@@ -687,10 +772,11 @@ const file_netsy_v1_log_proto_rawDesc = "" +
 	"\x03sub\x18\x05 \x01(\x03R\x03sub\x12\x18\n" +
 	"\aversion\x18\x06 \x01(\x03R\aversion\x12\x14\n" +
 	"\x05lease\x18\a \x01(\x03R\x05lease\x12\x1c\n" +
-	"\ttombstone\x18\b \x01(\bR\ttombstone\"1\n" +
+	"\ttombstone\x18\b \x01(\bR\ttombstone\"T\n" +
 	"\rSnapshotLease\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x10\n" +
-	"\x03ttl\x18\x02 \x01(\x03R\x03ttl\"\xa7\x01\n" +
+	"\x03ttl\x18\x02 \x01(\x03R\x03ttl\x12!\n" +
+	"\fremaining_ms\x18\x03 \x01(\x03R\vremainingMs\"\xa7\x01\n" +
 	"\x0eSnapshotRecord\x122\n" +
 	"\x06header\x18\x01 \x01(\v2\x18.netsy.v1.SnapshotHeaderH\x00R\x06header\x12&\n" +
 	"\x02kv\x18\x02 \x01(\v2\x14.netsy.v1.KeyVersionH\x00R\x02kv\x12/\n" +
@@ -710,29 +796,31 @@ func file_netsy_v1_log_proto_rawDescGZIP() []byte {
 }
 
 var file_netsy_v1_log_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_netsy_v1_log_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_netsy_v1_log_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_netsy_v1_log_proto_goTypes = []any{
-	(Op_Type)(0),           // 0: netsy.v1.Op.Type
-	(*Entry)(nil),          // 1: netsy.v1.Entry
-	(*Op)(nil),             // 2: netsy.v1.Op
-	(*LeaseGrant)(nil),     // 3: netsy.v1.LeaseGrant
-	(*SnapshotHeader)(nil), // 4: netsy.v1.SnapshotHeader
-	(*KeyVersion)(nil),     // 5: netsy.v1.KeyVersion
-	(*SnapshotLease)(nil),  // 6: netsy.v1.SnapshotLease
-	(*SnapshotRecord)(nil), // 7: netsy.v1.SnapshotRecord
+	(Op_Type)(0),            // 0: netsy.v1.Op.Type
+	(*Entry)(nil),           // 1: netsy.v1.Entry
+	(*Op)(nil),              // 2: netsy.v1.Op
+	(*LeaseGrant)(nil),      // 3: netsy.v1.LeaseGrant
+	(*LeaseCheckpoint)(nil), // 4: netsy.v1.LeaseCheckpoint
+	(*SnapshotHeader)(nil),  // 5: netsy.v1.SnapshotHeader
+	(*KeyVersion)(nil),      // 6: netsy.v1.KeyVersion
+	(*SnapshotLease)(nil),   // 7: netsy.v1.SnapshotLease
+	(*SnapshotRecord)(nil),  // 8: netsy.v1.SnapshotRecord
 }
 var file_netsy_v1_log_proto_depIdxs = []int32{
 	2, // 0: netsy.v1.Entry.ops:type_name -> netsy.v1.Op
 	3, // 1: netsy.v1.Entry.lease_grants:type_name -> netsy.v1.LeaseGrant
-	0, // 2: netsy.v1.Op.type:type_name -> netsy.v1.Op.Type
-	4, // 3: netsy.v1.SnapshotRecord.header:type_name -> netsy.v1.SnapshotHeader
-	5, // 4: netsy.v1.SnapshotRecord.kv:type_name -> netsy.v1.KeyVersion
-	6, // 5: netsy.v1.SnapshotRecord.lease:type_name -> netsy.v1.SnapshotLease
-	6, // [6:6] is the sub-list for method output_type
-	6, // [6:6] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	4, // 2: netsy.v1.Entry.lease_checkpoints:type_name -> netsy.v1.LeaseCheckpoint
+	0, // 3: netsy.v1.Op.type:type_name -> netsy.v1.Op.Type
+	5, // 4: netsy.v1.SnapshotRecord.header:type_name -> netsy.v1.SnapshotHeader
+	6, // 5: netsy.v1.SnapshotRecord.kv:type_name -> netsy.v1.KeyVersion
+	7, // 6: netsy.v1.SnapshotRecord.lease:type_name -> netsy.v1.SnapshotLease
+	7, // [7:7] is the sub-list for method output_type
+	7, // [7:7] is the sub-list for method input_type
+	7, // [7:7] is the sub-list for extension type_name
+	7, // [7:7] is the sub-list for extension extendee
+	0, // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_netsy_v1_log_proto_init() }
@@ -740,7 +828,7 @@ func file_netsy_v1_log_proto_init() {
 	if File_netsy_v1_log_proto != nil {
 		return
 	}
-	file_netsy_v1_log_proto_msgTypes[6].OneofWrappers = []any{
+	file_netsy_v1_log_proto_msgTypes[7].OneofWrappers = []any{
 		(*SnapshotRecord_Header)(nil),
 		(*SnapshotRecord_Kv)(nil),
 		(*SnapshotRecord_Lease)(nil),
@@ -751,7 +839,7 @@ func file_netsy_v1_log_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_netsy_v1_log_proto_rawDesc), len(file_netsy_v1_log_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   7,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
