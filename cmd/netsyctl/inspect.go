@@ -148,6 +148,9 @@ func describeEntry(e *netsyv1.Entry) string {
 	if e.CompactRevision > 0 {
 		parts = append(parts, fmt.Sprintf("compact %d", e.CompactRevision))
 	}
+	if n := len(e.LeaseCheckpoints); n > 0 {
+		parts = append(parts, fmt.Sprintf("checkpoint %d leases", n))
+	}
 	return strings.Join(parts, "; ")
 }
 

@@ -150,3 +150,10 @@ func TestInspectForeignFileSaysHowToNameObjects(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
 }
+
+func TestDescribeEntryNamesLeaseCheckpoints(t *testing.T) {
+	e := &netsyv1.Entry{Index: 9, LeaseCheckpoints: []*netsyv1.LeaseCheckpoint{{Id: 1, RemainingMs: 2000}, {Id: 2, RemainingMs: 500}}}
+	if got, want := describeEntry(e), "checkpoint 2 leases"; got != want {
+		t.Fatalf("describeEntry = %q, want %q", got, want)
+	}
+}
