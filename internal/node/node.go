@@ -322,6 +322,7 @@ func (n *Node) httpHandler() http.Handler {
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "netsy_committed_index", Help: "Last durable log index."},
 		func() float64 { return float64(n.eng.CommittedIndex()) }))
 	reg.MustRegister(n.api.Collectors()...)
+	reg.MustRegister(n.api.SpaceCollector())
 	reg.MustRegister(objwalCollector{n.objlog})
 	reg.MustRegister(n.tls.collector())
 	reg.MustRegister(n.roles.Collectors()...)
