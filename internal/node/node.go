@@ -199,6 +199,15 @@ func StartWith(ctx context.Context, cfg config.Config, logger hclog.Logger, deps
 		Logger:          logger,
 		ClusterID:       roles.ClusterIDHash(cfg.ClusterID),
 		Follower:        true,
+		// The space quota; the NOSPACE alarm is raised under the member
+		// id the Elector gave this node.
+		QuotaBackendBytes: cfg.QuotaBytes(),
+		Member: func() uint64 {
+			if r := n.rolesP.Load(); r != nil {
+				return r.MemberID()
+			}
+			return 0
+		},
 		OnDeposed: func(err error) {
 			if r := n.rolesP.Load(); r != nil {
 				r.EngineDeposed(err)
