@@ -214,6 +214,9 @@ func StartWith(ctx context.Context, cfg config.Config, logger hclog.Logger, deps
 			}
 		},
 	})
+	if errors.Is(err, engine.ErrQuotaTooSmall) {
+		return nil, fmt.Errorf("--quota-backend-bytes: %w", err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open engine: %w", err)
 	}
