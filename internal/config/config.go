@@ -13,6 +13,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/netsy-io/netsy/internal/compactor"
 	"github.com/netsy-io/netsy/internal/discovery"
 	"github.com/netsy-io/netsy/internal/etcdapi"
 	"github.com/netsy-io/netsy/internal/mvcc"
@@ -63,6 +64,13 @@ type Config struct {
 	// MaxRequestBytes bounds the encoded size of one client write request
 	// (etcd's --max-request-bytes, same default).
 	MaxRequestBytes int
+	// QuotaBackendBytes is the space quota (etcd's --quota-backend-bytes;
+	// 0 means DefaultQuotaBackendBytes, as etcd's 0): see QuotaBytes.
+	QuotaBackendBytes int64
+	// AutoCompactionMode and AutoCompactionRetention are etcd's flags of
+	// the same names (see package compactor); retention "0" is off.
+	AutoCompactionMode      string
+	AutoCompactionRetention string
 
 	// NodeID names this node in the cluster (nodes/{node_id}.json).
 	NodeID string
@@ -97,6 +105,30 @@ type Config struct {
 	TLS TLS
 }
 
+// DefaultQuotaBackendBytes is the space quota when none is set: 2 GiB,
+// etcd's default. It is measured on what the store holds, keys, values
+// and the bookkeeping of every version (engine space in use), not on a
+// file: at 2 GiB in use the Go heap runs at about 2.5 GiB (the GC
+// headroom of package gctune), and a restart, which holds the decoded
+// snapshot while the store is rebuilt from it, peaks near twice that. A
+// node at its quota so stays near 5 GiB, within a host of 8 GiB (etcd's
+// recommended size) and, on the 24 GiB hosts the project is tested on,
+// with room for three nodes side by side.
+const DefaultQuotaBackendBytes = 2 << 30
+
+// QuotaBytes is the effective space quota.
+func (c Config) QuotaBytes() int64 {
+	if c.QuotaBackendBytes == 0 {
+		return DefaultQuotaBackendBytes
+	}
+	return c.QuotaBackendBytes
+}
+
+// AutoCompaction is the parsed auto-compaction policy.
+func (c Config) AutoCompaction() (compactor.Policy, error) {
+	return compactor.Parse(c.AutoCompactionMode, c.AutoCompactionRetention)
+}
+
 // MaxRequestBytesLimit is the largest --max-request-bytes accepted: the
 // log entry a request becomes must fit one data-file record (64 MiB),
 // with room for what the entry adds to the request.
@@ -115,6 +147,8 @@ func Default() Config {
 		SnapshotKeep:            3,
 		ValueSpillMin:           mvcc.DefaultSpillMin,
 		MaxRequestBytes:         etcdapi.DefaultMaxRequestBytes,
+		AutoCompactionMode:      compactor.ModePeriodic,
+		AutoCompactionRetention: "0",
 		Quorum:                  -1,
 		NodeID:                  defaultNodeID(),
 		PeerAddr:                "127.0.0.1:2380",
@@ -265,6 +299,12 @@ func (c Config) Validate() error {
 	if c.MaxRequestBytes <= 0 || c.MaxRequestBytes > MaxRequestBytesLimit {
 		return fmt.Errorf("--max-request-bytes: must be between 1 and %d (32 MiB), got %d", MaxRequestBytesLimit, c.MaxRequestBytes)
 	}
+	if c.QuotaBackendBytes < 0 {
+		return fmt.Errorf("--quota-backend-bytes: must be 0 (the default, %d) or a size in bytes, got %d", int64(DefaultQuotaBackendBytes), c.QuotaBackendBytes)
+	}
+	if _, err := c.AutoCompaction(); err != nil {
+		return err
+	}
 	return c.validateTLS()
 }
 
@@ -358,6 +398,9 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.IntVar(&c.SnapshotKeep, "snapshot-keep", c.SnapshotKeep, "snapshots kept in object storage")
 	fs.IntVar(&c.ValueSpillMin, "value-spill-min", c.ValueSpillMin, "values of at least this many bytes are read from files under <data-dir>/values instead of held in memory (0: hold every value in memory)")
 	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", c.MaxRequestBytes, "largest client write request in bytes, as etcd's flag: 1.5 MiB by default, at most 32 MiB")
+	fs.Int64Var(&c.QuotaBackendBytes, "quota-backend-bytes", c.QuotaBackendBytes, "space quota in bytes, as etcd's flag (0: 2 GiB): measured on what the store holds, keys, values and per-version bookkeeping, in memory and spilled (not the bucket); a write past it raises the NOSPACE alarm and writes that add data are refused until it is disarmed. 2 GiB keeps a full node near 5 GiB of memory, restarts included")
+	fs.StringVar(&c.AutoCompactionMode, "auto-compaction-mode", c.AutoCompactionMode, "auto-compaction mode, as etcd's flag: periodic or revision; run by the Active Primary only")
+	fs.StringVar(&c.AutoCompactionRetention, "auto-compaction-retention", c.AutoCompactionRetention, "auto-compaction retention, as etcd's flag: a duration (10s, 1h) or a number, hours in periodic mode and revisions in revision mode; 0 disables")
 	fs.StringVar(&c.NodeID, "node-id", c.NodeID, "this node's id in the cluster (default: the host name)")
 	fs.StringVar(&c.PeerAddr, "peer-addr", c.PeerAddr, "host:port of the peer protocol (election, replication, forwarding)")
 	fs.StringVar(&c.AdvertiseClient, "advertise-client", c.AdvertiseClient, "client URL other nodes and clients are given (default: http://<client-addr>)")

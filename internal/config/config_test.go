@@ -57,6 +57,16 @@ func TestFlagsEnvAndErrors(t *testing.T) {
 		{name: "zero max request bytes", args: []string{"--max-request-bytes=0"}, wantErr: "--max-request-bytes"},
 		{name: "negative max request bytes", args: []string{"--max-request-bytes=-1"}, wantErr: "--max-request-bytes"},
 		{name: "huge max request bytes", args: []string{"--max-request-bytes=33554433"}, wantErr: "--max-request-bytes"},
+		{name: "quota default", check: func(c Config) bool { return c.QuotaBackendBytes == 0 && c.QuotaBytes() == 2<<30 }},
+		{name: "quota env", env: map[string]string{"NETSY_QUOTA_BACKEND_BYTES": "1048576"}, check: func(c Config) bool { return c.QuotaBytes() == 1<<20 }},
+		{name: "negative quota", args: []string{"--quota-backend-bytes=-1"}, wantErr: "--quota-backend-bytes"},
+		{name: "auto-compaction off by default", check: func(c Config) bool { p, err := c.AutoCompaction(); return err == nil && !p.Enabled() }},
+		{name: "auto-compaction periodic", args: []string{"--auto-compaction-mode=periodic", "--auto-compaction-retention=2s"},
+			check: func(c Config) bool { p, _ := c.AutoCompaction(); return p.Period == 2*time.Second }},
+		{name: "auto-compaction revision env", env: map[string]string{"NETSY_AUTO_COMPACTION_MODE": "revision", "NETSY_AUTO_COMPACTION_RETENTION": "1000"},
+			check: func(c Config) bool { p, _ := c.AutoCompaction(); return p.Revisions == 1000 }},
+		{name: "bad auto-compaction mode", args: []string{"--auto-compaction-mode=daily"}, wantErr: "--auto-compaction-mode"},
+		{name: "bad auto-compaction retention", args: []string{"--auto-compaction-mode=revision", "--auto-compaction-retention=5m"}, wantErr: "--auto-compaction-retention"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -34,6 +34,17 @@
 //     (TruncateFollowed). A cut below what was applied rebuilds the state
 //     from the Storage instead of serving it; a failed Starting step
 //     holds what the Storage then has past the state again.
+//   - The space quota (Config.QuotaBackendBytes) is judged by the writer
+//     before a write is evaluated, on the store's space in use
+//     (mvcc.Stats.InUse: keys, values and their bookkeeping, in memory and
+//     spilled): a write that would pass it is refused before it is logged
+//     and raises etcd's NOSPACE alarm; while any NOSPACE is active, puts,
+//     txns with a put and lease grants are refused (ErrNoSpace) and
+//     deletes, revokes, compactions and reads go on. Alarms are state of
+//     the log (an entry raises or clears one, a snapshot carries the
+//     active ones), never of a node: every node lists what it applied and
+//     a new Primary inherits them with the history (see alarm.go for why
+//     not re-derived). Open refuses a store already past its quota.
 //
 // The engine never talks to clients (internal/etcdapi does) and never knows
 // where durability comes from: a local WAL, object storage or a replica

@@ -80,6 +80,14 @@ type Config struct {
 	// roles find the new Primary and follow it. Nil keeps the refusal
 	// (ErrDeposed) until a restart.
 	OnDeposed func(error)
+	// QuotaBackendBytes is the space quota (0: none): a write that would
+	// take the store's space in use (mvcc.Stats.InUse) past it raises the
+	// NOSPACE alarm and is refused; Open refuses a store already past it.
+	QuotaBackendBytes int64
+	// Member, when set, returns the member id this node raises alarms
+	// under (a cluster node learns it after the engine opens); nil or 0
+	// uses MemberID.
+	Member func() uint64
 	// WriteTimeout bounds how long a write waits to become durable before
 	// the client gets ErrTimeout (default 7 s, etcd's request timeout).
 	// The write may still commit later, as with etcd. The loop checks the
@@ -164,6 +172,8 @@ type Engine struct {
 
 	// feed keeps the writer's newest entries for Follow streams.
 	feed *feed
+	// alarms are the committed active alarms (see alarm.go).
+	alarms alarmSet
 
 	// Owned by the loop goroutine.
 	lastIdx     uint64
@@ -232,6 +242,10 @@ func Open(cfg Config) (*Engine, error) {
 		_ = store.Close()
 		return nil, err
 	}
+	if err := e.checkQuotaAtOpen(); err != nil {
+		_ = store.Close()
+		return nil, err
+	}
 	e.term.Store(cfg.Term)
 	e.writer.Store(!cfg.Follower)
 	e.lease.setRenewing(!cfg.Follower)
@@ -290,6 +304,7 @@ func (e *Engine) recover() error {
 		}
 		e.lastIdx, e.lastRev = h.Index, h.Revision
 		e.compactRev.Store(h.CompactRevision)
+		e.alarms.restore(h.Alarms)
 		e.restoreLeases(snap.Leases)
 		e.lease.reattach(e.store, h.Revision)
 		from = h.Index + 1
@@ -367,6 +382,7 @@ func (e *Engine) applyEntry(ent *netsyv1.Entry) error {
 		}
 		e.compactRev.Store(e.store.CompactRev())
 	}
+	e.alarms.apply(ent.Alarm)
 	e.lastIdx, e.lastRev = ent.Index, ent.Revision
 	return nil
 }
@@ -548,6 +564,7 @@ func (e *Engine) commitUpTo(idx uint64) {
 			}
 			e.compactRev.Store(e.store.CompactRev())
 		}
+		e.alarms.apply(pe.entry.Alarm)
 	}
 	e.committedRev.Store(last.rev)
 	e.committedIdx.Store(last.index)

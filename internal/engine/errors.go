@@ -30,4 +30,12 @@ var (
 	ErrLeaderChanged = errors.New("etcdserver: leader changed")
 	// ErrNoLeader means this node has no Primary to send the write to.
 	ErrNoLeader = errors.New("etcdserver: no leader")
+	// ErrNoSpace refuses a write that adds data while the NOSPACE alarm
+	// is active, or that would take the store over its quota.
+	ErrNoSpace = errors.New("etcdserver: mvcc: database space exceeded")
+	// ErrQuotaTooSmall refuses to open a store that already holds more
+	// than its space quota.
+	ErrQuotaTooSmall = errors.New("space quota is smaller than the data")
+	// ErrAlarmNotSupported refuses an alarm request Netsy cannot honour.
+	ErrAlarmNotSupported = errors.New("netsy: alarm not supported")
 )

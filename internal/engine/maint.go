@@ -26,14 +26,15 @@ const storageVersion = "3.6.0"
 // header (Identity). The engine knows no other member, so it names itself
 // leader; a cluster's Backend names the Primary.
 func (e *Engine) Status(context.Context) (*pb.StatusResponse, error) {
-	st := e.store.Stats()
+	total, inUse := e.Space()
 	idx := e.committedIdx.Load()
 	_, _, term := e.Identity()
 	resp := &pb.StatusResponse{
 		Header:           &pb.ResponseHeader{Revision: e.committedRev.Load()},
 		Version:          Version,
-		DbSize:           st.Bytes,
-		DbSizeInUse:      st.Bytes,
+		DbSize:           total,
+		DbSizeInUse:      inUse,
+		DbSizeQuota:      e.cfg.QuotaBackendBytes,
 		Leader:           e.cfg.MemberID,
 		RaftIndex:        idx,
 		RaftTerm:         term,
@@ -42,6 +43,11 @@ func (e *Engine) Status(context.Context) (*pb.StatusResponse, error) {
 	}
 	if f := e.failed.Load(); f != nil {
 		resp.Errors = append(resp.Errors, (*f).Error())
+	}
+	// As etcd, every active alarm is one of Status's errors (etcdctl
+	// endpoint status shows them).
+	for _, a := range e.Alarms(pb.AlarmType_NONE) {
+		resp.Errors = append(resp.Errors, a.String())
 	}
 	return resp, nil
 }
@@ -127,6 +133,8 @@ func (e *Engine) captureSnapshot() *datafile.Snapshot {
 		Source: c,
 	}
 	s.Leases = e.lease.snapshot()
+	// The snapshot covers the pending entries: their alarm changes too.
+	s.Header.Alarms = e.alarmsAhead()
 	s.Header.KeyVersions = int64(c.Len())
 	s.Header.Leases = int64(len(s.Leases))
 	// Should a holder drop the snapshot without releasing it (a client

@@ -297,6 +297,7 @@ func (e *Engine) reloadSnapshot() error {
 	e.lease.reattach(e.store, h.Revision)
 	e.lastIdx, e.lastRev = h.Index, h.Revision
 	e.compactRev.Store(h.CompactRevision)
+	e.alarms.restore(h.Alarms)
 	e.log.Info("caught up from a newer snapshot", "index", h.Index, "rev", h.Revision)
 	return nil
 }
@@ -525,10 +526,12 @@ func (e *Engine) rebuild() error {
 	}
 	rev, compact, idx, term := int64(1), int64(0), uint64(0), int64(0)
 	var kvs []*netsyv1.KeyVersion
+	var alarms []*netsyv1.Alarm
 	if snap != nil {
 		h := snap.Header
-		rev, compact, idx, term, kvs = h.Revision, h.CompactRevision, h.Index, h.Term, snap.KVs
+		rev, compact, idx, term, kvs, alarms = h.Revision, h.CompactRevision, h.Index, h.Term, snap.KVs, h.Alarms
 	}
+	e.alarms.restore(alarms)
 	if err := e.store.Replace(rev, compact, kvs); err != nil {
 		return fmt.Errorf("restore snapshot at index %d: %w", idx, err)
 	}

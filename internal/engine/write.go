@@ -268,6 +268,9 @@ func (e *Engine) handle(p *proposal) {
 			}
 		}
 	}
+	if c, ok := p.op.(coster); ok && e.checkQuota(p, c.cost()) {
+		return
+	}
 	p.op.evaluate(e, p)
 }
 

@@ -78,6 +78,9 @@ type MaintenanceBackend interface {
 	// number of bytes written.
 	Snapshot(ctx context.Context, w io.Writer) (int64, error)
 	MemberList(ctx context.Context) (*pb.MemberListResponse, error)
+	// Alarm lists (GET, from this node's state), raises or clears
+	// (ACTIVATE, DEACTIVATE, made where writes are) the cluster's alarms.
+	Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.AlarmResponse, error)
 	// Identity returns the values for response headers.
 	Identity() (clusterID, memberID, raftTerm uint64)
 }

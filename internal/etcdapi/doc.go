@@ -10,6 +10,12 @@
 // keep state beyond one stream's lifetime: everything durable or shared lives
 // behind Backend.
 //
+// The space quota and alarms are the engine's, kept as state of the log
+// (see package engine): this package only serves Alarm over the Backend,
+// maps engine.ErrNoSpace to etcd's "etcdserver: mvcc: database space
+// exceeded" (ResourceExhausted), and exports etcd's space gauges from the
+// same Status that `etcdctl endpoint status` reads (SpaceCollector).
+//
 // Watch invariants, enforced by one loop per stream that alone calls Send:
 //   - Each watcher has a cursor, the first revision it has not been sent. The
 //     loop reads Backend.Events from the cursor up to the committed revision

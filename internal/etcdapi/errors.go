@@ -29,6 +29,7 @@ var errorTable = []struct {
 	{engine.ErrNoLeader, rpctypes.ErrGRPCNoLeader},
 	{engine.ErrNotPrimary, rpctypes.ErrGRPCNotLeader},
 	{engine.ErrLeaderChanged, rpctypes.ErrGRPCLeaderChanged},
+	{engine.ErrNoSpace, rpctypes.ErrGRPCNoSpace},
 	// Checked before ErrUnavailable, which a deposed engine's write
 	// failures also wrap. Unavailable sends clients to another endpoint.
 	{engine.ErrDeposed, status.Error(codes.Unavailable, engine.ErrDeposed.Error())},
@@ -58,6 +59,10 @@ func toGRPCError(err error) error {
 			return e.grpc
 		}
 	}
+	// The sentinel's wrapping says which alarm request was refused.
+	if errors.Is(err, engine.ErrAlarmNotSupported) {
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
 	// A Backend that forwards to the Primary returns the Primary's gRPC
 	// errors; they already are what the client expects.
 	if _, ok := status.FromError(err); ok {
@@ -76,8 +81,6 @@ var (
 		"netsy: move-leader is not supported: a netsy cluster is a single node today, and that node is always the Primary")
 	errDowngrade = status.Error(codes.Unimplemented,
 		"netsy: cluster downgrade is not supported")
-	errAlarmActivate = status.Error(codes.Unimplemented,
-		"netsy: alarms cannot be raised by clients")
 	errAuth = status.Error(codes.Unimplemented,
 		"netsy: etcd auth is not supported: netsy has no users, roles or client authentication; limit who can reach --client-addr")
 )

@@ -3,6 +3,7 @@ package etcdapi
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"sort"
 	"sync"
@@ -486,6 +487,16 @@ func (f *fakeBackend) Status(context.Context) (*pb.StatusResponse, error) {
 		RaftIndex:      uint64(f.rev),
 		RaftTerm:       testTerm,
 	}, nil
+}
+
+func (f *fakeBackend) Alarm(_ context.Context, r *pb.AlarmRequest) (*pb.AlarmResponse, error) {
+	if err := f.failing(); err != nil {
+		return nil, err
+	}
+	if r.Action == pb.AlarmRequest_ACTIVATE && r.Alarm == pb.AlarmType_CORRUPT {
+		return nil, fmt.Errorf("%w: only NOSPACE", engine.ErrAlarmNotSupported)
+	}
+	return &pb.AlarmResponse{}, nil
 }
 
 func (f *fakeBackend) Hash(context.Context) (*pb.HashResponse, error) {

@@ -18,20 +18,24 @@ type maintenanceServer struct{ s *Server }
 
 var _ pb.MaintenanceServer = (*maintenanceServer)(nil)
 
-// Alarm answers as a healthy etcd does: Netsy raises no alarms (a full disk
-// or an object-storage outage surfaces as write errors and health, not as
-// an etcd NOSPACE alarm), so GET lists none and DEACTIVATE, which `etcdctl
-// alarm disarm` sends for each listed alarm, has nothing to do. ACTIVATE is
-// refused rather than faked: an operator must not believe an alarm is set.
-func (m *maintenanceServer) Alarm(_ context.Context, r *pb.AlarmRequest) (*pb.AlarmResponse, error) {
+// Alarm serves the cluster's alarms as etcd does: GET lists them (`etcdctl
+// alarm list`), DEACTIVATE clears one (`etcdctl alarm disarm` sends one per
+// listed alarm) and refuses nothing: the next write over the quota raises
+// NOSPACE again. ACTIVATE raises NOSPACE as etcd lets a client do; CORRUPT
+// is refused (InvalidArgument), since nothing in Netsy would act on it and
+// an operator must not believe it is enforced.
+func (m *maintenanceServer) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.AlarmResponse, error) {
 	switch r.Action {
-	case pb.AlarmRequest_GET, pb.AlarmRequest_DEACTIVATE:
-		return &pb.AlarmResponse{Header: m.s.header(nil)}, nil
-	case pb.AlarmRequest_ACTIVATE:
-		return nil, errAlarmActivate
+	case pb.AlarmRequest_GET, pb.AlarmRequest_ACTIVATE, pb.AlarmRequest_DEACTIVATE:
 	default:
 		return nil, status.Errorf(codes.InvalidArgument, "netsy: unknown alarm action %d", r.Action)
 	}
+	resp, err := m.s.b.Alarm(ctx, r)
+	if err != nil {
+		return nil, toGRPCError(err)
+	}
+	resp.Header = m.s.header(resp.Header)
+	return resp, nil
 }
 
 func (m *maintenanceServer) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {

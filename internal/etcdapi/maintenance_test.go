@@ -38,8 +38,8 @@ func TestMaintenance(t *testing.T) {
 		t.Fatalf("alarm disarm: %v", err)
 	}
 	mc := pb.NewMaintenanceClient(e.conn())
-	if _, err := mc.Alarm(ctx, &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE, Alarm: pb.AlarmType_NOSPACE}); status.Code(err) != codes.Unimplemented {
-		t.Fatalf("alarm activate: %v", err)
+	if _, err := mc.Alarm(ctx, &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE, Alarm: pb.AlarmType_CORRUPT}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("alarm activate CORRUPT: %v", err)
 	}
 	if _, err := cli.Defragment(ctx, e.addr); err != nil {
 		t.Fatalf("defragment: %v", err)

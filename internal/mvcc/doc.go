@@ -24,6 +24,11 @@
 //     every read path (Range, Events, the events Put and Delete return,
 //     Capture, HashKV) reads spilled values back.
 //
+//   - Stats.InUse is the one measure of the space the store's data takes
+//     (keys, values, and the bookkeeping per version and per key measured
+//     on the heap, see space.go): the space quota and etcd's size gauges
+//     read it, and compaction is what lowers it.
+//
 // The only I/O the package does is to its spill files, a cache it deletes
 // at open and close and never fsyncs. It never reads the clock, never logs
 // and never decides durability or commit order: the engine does.

@@ -321,13 +321,16 @@ type Stats struct {
 	// memory, and SpillGarbage the bytes of dropped values those files
 	// still occupy.
 	Spilled, SpillGarbage int64
+	// IndexKeys is the number of keys the index holds, live or with
+	// history only.
+	IndexKeys int64
 }
 
 // Stats reports the current size of the store.
 func (s *Store) Stats() Stats {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	st := Stats{Keys: int64(s.idx.live), Versions: s.versions, Bytes: s.bytes}
+	st := Stats{Keys: int64(s.idx.live), Versions: s.versions, Bytes: s.bytes, IndexKeys: int64(len(s.keys))}
 	if s.sp != nil {
 		st.Spilled, st.SpillGarbage = s.sp.live, s.sp.garbage
 	}

@@ -199,12 +199,24 @@ func StartWith(ctx context.Context, cfg config.Config, logger hclog.Logger, deps
 		Logger:          logger,
 		ClusterID:       roles.ClusterIDHash(cfg.ClusterID),
 		Follower:        true,
+		// The space quota; the NOSPACE alarm is raised under the member
+		// id the Elector gave this node.
+		QuotaBackendBytes: cfg.QuotaBytes(),
+		Member: func() uint64 {
+			if r := n.rolesP.Load(); r != nil {
+				return r.MemberID()
+			}
+			return 0
+		},
 		OnDeposed: func(err error) {
 			if r := n.rolesP.Load(); r != nil {
 				r.EngineDeposed(err)
 			}
 		},
 	})
+	if errors.Is(err, engine.ErrQuotaTooSmall) {
+		return nil, fmt.Errorf("--quota-backend-bytes: %w", err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open engine: %w", err)
 	}
@@ -322,6 +334,7 @@ func (n *Node) httpHandler() http.Handler {
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "netsy_committed_index", Help: "Last durable log index."},
 		func() float64 { return float64(n.eng.CommittedIndex()) }))
 	reg.MustRegister(n.api.Collectors()...)
+	reg.MustRegister(n.api.SpaceCollector())
 	reg.MustRegister(objwalCollector{n.objlog})
 	reg.MustRegister(n.tls.collector())
 	reg.MustRegister(n.roles.Collectors()...)

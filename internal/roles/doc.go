@@ -47,6 +47,9 @@
 //     the last Cluster State again: a Starting step's Stop may have paused
 //     it after it was told of a newer Primary, and the view hands out no
 //     state twice.
+//   - Auto-compaction (package compactor) runs only while this node's
+//     Primary role is Active: it starts on Active, stops on any other
+//     state, and each Active term starts its schedule afresh.
 //   - A deposition ends once the Elector names a Primary at a later term:
 //     another node, or this one Active again at a later term.
 //

@@ -155,6 +155,10 @@ type Roles struct {
 	receiptH   prometheus.Histogram
 	catchUpsC  prometheus.Counter
 
+	// compaction runs auto-compaction while this node is Active (nil:
+	// off).
+	compaction *autoCompaction
+
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
@@ -184,6 +188,10 @@ func New(cfg Config) (*Roles, error) {
 		return nil, err
 	}
 	nc := cfg.Node
+	policy, perr := nc.AutoCompaction()
+	if perr != nil {
+		return nil, fmt.Errorf("roles: %w", perr)
+	}
 	r := &Roles{
 		cfg: cfg, log: cfg.Logger, clk: cfg.Clock, store: cfg.Store, eng: cfg.Engine,
 		self: &netsyv1.NodeInfo{
@@ -242,6 +250,7 @@ func New(cfg Config) (*Roles, error) {
 		Clock:             cfg.Clock,
 		Logger:            cfg.Logger,
 	})
+	r.compaction = newAutoCompaction(policy, cfg.Engine, cfg.Clock, cfg.Logger)
 	r.prim, err = primary.New(primary.Config{
 		Self:              nc.NodeID,
 		Engine:            cfg.Engine,
@@ -268,6 +277,7 @@ func New(cfg Config) (*Roles, error) {
 			if f := cfg.Observer.Primary; f != nil {
 				f(s, term, r.prim.LeaseUntil())
 			}
+			r.compaction.primaryState(s)
 			if s == netsyv1.PrimaryState_REPLICA {
 				// The Starting step stops the follower from its own
 				// goroutine, so that Stop may land after the follower
@@ -380,6 +390,7 @@ func (r *Roles) Close() {
 	}
 	r.wg.Wait()
 	r.prim.Close()
+	r.compaction.close()
 }
 
 // Primary implements replica.Roles.

@@ -68,7 +68,7 @@ func (x Op_Type) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Op_Type.Descriptor instead.
 func (Op_Type) EnumDescriptor() ([]byte, []int) {
-	return file_netsy_v1_log_proto_rawDescGZIP(), []int{1, 0}
+	return file_netsy_v1_log_proto_rawDescGZIP(), []int{3, 0}
 }
 
 // Entry is one serialized write. Index is the dense log position (every entry
@@ -99,8 +99,12 @@ type Entry struct {
 	// written before checkpoints existed have none, and a reader that does not
 	// know the field skips it.
 	LeaseCheckpoints []*LeaseCheckpoint `protobuf:"bytes,8,rep,name=lease_checkpoints,json=leaseCheckpoints,proto3" json:"lease_checkpoints,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// alarm, when set, raises or clears one cluster-wide alarm (etcd's
+	// NOSPACE): alarms are state of the log, so every node lists them and a
+	// new Primary inherits them. Logged at the current revision.
+	Alarm         *AlarmChange `protobuf:"bytes,20,opt,name=alarm,proto3" json:"alarm,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Entry) Reset() {
@@ -189,6 +193,129 @@ func (x *Entry) GetLeaseCheckpoints() []*LeaseCheckpoint {
 	return nil
 }
 
+func (x *Entry) GetAlarm() *AlarmChange {
+	if x != nil {
+		return x.Alarm
+	}
+	return nil
+}
+
+// AlarmChange raises (activate) or clears one alarm, as etcd's AlarmRequest:
+// member_id is the member that raised it; type is etcd's AlarmType number
+// (1 = NOSPACE, 2 = CORRUPT).
+type AlarmChange struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Activate      bool                   `protobuf:"varint,1,opt,name=activate,proto3" json:"activate,omitempty"`
+	MemberId      uint64                 `protobuf:"varint,2,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
+	Type          int32                  `protobuf:"varint,3,opt,name=type,proto3" json:"type,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AlarmChange) Reset() {
+	*x = AlarmChange{}
+	mi := &file_netsy_v1_log_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AlarmChange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AlarmChange) ProtoMessage() {}
+
+func (x *AlarmChange) ProtoReflect() protoreflect.Message {
+	mi := &file_netsy_v1_log_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AlarmChange.ProtoReflect.Descriptor instead.
+func (*AlarmChange) Descriptor() ([]byte, []int) {
+	return file_netsy_v1_log_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *AlarmChange) GetActivate() bool {
+	if x != nil {
+		return x.Activate
+	}
+	return false
+}
+
+func (x *AlarmChange) GetMemberId() uint64 {
+	if x != nil {
+		return x.MemberId
+	}
+	return 0
+}
+
+func (x *AlarmChange) GetType() int32 {
+	if x != nil {
+		return x.Type
+	}
+	return 0
+}
+
+// Alarm is one active alarm, as etcd's AlarmMember.
+type Alarm struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MemberId      uint64                 `protobuf:"varint,1,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
+	Type          int32                  `protobuf:"varint,2,opt,name=type,proto3" json:"type,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Alarm) Reset() {
+	*x = Alarm{}
+	mi := &file_netsy_v1_log_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Alarm) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Alarm) ProtoMessage() {}
+
+func (x *Alarm) ProtoReflect() protoreflect.Message {
+	mi := &file_netsy_v1_log_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Alarm.ProtoReflect.Descriptor instead.
+func (*Alarm) Descriptor() ([]byte, []int) {
+	return file_netsy_v1_log_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Alarm) GetMemberId() uint64 {
+	if x != nil {
+		return x.MemberId
+	}
+	return 0
+}
+
+func (x *Alarm) GetType() int32 {
+	if x != nil {
+		return x.Type
+	}
+	return 0
+}
+
 type Op struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Type          Op_Type                `protobuf:"varint,1,opt,name=type,proto3,enum=netsy.v1.Op_Type" json:"type,omitempty"`
@@ -201,7 +328,7 @@ type Op struct {
 
 func (x *Op) Reset() {
 	*x = Op{}
-	mi := &file_netsy_v1_log_proto_msgTypes[1]
+	mi := &file_netsy_v1_log_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -213,7 +340,7 @@ func (x *Op) String() string {
 func (*Op) ProtoMessage() {}
 
 func (x *Op) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_log_proto_msgTypes[1]
+	mi := &file_netsy_v1_log_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -226,7 +353,7 @@ func (x *Op) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Op.ProtoReflect.Descriptor instead.
 func (*Op) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_log_proto_rawDescGZIP(), []int{1}
+	return file_netsy_v1_log_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Op) GetType() Op_Type {
@@ -267,7 +394,7 @@ type LeaseGrant struct {
 
 func (x *LeaseGrant) Reset() {
 	*x = LeaseGrant{}
-	mi := &file_netsy_v1_log_proto_msgTypes[2]
+	mi := &file_netsy_v1_log_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -279,7 +406,7 @@ func (x *LeaseGrant) String() string {
 func (*LeaseGrant) ProtoMessage() {}
 
 func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_log_proto_msgTypes[2]
+	mi := &file_netsy_v1_log_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -292,7 +419,7 @@ func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseGrant.ProtoReflect.Descriptor instead.
 func (*LeaseGrant) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_log_proto_rawDescGZIP(), []int{2}
+	return file_netsy_v1_log_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *LeaseGrant) GetId() int64 {
@@ -321,7 +448,7 @@ type LeaseCheckpoint struct {
 
 func (x *LeaseCheckpoint) Reset() {
 	*x = LeaseCheckpoint{}
-	mi := &file_netsy_v1_log_proto_msgTypes[3]
+	mi := &file_netsy_v1_log_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -333,7 +460,7 @@ func (x *LeaseCheckpoint) String() string {
 func (*LeaseCheckpoint) ProtoMessage() {}
 
 func (x *LeaseCheckpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_log_proto_msgTypes[3]
+	mi := &file_netsy_v1_log_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -346,7 +473,7 @@ func (x *LeaseCheckpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseCheckpoint.ProtoReflect.Descriptor instead.
 func (*LeaseCheckpoint) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_log_proto_rawDescGZIP(), []int{3}
+	return file_netsy_v1_log_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *LeaseCheckpoint) GetId() int64 {
@@ -372,16 +499,18 @@ type SnapshotHeader struct {
 	CompactRevision int64  `protobuf:"varint,3,opt,name=compact_revision,json=compactRevision,proto3" json:"compact_revision,omitempty"`
 	Term            int64  `protobuf:"varint,4,opt,name=term,proto3" json:"term,omitempty"`
 	// wal_seq is the last object-storage WAL chunk the snapshot covers (0 if none).
-	WalSeq        uint64 `protobuf:"varint,5,opt,name=wal_seq,json=walSeq,proto3" json:"wal_seq,omitempty"`
-	KeyVersions   int64  `protobuf:"varint,6,opt,name=key_versions,json=keyVersions,proto3" json:"key_versions,omitempty"`
-	Leases        int64  `protobuf:"varint,7,opt,name=leases,proto3" json:"leases,omitempty"`
+	WalSeq      uint64 `protobuf:"varint,5,opt,name=wal_seq,json=walSeq,proto3" json:"wal_seq,omitempty"`
+	KeyVersions int64  `protobuf:"varint,6,opt,name=key_versions,json=keyVersions,proto3" json:"key_versions,omitempty"`
+	Leases      int64  `protobuf:"varint,7,opt,name=leases,proto3" json:"leases,omitempty"`
+	// alarms active at index (see Entry.alarm).
+	Alarms        []*Alarm `protobuf:"bytes,20,rep,name=alarms,proto3" json:"alarms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_netsy_v1_log_proto_msgTypes[4]
+	mi := &file_netsy_v1_log_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -393,7 +522,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_log_proto_msgTypes[4]
+	mi := &file_netsy_v1_log_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -406,7 +535,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_log_proto_rawDescGZIP(), []int{4}
+	return file_netsy_v1_log_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SnapshotHeader) GetIndex() uint64 {
@@ -458,6 +587,13 @@ func (x *SnapshotHeader) GetLeases() int64 {
 	return 0
 }
 
+func (x *SnapshotHeader) GetAlarms() []*Alarm {
+	if x != nil {
+		return x.Alarms
+	}
+	return nil
+}
+
 // KeyVersion is one version of one key kept in a snapshot: every version above
 // the compaction floor plus the live version at or below it.
 type KeyVersion struct {
@@ -477,7 +613,7 @@ type KeyVersion struct {
 
 func (x *KeyVersion) Reset() {
 	*x = KeyVersion{}
-	mi := &file_netsy_v1_log_proto_msgTypes[5]
+	mi := &file_netsy_v1_log_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -489,7 +625,7 @@ func (x *KeyVersion) String() string {
 func (*KeyVersion) ProtoMessage() {}
 
 func (x *KeyVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_log_proto_msgTypes[5]
+	mi := &file_netsy_v1_log_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -502,7 +638,7 @@ func (x *KeyVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyVersion.ProtoReflect.Descriptor instead.
 func (*KeyVersion) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_log_proto_rawDescGZIP(), []int{5}
+	return file_netsy_v1_log_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *KeyVersion) GetKey() []byte {
@@ -576,7 +712,7 @@ type SnapshotLease struct {
 
 func (x *SnapshotLease) Reset() {
 	*x = SnapshotLease{}
-	mi := &file_netsy_v1_log_proto_msgTypes[6]
+	mi := &file_netsy_v1_log_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -588,7 +724,7 @@ func (x *SnapshotLease) String() string {
 func (*SnapshotLease) ProtoMessage() {}
 
 func (x *SnapshotLease) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_log_proto_msgTypes[6]
+	mi := &file_netsy_v1_log_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -601,7 +737,7 @@ func (x *SnapshotLease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotLease.ProtoReflect.Descriptor instead.
 func (*SnapshotLease) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_log_proto_rawDescGZIP(), []int{6}
+	return file_netsy_v1_log_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SnapshotLease) GetId() int64 {
@@ -641,7 +777,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_netsy_v1_log_proto_msgTypes[7]
+	mi := &file_netsy_v1_log_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -653,7 +789,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_log_proto_msgTypes[7]
+	mi := &file_netsy_v1_log_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -666,7 +802,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_log_proto_rawDescGZIP(), []int{7}
+	return file_netsy_v1_log_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SnapshotRecord) GetRecord() isSnapshotRecord_Record {
@@ -729,7 +865,7 @@ var File_netsy_v1_log_proto protoreflect.FileDescriptor
 
 const file_netsy_v1_log_proto_rawDesc = "" +
 	"\n" +
-	"\x12netsy/v1/log.proto\x12\bnetsy.v1\"\xbe\x02\n" +
+	"\x12netsy/v1/log.proto\x12\bnetsy.v1\"\xeb\x02\n" +
 	"\x05Entry\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12\x12\n" +
@@ -738,7 +874,15 @@ const file_netsy_v1_log_proto_rawDesc = "" +
 	"\flease_grants\x18\x05 \x03(\v2\x14.netsy.v1.LeaseGrantR\vleaseGrants\x12#\n" +
 	"\rlease_revokes\x18\x06 \x03(\x03R\fleaseRevokes\x12)\n" +
 	"\x10compact_revision\x18\a \x01(\x03R\x0fcompactRevision\x12F\n" +
-	"\x11lease_checkpoints\x18\b \x03(\v2\x19.netsy.v1.LeaseCheckpointR\x10leaseCheckpoints\"\x86\x01\n" +
+	"\x11lease_checkpoints\x18\b \x03(\v2\x19.netsy.v1.LeaseCheckpointR\x10leaseCheckpoints\x12+\n" +
+	"\x05alarm\x18\x14 \x01(\v2\x15.netsy.v1.AlarmChangeR\x05alarm\"Z\n" +
+	"\vAlarmChange\x12\x1a\n" +
+	"\bactivate\x18\x01 \x01(\bR\bactivate\x12\x1b\n" +
+	"\tmember_id\x18\x02 \x01(\x04R\bmemberId\x12\x12\n" +
+	"\x04type\x18\x03 \x01(\x05R\x04type\"8\n" +
+	"\x05Alarm\x12\x1b\n" +
+	"\tmember_id\x18\x01 \x01(\x04R\bmemberId\x12\x12\n" +
+	"\x04type\x18\x02 \x01(\x05R\x04type\"\x86\x01\n" +
 	"\x02Op\x12%\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x11.netsy.v1.Op.TypeR\x04type\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x14\n" +
@@ -754,7 +898,7 @@ const file_netsy_v1_log_proto_rawDesc = "" +
 	"\x03ttl\x18\x02 \x01(\x03R\x03ttl\"D\n" +
 	"\x0fLeaseCheckpoint\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12!\n" +
-	"\fremaining_ms\x18\x02 \x01(\x03R\vremainingMs\"\xd5\x01\n" +
+	"\fremaining_ms\x18\x02 \x01(\x03R\vremainingMs\"\xfe\x01\n" +
 	"\x0eSnapshotHeader\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12)\n" +
@@ -762,7 +906,8 @@ const file_netsy_v1_log_proto_rawDesc = "" +
 	"\x04term\x18\x04 \x01(\x03R\x04term\x12\x17\n" +
 	"\awal_seq\x18\x05 \x01(\x04R\x06walSeq\x12!\n" +
 	"\fkey_versions\x18\x06 \x01(\x03R\vkeyVersions\x12\x16\n" +
-	"\x06leases\x18\a \x01(\x03R\x06leases\"\xe0\x01\n" +
+	"\x06leases\x18\a \x01(\x03R\x06leases\x12'\n" +
+	"\x06alarms\x18\x14 \x03(\v2\x0f.netsy.v1.AlarmR\x06alarms\"\xe0\x01\n" +
 	"\n" +
 	"KeyVersion\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x14\n" +
@@ -796,31 +941,35 @@ func file_netsy_v1_log_proto_rawDescGZIP() []byte {
 }
 
 var file_netsy_v1_log_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_netsy_v1_log_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_netsy_v1_log_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_netsy_v1_log_proto_goTypes = []any{
 	(Op_Type)(0),            // 0: netsy.v1.Op.Type
 	(*Entry)(nil),           // 1: netsy.v1.Entry
-	(*Op)(nil),              // 2: netsy.v1.Op
-	(*LeaseGrant)(nil),      // 3: netsy.v1.LeaseGrant
-	(*LeaseCheckpoint)(nil), // 4: netsy.v1.LeaseCheckpoint
-	(*SnapshotHeader)(nil),  // 5: netsy.v1.SnapshotHeader
-	(*KeyVersion)(nil),      // 6: netsy.v1.KeyVersion
-	(*SnapshotLease)(nil),   // 7: netsy.v1.SnapshotLease
-	(*SnapshotRecord)(nil),  // 8: netsy.v1.SnapshotRecord
+	(*AlarmChange)(nil),     // 2: netsy.v1.AlarmChange
+	(*Alarm)(nil),           // 3: netsy.v1.Alarm
+	(*Op)(nil),              // 4: netsy.v1.Op
+	(*LeaseGrant)(nil),      // 5: netsy.v1.LeaseGrant
+	(*LeaseCheckpoint)(nil), // 6: netsy.v1.LeaseCheckpoint
+	(*SnapshotHeader)(nil),  // 7: netsy.v1.SnapshotHeader
+	(*KeyVersion)(nil),      // 8: netsy.v1.KeyVersion
+	(*SnapshotLease)(nil),   // 9: netsy.v1.SnapshotLease
+	(*SnapshotRecord)(nil),  // 10: netsy.v1.SnapshotRecord
 }
 var file_netsy_v1_log_proto_depIdxs = []int32{
-	2, // 0: netsy.v1.Entry.ops:type_name -> netsy.v1.Op
-	3, // 1: netsy.v1.Entry.lease_grants:type_name -> netsy.v1.LeaseGrant
-	4, // 2: netsy.v1.Entry.lease_checkpoints:type_name -> netsy.v1.LeaseCheckpoint
-	0, // 3: netsy.v1.Op.type:type_name -> netsy.v1.Op.Type
-	5, // 4: netsy.v1.SnapshotRecord.header:type_name -> netsy.v1.SnapshotHeader
-	6, // 5: netsy.v1.SnapshotRecord.kv:type_name -> netsy.v1.KeyVersion
-	7, // 6: netsy.v1.SnapshotRecord.lease:type_name -> netsy.v1.SnapshotLease
-	7, // [7:7] is the sub-list for method output_type
-	7, // [7:7] is the sub-list for method input_type
-	7, // [7:7] is the sub-list for extension type_name
-	7, // [7:7] is the sub-list for extension extendee
-	0, // [0:7] is the sub-list for field type_name
+	4, // 0: netsy.v1.Entry.ops:type_name -> netsy.v1.Op
+	5, // 1: netsy.v1.Entry.lease_grants:type_name -> netsy.v1.LeaseGrant
+	6, // 2: netsy.v1.Entry.lease_checkpoints:type_name -> netsy.v1.LeaseCheckpoint
+	2, // 3: netsy.v1.Entry.alarm:type_name -> netsy.v1.AlarmChange
+	0, // 4: netsy.v1.Op.type:type_name -> netsy.v1.Op.Type
+	3, // 5: netsy.v1.SnapshotHeader.alarms:type_name -> netsy.v1.Alarm
+	7, // 6: netsy.v1.SnapshotRecord.header:type_name -> netsy.v1.SnapshotHeader
+	8, // 7: netsy.v1.SnapshotRecord.kv:type_name -> netsy.v1.KeyVersion
+	9, // 8: netsy.v1.SnapshotRecord.lease:type_name -> netsy.v1.SnapshotLease
+	9, // [9:9] is the sub-list for method output_type
+	9, // [9:9] is the sub-list for method input_type
+	9, // [9:9] is the sub-list for extension type_name
+	9, // [9:9] is the sub-list for extension extendee
+	0, // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_netsy_v1_log_proto_init() }
@@ -828,7 +977,7 @@ func file_netsy_v1_log_proto_init() {
 	if File_netsy_v1_log_proto != nil {
 		return
 	}
-	file_netsy_v1_log_proto_msgTypes[7].OneofWrappers = []any{
+	file_netsy_v1_log_proto_msgTypes[9].OneofWrappers = []any{
 		(*SnapshotRecord_Header)(nil),
 		(*SnapshotRecord_Kv)(nil),
 		(*SnapshotRecord_Lease)(nil),
@@ -839,7 +988,7 @@ func file_netsy_v1_log_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_netsy_v1_log_proto_rawDesc), len(file_netsy_v1_log_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   8,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
