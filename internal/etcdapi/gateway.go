@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/encoding/protojson"
 )
@@ -117,6 +118,7 @@ func newGatewayMux() *runtime.ServeMux {
 				UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: true},
 			},
 		}}),
+		runtime.WithErrorHandler(stableErrorText),
 		runtime.WithIncomingHeaderMatcher(func(key string) (string, bool) {
 			k, ok := runtime.DefaultHeaderMatcher(key)
 			if ok && strings.HasPrefix(strings.ToLower(k), gatewayMDPrefix) {
@@ -152,6 +154,17 @@ func (m compactJSON) Marshal(v any) ([]byte, error) {
 		return b, nil // not JSON (an HttpBody's raw bytes): send it as is
 	}
 	return out.Bytes(), nil
+}
+
+// stableErrorText is grpc-gateway's error handler with protobuf's
+// non-breaking spaces made plain. protobuf writes "proto:" and a space
+// that is a U+00A0 in some builds (on purpose, like the spacing above);
+// etcd's binary writes a plain space, so bad JSON gets etcd's exact text.
+func stableErrorText(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
+	if st, ok := status.FromError(err); ok && strings.Contains(st.Message(), "\u00a0") {
+		err = status.Error(st.Code(), strings.ReplaceAll(st.Message(), "\u00a0", " "))
+	}
+	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
 }
 
 // gatewayAccess is what etcd's access controller does for gateway paths:

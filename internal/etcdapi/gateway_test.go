@@ -12,8 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 )
 
 // gatewayEnv serves the gateway of a Server over the fake Backend on an
@@ -185,5 +188,21 @@ func TestGatewayDropsForgedIdentityHeader(t *testing.T) {
 	}
 	if len(sawRemote) != 1 || sawRemote[0] == "10.9.9.9:1" {
 		t.Errorf("inner server got remote %q, want only the HTTP connection's address", sawRemote)
+	}
+}
+
+// protobuf writes the space after "proto:" as U+00A0 in some builds; the
+// gateway answers with etcd's plain space whatever this build does (the
+// e2e run of TestGateway failed on exactly that before).
+func TestGatewayErrorTextIsStableAcrossBuilds(t *testing.T) {
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest("POST", "/v3/kv/range", nil)
+	mux := newGatewayMux()
+	_, m := runtime.MarshalerForRequest(mux, req)
+	stableErrorText(t.Context(), mux, m, rec, req,
+		status.Error(codes.InvalidArgument, "proto:\u00a0(line 1:9): invalid value for bytes field key: \"!!!\""))
+	want := `{"code":3,"message":"proto: (line 1:9): invalid value for bytes field key: \"!!!\""}`
+	if got := strings.TrimSpace(rec.Body.String()); rec.Code != 400 || got != want {
+		t.Fatalf("got %d %s, want 400 %s", rec.Code, got, want)
 	}
 }
