@@ -258,3 +258,57 @@ func TestTLSRoutesByALPNAndHoldsBothSidesToTheClientCertificate(t *testing.T) {
 		}
 	}
 }
+
+// The gRPC hot path through the Mux against the same server on its own
+// listener: the Mux acts once per connection, so a call costs the same.
+func BenchmarkGRPCCall(b *testing.B) {
+	for _, viaMux := range []bool{false, true} {
+		name := "direct"
+		if viaMux {
+			name = "portmux"
+		}
+		b.Run(name, func(b *testing.B) {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			g := grpc.NewServer()
+			healthpb.RegisterHealthServer(g, health.NewServer())
+			serveL := l
+			var m *Mux
+			if viaMux {
+				m = New(l, Options{})
+				serveL = m.GRPC()
+				m.Start()
+			}
+			done := make(chan struct{})
+			go func() { defer close(done); _ = g.Serve(serveL) }()
+			defer func() {
+				g.Stop()
+				if m != nil {
+					m.Close()
+				}
+				<-done
+			}()
+			cc, err := grpc.NewClient(l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer cc.Close()
+			hc := healthpb.NewHealthClient(cc)
+			ctx := context.Background()
+			if _, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
