@@ -32,6 +32,8 @@
 // never holds up the accept loop.
 //
 // This package must never read or write a byte of a routed connection after
-// handing it over, never parse TLS records itself, and never keep a
-// connection or goroutine past Close.
+// handing it over, never parse a ClientHello itself (it looks at one byte,
+// the record type, and leaves the rest to crypto/tls), never route a
+// request (only whole connections), and never keep a connection or
+// goroutine past Close.
 package portmux
