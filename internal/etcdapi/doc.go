@@ -30,6 +30,16 @@
 //     is only sent once the watchers it speaks for have been sent every event
 //     <= R, so it never overtakes an event.
 //
+// JSON gateway (Gateway): etcd's own generated handlers
+// (go.etcd.io/etcd/api/v3/etcdserverpb/gw) on grpc-gateway's runtime, with
+// the marshaler options etcd 3.6 uses, so paths, field names, int64 as
+// strings, base64 bytes and error bodies are etcd's; the output is
+// compacted so that every build prints etcd's bytes. The handlers reach the
+// services through an in-process gRPC server of their own (no socket), so
+// the gateway is no way around the client port's TLS; the HTTP client's
+// verified certificate rides along as metadata that HTTP clients cannot
+// set, and becomes the peer identity of the call.
+//
 // Snapshot stream framing: the data file Backend.Snapshot writes, then zero
 // bytes up to a multiple of 512, then the SHA-256 of all of that. This is
 // what `etcdctl snapshot save` insists on (it rejects a download whose size

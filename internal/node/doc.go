@@ -15,7 +15,10 @@
 // connection to a peer peer identities of this cluster. A request that a
 // node forwards to the Primary goes over the peer port under the
 // forwarding node's peer identity; the client's own identity was checked
-// by the node it connected to. The HTTP port stays plaintext: it serves
+// by the node it connected to. The client port is shared, as etcd's is:
+// internal/portmux hands gRPC connections to the gRPC server and HTTP/1.1
+// ones to etcd's JSON gateway (etcdapi.Gateway), both under the client
+// port's TLS. The HTTP port stays plaintext: it serves
 // health, metrics, profiles and the read-only cluster view, never keys or
 // values.
 package node

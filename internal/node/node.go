@@ -28,6 +28,7 @@ import (
 	objopen "github.com/netsy-io/netsy/internal/objstore/open"
 	"github.com/netsy-io/netsy/internal/objwal"
 	"github.com/netsy-io/netsy/internal/peer"
+	"github.com/netsy-io/netsy/internal/portmux"
 	"github.com/netsy-io/netsy/internal/replica"
 	"github.com/netsy-io/netsy/internal/roles"
 	"github.com/netsy-io/netsy/internal/vfs"
@@ -59,7 +60,12 @@ type Node struct {
 	http        *http.Server
 	client      net.Listener
 	httpL       net.Listener
-	ready       atomic.Bool
+	// The client port is shared: clientMux hands gRPC connections to grpc
+	// and HTTP ones to gwHTTP, which serves etcd's JSON gateway.
+	clientMux *portmux.Mux
+	gw        *etcdapi.Gateway
+	gwHTTP    *http.Server
+	ready     atomic.Bool
 	// rolesP is roles for the engine's OnDeposed, which may run before
 	// the roles exist (a follower's engine then has no Primary to tell).
 	rolesP atomic.Pointer[roles.Roles]
@@ -276,11 +282,14 @@ func StartWith(ctx context.Context, cfg config.Config, logger hclog.Logger, deps
 	})
 	n.grpc = n.api.NewGRPCServer(n.tls.clientServerOptions(logger, clk)...)
 	n.http = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
+	if err := n.serveGateway(); err != nil {
+		return nil, err
+	}
 
 	n.wg.Add(2)
 	go func() {
 		defer n.wg.Done()
-		if err := n.grpc.Serve(n.client); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		if err := n.grpc.Serve(n.clientMux.GRPC()); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			n.log.Error("client API stopped", "error", err)
 		}
 	}()
@@ -300,6 +309,45 @@ func StartWith(ctx context.Context, cfg config.Config, logger hclog.Logger, deps
 		}
 	}
 	return n, nil
+}
+
+// serveGateway shares the client port: the gRPC server gets the gRPC
+// connections (n.clientMux.GRPC) and etcd's JSON gateway the HTTP ones,
+// both held to the client port's TLS (internal/portmux).
+func (n *Node) serveGateway() error {
+	n.clientMux = portmux.New(n.client, portmux.Options{TLS: n.tls.client, Clock: n.clock, Logger: n.log.Named("tls")})
+	gw, err := n.api.NewGateway(n.tls.requestLogOptions(n.log, n.clock)...)
+	if err != nil {
+		return err
+	}
+	n.gw = gw
+	n.gwHTTP = &http.Server{Handler: gw, ReadHeaderTimeout: 10 * time.Second}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		if err := n.gwHTTP.Serve(n.clientMux.HTTP()); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			n.log.Error("JSON gateway stopped", "error", err)
+		}
+	}()
+	n.clientMux.Start()
+	return nil
+}
+
+// stopGateway stops the JSON gateway and closes the client port. Its watch
+// and keep-alive streams have ended with n.api.Close.
+func (n *Node) stopGateway() {
+	if n.gwHTTP != nil {
+		ctx, cancel := clock.WithTimeout(context.Background(), n.clock, 2*time.Second)
+		_ = n.gwHTTP.Shutdown(ctx)
+		cancel()
+		n.gwHTTP.Close()
+	}
+	if n.gw != nil {
+		n.gw.Close()
+	}
+	if n.clientMux != nil {
+		n.clientMux.Close()
+	}
 }
 
 // waitReady waits until the node knows the Primary and can serve.
@@ -437,6 +485,7 @@ func (n *Node) shutdown(graceful bool) error {
 				<-done
 			}
 		}
+		n.stopGateway()
 		if n.http != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			_ = n.http.Shutdown(ctx)
@@ -444,7 +493,7 @@ func (n *Node) shutdown(graceful bool) error {
 		} else if n.httpL != nil {
 			n.httpL.Close()
 		}
-		if n.grpc == nil && n.client != nil {
+		if n.clientMux == nil && n.client != nil {
 			n.client.Close()
 		}
 		n.wg.Wait()

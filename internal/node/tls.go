@@ -100,15 +100,21 @@ func newNodeTLS(cfg config.Config, clk clock.Clock, logger hclog.Logger) (*nodeT
 // request log (debug), which names the client's identity when it presented
 // a certificate.
 func (t *nodeTLS) clientServerOptions(logger hclog.Logger, clk clock.Clock) []grpc.ServerOption {
-	reqLog := logger.Named("request")
-	opts := []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(tlsconf.UnaryRequestLog(reqLog, clk)),
-		grpc.ChainStreamInterceptor(tlsconf.StreamRequestLog(reqLog, clk)),
-	}
+	opts := t.requestLogOptions(logger, clk)
 	if t.client != nil {
 		opts = append(opts, grpc.Creds(tlsconf.ServerCredentials(t.client, t.log)))
 	}
 	return opts
+}
+
+// requestLogOptions are the client port's request log (debug), also used by
+// the JSON gateway's inner server, where the identity is the HTTP client's.
+func (t *nodeTLS) requestLogOptions(logger hclog.Logger, clk clock.Clock) []grpc.ServerOption {
+	reqLog := logger.Named("request")
+	return []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(tlsconf.UnaryRequestLog(reqLog, clk)),
+		grpc.ChainStreamInterceptor(tlsconf.StreamRequestLog(reqLog, clk)),
+	}
 }
 
 // peerServerOptions are the peer port's mutual TLS credentials.
