@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"io"
 	"os"
 	"strconv"
@@ -147,6 +148,13 @@ func describeEntry(e *netsyv1.Entry) string {
 	}
 	if e.CompactRevision > 0 {
 		parts = append(parts, fmt.Sprintf("compact %d", e.CompactRevision))
+	}
+	if a := e.Alarm; a != nil {
+		verb := "clear"
+		if a.Activate {
+			verb = "activate"
+		}
+		parts = append(parts, fmt.Sprintf("alarm %s %s member %x", verb, pb.AlarmType(a.Type), a.MemberId))
 	}
 	if n := len(e.LeaseCheckpoints); n > 0 {
 		parts = append(parts, fmt.Sprintf("checkpoint %d leases", n))

@@ -157,3 +157,10 @@ func TestDescribeEntryNamesLeaseCheckpoints(t *testing.T) {
 		t.Fatalf("describeEntry = %q, want %q", got, want)
 	}
 }
+
+func TestDescribeEntryNamesAlarms(t *testing.T) {
+	e := &netsyv1.Entry{Index: 9, Alarm: &netsyv1.AlarmChange{Activate: true, MemberId: 0xab, Type: 1}}
+	if got, want := describeEntry(e), "alarm activate NOSPACE member ab"; got != want {
+		t.Fatalf("describeEntry = %q, want %q", got, want)
+	}
+}
