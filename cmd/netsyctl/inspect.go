@@ -5,12 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"io"
 	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/netsy-io/netsy/internal/datafile"
 	"github.com/netsy-io/netsy/internal/etcdapi"
