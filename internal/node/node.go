@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -56,6 +57,10 @@ type Node struct {
 	peerGRPC *grpc.Server
 	// peerServing runs the peer server.
 	peerServing *peer.Serving
+	// grpcMetrics are the client port's gRPC metrics (etcdmetrics.go),
+	// storeStats its object-storage requests' (storemetrics.go).
+	grpcMetrics *grpcprom.ServerMetrics
+	storeStats  *storeMetrics
 	http        *http.Server
 	client      net.Listener
 	httpL       net.Listener
@@ -154,6 +159,8 @@ func StartWith(ctx context.Context, cfg config.Config, logger hclog.Logger, deps
 		}
 		n.ownStore = true
 	}
+	n.storeStats = newStoreMetrics()
+	n.store = instrumentStore(n.store, n.storeStats, clk)
 	n.pool = peer.NewPool(network, n.tls.peerDialOptions()...)
 	others, err := checkRegistration(ctx, cfg, n.store, clk, probeNode(n.pool, clk, cfg.HeartbeatInterval), logger)
 	if err != nil {
@@ -262,7 +269,9 @@ func StartWith(ctx context.Context, cfg config.Config, logger hclog.Logger, deps
 		ProgressNotifyInterval: cfg.ProgressNotifyInterval,
 		MaxRequestBytes:        cfg.MaxRequestBytes,
 	})
-	n.grpc = n.api.NewGRPCServer(n.tls.clientServerOptions(logger, clk)...)
+	n.grpcMetrics = newGRPCMetrics()
+	n.grpc = n.api.NewGRPCServer(append(n.tls.clientServerOptions(logger, clk), grpcMetricsOptions(n.grpcMetrics)...)...)
+	n.grpcMetrics.InitializeMetrics(n.grpc)
 	n.http = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
 
 	n.wg.Add(2)
@@ -325,6 +334,7 @@ func (n *Node) httpHandler() http.Handler {
 	reg.MustRegister(objwalCollector{n.objlog})
 	reg.MustRegister(n.tls.collector())
 	reg.MustRegister(n.roles.Collectors()...)
+	reg.MustRegister(n.etcdCollectors()...)
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
