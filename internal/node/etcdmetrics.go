@@ -92,6 +92,13 @@ func (c etcdCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(etcdGoVersionDesc, prometheus.GaugeValue, 1, runtime.Version())
 }
 
+// nodeMetrics are what the node measures itself: the gRPC calls of its
+// client and peer ports, and its object-storage requests.
+type nodeMetrics struct {
+	grpc, peerGRPC *grpcprom.ServerMetrics
+	store          *storeMetrics
+}
+
 // newGRPCMetrics are the gRPC server metrics etcd's dashboards read
 // (grpc_server_started_total, grpc_server_handled_total,
 // grpc_server_msg_received_total, grpc_server_msg_sent_total and the
@@ -101,6 +108,14 @@ func newGRPCMetrics() *grpcprom.ServerMetrics {
 	// The histogram's buckets are Prometheus' defaults, as etcd's with
 	// --metrics=extensive.
 	return grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
+}
+
+// newPeerGRPCMetrics are the peer port's gRPC call counts (Follow
+// streams, heartbeats, forwarded requests), under netsy_peer_ so that
+// etcd's dashboards, which read the client port's, do not mix them in.
+// No latency histogram: a Follow stream lasts as long as the Primary.
+func newPeerGRPCMetrics() *grpcprom.ServerMetrics {
+	return grpcprom.NewServerMetrics(grpcprom.WithServerCounterOptions(grpcprom.WithNamespace("netsy_peer")))
 }
 
 // grpcMetricsOptions put m's interceptors on a server.
@@ -121,12 +136,12 @@ func (n *Node) etcdCollectors() []prometheus.Collector {
 	quorum := float64(n.cfg.Quorum)
 	return append([]prometheus.Collector{
 		etcdCollector{eng: n.eng, log: n.objlog, memberID: n.roles.MemberID},
-		n.grpcMetrics,
+		n.metrics.grpc, n.metrics.peerGRPC,
 		// The quorum mode, for dashboards that show it next to the
 		// fallbacks (netsy_quorum_fallback).
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "netsy_quorum",
 			Help: "This node's --quorum: -1 a majority of the nodes, 0 object storage alone, N that many replicas.",
 		}, func() float64 { return quorum }),
-	}, n.storeStats.collectors()...)
+	}, n.metrics.store.collectors()...)
 }

@@ -211,6 +211,10 @@ func TestNodeExportsEtcdMetrics(t *testing.T) {
 	if v, ok := series(after, "netsy_objstore_requests_total", map[string]string{"op": "put_if_absent", "result": "ok"}); !ok || v == 0 {
 		t.Errorf("object-storage creates = %v (present %v), want some (registration, the WAL)", v, ok)
 	}
+	// The peer port's calls are counted apart, under netsy_peer_.
+	if _, ok := series(after, "netsy_peer_grpc_server_handled_total", map[string]string{"grpc_service": "etcdserverpb.KV", "grpc_method": "Put", "grpc_code": "OK"}); !ok {
+		t.Error("netsy_peer_grpc_server_handled_total lacks the forwarded Put series")
+	}
 	if v, ok := series(after, "netsy_quorum", nil); !ok || v != -1 {
 		t.Errorf("netsy_quorum = %v (present %v), want -1 (the default)", v, ok)
 	}

@@ -13,7 +13,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -57,10 +56,7 @@ type Node struct {
 	peerGRPC *grpc.Server
 	// peerServing runs the peer server.
 	peerServing *peer.Serving
-	// grpcMetrics are the client port's gRPC metrics (etcdmetrics.go),
-	// storeStats its object-storage requests' (storemetrics.go).
-	grpcMetrics *grpcprom.ServerMetrics
-	storeStats  *storeMetrics
+	metrics     nodeMetrics // what the node measures itself (etcdmetrics.go)
 	http        *http.Server
 	client      net.Listener
 	httpL       net.Listener
@@ -159,8 +155,8 @@ func StartWith(ctx context.Context, cfg config.Config, logger hclog.Logger, deps
 		}
 		n.ownStore = true
 	}
-	n.storeStats = newStoreMetrics()
-	n.store = instrumentStore(n.store, n.storeStats, clk)
+	n.metrics.store = newStoreMetrics()
+	n.store = instrumentStore(n.store, n.metrics.store, clk)
 	n.pool = peer.NewPool(network, n.tls.peerDialOptions()...)
 	others, err := checkRegistration(ctx, cfg, n.store, clk, probeNode(n.pool, clk, cfg.HeartbeatInterval), logger)
 	if err != nil {
@@ -255,8 +251,11 @@ func StartWith(ctx context.Context, cfg config.Config, logger hclog.Logger, deps
 	})
 	peerOpts := append(peer.ServerOptions(),
 		grpc.ChainUnaryInterceptor(replica.CommitIndexInterceptor(n.eng.CommittedIndex)))
+	n.metrics.peerGRPC = newPeerGRPCMetrics()
+	peerOpts = append(peerOpts, grpcMetricsOptions(n.metrics.peerGRPC)...)
 	n.peerGRPC = n.peerAPI.NewGRPCServer(append(peerOpts, n.tls.peerServerOptions()...)...)
 	r.RegisterPeerServices(n.peerGRPC)
+	n.metrics.peerGRPC.InitializeMetrics(n.peerGRPC)
 	n.peerServing = peer.Serve(n.peerGRPC, n.peerL)
 
 	n.api = etcdapi.New(etcdapi.Config{
@@ -269,9 +268,9 @@ func StartWith(ctx context.Context, cfg config.Config, logger hclog.Logger, deps
 		ProgressNotifyInterval: cfg.ProgressNotifyInterval,
 		MaxRequestBytes:        cfg.MaxRequestBytes,
 	})
-	n.grpcMetrics = newGRPCMetrics()
-	n.grpc = n.api.NewGRPCServer(append(n.tls.clientServerOptions(logger, clk), grpcMetricsOptions(n.grpcMetrics)...)...)
-	n.grpcMetrics.InitializeMetrics(n.grpc)
+	n.metrics.grpc = newGRPCMetrics()
+	n.grpc = n.api.NewGRPCServer(append(n.tls.clientServerOptions(logger, clk), grpcMetricsOptions(n.metrics.grpc)...)...)
+	n.metrics.grpc.InitializeMetrics(n.grpc)
 	n.http = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
 
 	n.wg.Add(2)
