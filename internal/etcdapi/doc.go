@@ -7,8 +7,8 @@
 // and lease keep-alive streams.
 //
 // It must never touch storage, evaluate a request against the keyspace, or
-// keep state beyond one stream's lifetime: everything durable or shared lives
-// behind Backend.
+// keep state beyond one stream's lifetime (beyond the counters Collectors
+// exports): everything durable or shared lives behind Backend.
 //
 // Watch invariants, enforced by one loop per stream that alone calls Send:
 //   - Each watcher has a cursor, the first revision it has not been sent. The
