@@ -77,8 +77,9 @@ fmt:
 # tools installs what the tests need into the git-ignored .cache/: etcd,
 # etcdctl and etcd's benchmark tool (v3.6.10), MinIO, and kube-apiserver and
 # kubectl (v1.34.4, for the TLS e2e and the deploy/kubernetes dry run; a
-# cold build takes minutes, later runs find them built), and helm (v3.22.0,
-# which renders, lints and checks the chart in deploy/helm/netsy). systemd-analyze,
+# cold build takes minutes, later runs find them built), helm (v3.22.0,
+# which renders, lints and checks the chart in deploy/helm/netsy) and promtool
+# (Prometheus v3.16, for deploy/prometheus's rules). systemd-analyze,
 # which checks deploy/systemd, comes with the machine's systemd; where it is
 # missing, Debian's systemd package brings it.
 tools:
@@ -86,6 +87,7 @@ tools:
 	bash deploy/minio/minio.sh install
 	bash scripts/build-kube.sh >/dev/null
 	bash scripts/build-helm.sh >/dev/null
+	bash scripts/build-promtool.sh >/dev/null
 	@command -v systemd-analyze >/dev/null || { echo "installing systemd-analyze: apt-get install systemd"; \
 		apt-get update -qq && apt-get install -y -qq --no-install-recommends systemd >/dev/null; }
 	@command -v $(PROTOC) >/dev/null || { echo "installing protoc: apt-get install protobuf-compiler"; \

@@ -164,6 +164,11 @@ type Engine struct {
 	durableIdx  atomic.Uint64
 	appendedRev atomic.Int64
 	lastTerm    atomic.Int64
+	// primaryCommit is the newest commit index a Primary told this
+	// follower (CommitTo), and writesFailed counts writes that failed
+	// after the loop took them: both for metrics (see metrics.go).
+	primaryCommit atomic.Uint64
+	writesFailed  atomic.Uint64
 
 	notifyMu sync.Mutex
 	notifyCh chan struct{}

@@ -425,6 +425,7 @@ func (e *Engine) CommitTo(ctx context.Context, index uint64) error {
 			return
 		}
 		e.commitLimit = index
+		e.primaryCommit.Store(index)
 		e.applyFollowed()
 	})
 }

@@ -61,6 +61,9 @@ func (p *proposal) finish(err error) {
 // submit hands o to the loop and waits for its answer.
 func (e *Engine) submit(ctx context.Context, o op) error {
 	if f := e.failed.Load(); f != nil {
+		if o.logs() {
+			e.writesFailed.Add(1)
+		}
 		return *f
 	}
 	p := &proposal{op: o, done: make(chan struct{}), deadline: e.cfg.Clock.Now().Add(e.cfg.WriteTimeout)}
@@ -71,14 +74,19 @@ func (e *Engine) submit(ctx context.Context, o op) error {
 	case <-e.ctx.Done():
 		return ErrStopped
 	}
+	var err error
 	select {
 	case <-p.done:
-		return p.err
+		err = p.err
 	case <-ctx.Done():
-		return ctx.Err()
+		err = ctx.Err()
 	case <-e.ctx.Done():
-		return ErrStopped
+		err = ErrStopped
 	}
+	if err != nil && o.logs() && writeFailure(err) {
+		e.writesFailed.Add(1)
+	}
+	return err
 }
 
 type putOp struct {

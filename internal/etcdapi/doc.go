@@ -7,8 +7,8 @@
 // and lease keep-alive streams.
 //
 // It must never touch storage, evaluate a request against the keyspace, or
-// keep state beyond one stream's lifetime: everything durable or shared lives
-// behind Backend.
+// keep state beyond one stream's lifetime (beyond the counters Collectors
+// exports): everything durable or shared lives behind Backend.
 //
 // The space quota and alarms are the engine's, kept as state of the log
 // (see package engine): this package only serves Alarm over the Backend,

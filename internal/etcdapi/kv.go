@@ -22,6 +22,7 @@ func (k *kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResp
 	if err != nil {
 		return nil, toGRPCError(err)
 	}
+	k.s.ops.ranges.Add(1)
 	resp.Header = k.s.header(resp.Header)
 	return resp, nil
 }
@@ -37,6 +38,7 @@ func (k *kvServer) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, 
 	if err != nil {
 		return nil, toGRPCError(err)
 	}
+	k.s.ops.puts.Add(1)
 	resp.Header = k.s.header(resp.Header)
 	return resp, nil
 }
@@ -52,6 +54,7 @@ func (k *kvServer) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*
 	if err != nil {
 		return nil, toGRPCError(err)
 	}
+	k.s.ops.deletes.Add(1)
 	resp.Header = k.s.header(resp.Header)
 	return resp, nil
 }
@@ -64,6 +67,7 @@ func (k *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, 
 	if err != nil {
 		return nil, toGRPCError(err)
 	}
+	k.s.ops.txn(r, resp)
 	resp.Header = k.s.header(resp.Header)
 	return resp, nil
 }

@@ -90,6 +90,7 @@ type Server struct {
 	watchers         atomic.Int64
 	watchEventsSent  atomic.Int64
 	keepAliveStreams atomic.Int64
+	ops              opCounts
 
 	// hooks lets tests observe points of the watch loop that have no
 	// externally visible effect. Nil in production.
@@ -180,6 +181,10 @@ func (s *Server) Collectors() []prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help},
 			func() float64 { return float64(v.Load()) })
 	}
+	counter := func(name, help string, v *atomic.Int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
+			func() float64 { return float64(v.Load()) })
+	}
 	return []prometheus.Collector{
 		gauge("netsy_watch_streams", "Open Watch streams.", &s.watchStreams),
 		gauge("netsy_watchers", "Watchers across all Watch streams.", &s.watchers),
@@ -188,6 +193,58 @@ func (s *Server) Collectors() []prometheus.Collector {
 			Name: "netsy_watch_events_sent_total",
 			Help: "Events sent to watchers.",
 		}, func() float64 { return float64(s.watchEventsSent.Load()) }),
+		// etcd's names for the same numbers and for the operations served
+		// (opCounts says how they are counted).
+		gauge("etcd_debugging_mvcc_watcher_total", "Total number of watchers.", &s.watchers),
+		gauge("etcd_debugging_mvcc_watch_stream_total", "Total number of watch streams.", &s.watchStreams),
+		counter("etcd_mvcc_range_total", "Total number of ranges seen by this member.", &s.ops.ranges),
+		counter("etcd_mvcc_put_total", "Total number of puts seen by this member.", &s.ops.puts),
+		counter("etcd_mvcc_delete_total", "Total number of deletes seen by this member.", &s.ops.deletes),
+		counter("etcd_mvcc_txn_total", "Total number of txns seen by this member.", &s.ops.txns),
+	}
+}
+
+// opCounts counts the key-value operations this server answered with
+// success, as etcd's mvcc layer counts them: every range, put and delete,
+// those inside a txn's executed branches included, and a txn once when it
+// executed more than one operation. A request forwarded to the Primary
+// counts on the node the client sent it to (the Primary's peer-port server
+// is not exported), so the sum over a cluster is what its clients did.
+type opCounts struct {
+	ranges, puts, deletes, txns atomic.Int64
+}
+
+// txn counts the operations of a txn that succeeded.
+func (c *opCounts) txn(r *pb.TxnRequest, resp *pb.TxnResponse) {
+	var n [3]int64 // ranges, puts, deletes
+	countTxn(r, resp, &n)
+	c.ranges.Add(n[0])
+	c.puts.Add(n[1])
+	c.deletes.Add(n[2])
+	if n[0]+n[1]+n[2] > 1 {
+		c.txns.Add(1)
+	}
+}
+
+// countTxn adds up the operations of the branch resp says ran.
+func countTxn(r *pb.TxnRequest, resp *pb.TxnResponse, n *[3]int64) {
+	ops := r.GetFailure()
+	if resp.GetSucceeded() {
+		ops = r.GetSuccess()
+	}
+	for i, op := range ops {
+		switch v := op.Request.(type) {
+		case *pb.RequestOp_RequestRange:
+			n[0]++
+		case *pb.RequestOp_RequestPut:
+			n[1]++
+		case *pb.RequestOp_RequestDeleteRange:
+			n[2]++
+		case *pb.RequestOp_RequestTxn:
+			if i < len(resp.GetResponses()) {
+				countTxn(v.RequestTxn, resp.Responses[i].GetResponseTxn(), n)
+			}
+		}
 	}
 }
 

@@ -21,4 +21,12 @@
 // port's TLS. The HTTP port stays plaintext: it serves
 // health, metrics, profiles and the read-only cluster view, never keys or
 // values.
+//
+// /metrics carries each package's own netsy_* metrics and, for dashboards
+// and alerts written for etcd, etcd's names for what Netsy has an
+// equivalent of (etcdmetrics.go; the roles and the client API export the
+// rest): node only reads them at scrape time, and the write path keeps
+// nothing for them but counters. The object store the node opens is
+// wrapped to count and time every request (storemetrics.go); the wrapper
+// passes results through unchanged.
 package node

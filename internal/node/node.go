@@ -57,6 +57,7 @@ type Node struct {
 	peerGRPC *grpc.Server
 	// peerServing runs the peer server.
 	peerServing *peer.Serving
+	metrics     nodeMetrics // what the node measures itself (etcdmetrics.go)
 	http        *http.Server
 	client      net.Listener
 	httpL       net.Listener
@@ -160,6 +161,8 @@ func StartWith(ctx context.Context, cfg config.Config, logger hclog.Logger, deps
 		}
 		n.ownStore = true
 	}
+	n.metrics.store = newStoreMetrics()
+	n.store = instrumentStore(n.store, n.metrics.store, clk)
 	n.pool = peer.NewPool(network, n.tls.peerDialOptions()...)
 	others, err := checkRegistration(ctx, cfg, n.store, clk, probeNode(n.pool, clk, cfg.HeartbeatInterval), logger)
 	if err != nil {
@@ -266,8 +269,11 @@ func StartWith(ctx context.Context, cfg config.Config, logger hclog.Logger, deps
 	})
 	peerOpts := append(peer.ServerOptions(),
 		grpc.ChainUnaryInterceptor(replica.CommitIndexInterceptor(n.eng.CommittedIndex)))
+	n.metrics.peerGRPC = newPeerGRPCMetrics()
+	peerOpts = append(peerOpts, grpcMetricsOptions(n.metrics.peerGRPC)...)
 	n.peerGRPC = n.peerAPI.NewGRPCServer(append(peerOpts, n.tls.peerServerOptions()...)...)
 	r.RegisterPeerServices(n.peerGRPC)
+	n.metrics.peerGRPC.InitializeMetrics(n.peerGRPC)
 	n.peerServing = peer.Serve(n.peerGRPC, n.peerL)
 
 	n.api = etcdapi.New(etcdapi.Config{
@@ -280,7 +286,9 @@ func StartWith(ctx context.Context, cfg config.Config, logger hclog.Logger, deps
 		ProgressNotifyInterval: cfg.ProgressNotifyInterval,
 		MaxRequestBytes:        cfg.MaxRequestBytes,
 	})
-	n.grpc = n.api.NewGRPCServer(n.tls.clientServerOptions(logger, clk)...)
+	n.metrics.grpc = newGRPCMetrics()
+	n.grpc = n.api.NewGRPCServer(append(n.tls.clientServerOptions(logger, clk), grpcMetricsOptions(n.metrics.grpc)...)...)
+	n.metrics.grpc.InitializeMetrics(n.grpc)
 	n.http = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
 	if err := n.serveGateway(); err != nil {
 		return nil, err
@@ -386,6 +394,7 @@ func (n *Node) httpHandler() http.Handler {
 	reg.MustRegister(objwalCollector{n.objlog})
 	reg.MustRegister(n.tls.collector())
 	reg.MustRegister(n.roles.Collectors()...)
+	reg.MustRegister(n.etcdCollectors()...)
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/debug/pprof/", pprof.Index)

@@ -154,6 +154,10 @@ type Roles struct {
 	fallbacksC prometheus.Counter
 	receiptH   prometheus.Histogram
 	catchUpsC  prometheus.Counter
+	// etcd's names for what the roles see (service.go's Collectors).
+	leaderChangesC prometheus.Counter
+	hbFailuresC    prometheus.Counter
+	peerRTTH       *prometheus.HistogramVec
 
 	// compaction runs auto-compaction while this node is Active (nil:
 	// off).
@@ -221,6 +225,17 @@ func New(cfg Config) (*Roles, error) {
 		catchUpsC: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "netsy_replica_catchups_total", Help: "Times this node, as a replica, caught up from object storage because the Primary no longer held what it lacked.",
 		}),
+		leaderChangesC: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "etcd_server_leader_changes_seen_total", Help: "The number of leader changes seen (a Primary this node had not known, or a new term of it).",
+		}),
+		hbFailuresC: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "etcd_server_heartbeat_send_failures_total", Help: "The total number of heartbeats to the Elector that failed or were refused.",
+		}),
+		// etcd's buckets: 100 µs doubling to about 3.3 s.
+		peerRTTH: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "etcd_network_peer_round_trip_time_seconds", Help: "Round-trip-time histogram between peers (this node's heartbeats to the Elector, by its member id).",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+		}, []string{"To"}),
 	}
 	r.publish()
 	var err error

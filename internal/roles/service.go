@@ -111,7 +111,26 @@ func (r *Roles) Collectors() []prometheus.Collector {
 			func() float64 { return b2f(r.Healthy()) }),
 		gauge("netsy_following", "1 while this replica's Follow stream to the Primary is open.",
 			func() float64 { ok, _, _ := r.follower.Connected(); return b2f(ok) }),
+		// etcd's names, with leader read as the Primary (docs/operations.md).
+		r.leaderChangesC, r.hbFailuresC, r.peerRTTH,
+		gauge("etcd_server_has_leader", "Whether or not a leader exists. 1 is existence, 0 is not (this node is the Active Primary, or follows one).",
+			func() float64 { return b2f(r.HasLeader()) }),
+		gauge("etcd_server_is_leader", "Whether or not this member is a leader. 1 if is, 0 otherwise (1 while this node is the Active Primary).",
+			func() float64 { return b2f(r.prim.Active()) }),
 	}
+}
+
+// HasLeader reports whether this node has a Primary to commit its writes:
+// it is the Active Primary itself, or its Follow stream to the Primary is
+// open. A Primary named in the Cluster State that this node cannot reach
+// does not count, as an etcd follower that lost its leader's heartbeats
+// has none.
+func (r *Roles) HasLeader() bool {
+	if r.prim.Active() {
+		return true
+	}
+	ok, _, _ := r.follower.Connected()
+	return ok
 }
 
 var (

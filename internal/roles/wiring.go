@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/netsy-io/netsy/internal/clock"
@@ -167,6 +168,7 @@ func (r *Roles) sendHeartbeat(ctx context.Context, hb *netsyv1.Heartbeat) (*nets
 	}
 	resp, err := el.Heartbeat(ctx, hb)
 	if err != nil {
+		r.hbFailuresC.Inc()
 		return nil, r.electorRefusal(err)
 	}
 	return resp, nil
@@ -187,6 +189,11 @@ func (r *Roles) offer(cs *netsyv1.ClusterState, from string) (bool, *netsyv1.Clu
 // and the lock learns of the Elector that answered.
 func (r *Roles) answered(resp *netsyv1.HeartbeatResponse, sentAt time.Time) {
 	cs := resp.GetClusterState()
+	if el := cs.GetElector(); el != nil && el.NodeId != r.self.NodeId && el.MemberId != 0 {
+		// A heartbeat answered by another node is a real round trip;
+		// this node's own Elector answers by a call.
+		r.peerRTTH.WithLabelValues(strconv.FormatUint(el.MemberId, 16)).Observe(r.clk.Now().Sub(sentAt).Seconds())
+	}
 	accepted, _ := r.offer(cs, "heartbeat")
 	if _, held := r.prim.State(); renewsLease(r.self.NodeId, accepted, cs, held) {
 		r.prim.Answered(sentAt)
@@ -349,6 +356,7 @@ func (r *Roles) watchView(ctx context.Context) {
 			var notes []note
 			if p := cs.GetPrimary(); p != nil && (last == nil || last.GetPrimary().GetNodeId() != p.NodeId || last.PrimaryTerm != cs.PrimaryTerm) {
 				notes = append(notes, note{"primary_known", p.NodeId, fmt.Sprintf("term %d", cs.PrimaryTerm)})
+				r.leaderChangesC.Inc()
 			}
 			last = cs
 			r.prim.Observe(cs)
