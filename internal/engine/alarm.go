@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -45,7 +46,7 @@ func applyAlarm(list []*netsyv1.Alarm, c *netsyv1.AlarmChange) []*netsyv1.Alarm 
 		out := append(slices.Clone(list), &netsyv1.Alarm{MemberId: c.MemberId, Type: c.Type})
 		slices.SortFunc(out, func(a, b *netsyv1.Alarm) int {
 			if a.MemberId != b.MemberId {
-				return cmpUint(a.MemberId, b.MemberId)
+				return cmp.Compare(a.MemberId, b.MemberId)
 			}
 			return int(a.Type - b.Type)
 		})
@@ -54,16 +55,6 @@ func applyAlarm(list []*netsyv1.Alarm, c *netsyv1.AlarmChange) []*netsyv1.Alarm 
 		return slices.Delete(slices.Clone(list), i, i+1)
 	}
 	return list
-}
-
-func cmpUint(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func (s *alarmSet) apply(c *netsyv1.AlarmChange) {

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"math"
 	"math/rand/v2"
@@ -153,7 +154,7 @@ func (l *lessor) due(limit int, minDrift time.Duration) []*netsyv1.LeaseCheckpoi
 		out = append(out, &netsyv1.LeaseCheckpoint{Id: le.id, RemainingMs: le.remainingMs(now)})
 		le.ckptExpiry, le.ckptAt = le.expiry, now
 	}
-	slices.SortFunc(out, func(a, b *netsyv1.LeaseCheckpoint) int { return cmpInt(a.Id, b.Id) })
+	slices.SortFunc(out, func(a, b *netsyv1.LeaseCheckpoint) int { return cmp.Compare(a.Id, b.Id) })
 	return out
 }
 
@@ -337,7 +338,7 @@ func (l *lessor) snapshot() []*netsyv1.SnapshotLease {
 	for _, le := range l.leases {
 		out = append(out, &netsyv1.SnapshotLease{Id: le.id, Ttl: le.ttl, RemainingMs: le.remainingMs(now)})
 	}
-	slices.SortFunc(out, func(a, b *netsyv1.SnapshotLease) int { return cmpInt(a.Id, b.Id) })
+	slices.SortFunc(out, func(a, b *netsyv1.SnapshotLease) int { return cmp.Compare(a.Id, b.Id) })
 	return out
 }
 

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -578,13 +579,13 @@ func compareKV(c *pb.Compare, kv *mvccpb.KeyValue) bool {
 	case pb.Compare_VALUE:
 		r = bytes.Compare(kv.Value, c.GetValue())
 	case pb.Compare_CREATE:
-		r = cmpInt(kv.CreateRevision, c.GetCreateRevision())
+		r = cmp.Compare(kv.CreateRevision, c.GetCreateRevision())
 	case pb.Compare_MOD:
-		r = cmpInt(kv.ModRevision, c.GetModRevision())
+		r = cmp.Compare(kv.ModRevision, c.GetModRevision())
 	case pb.Compare_VERSION:
-		r = cmpInt(kv.Version, c.GetVersion())
+		r = cmp.Compare(kv.Version, c.GetVersion())
 	case pb.Compare_LEASE:
-		r = cmpInt(kv.Lease, c.GetLease())
+		r = cmp.Compare(kv.Lease, c.GetLease())
 	}
 	switch c.Result {
 	case pb.Compare_EQUAL:
@@ -597,16 +598,6 @@ func compareKV(c *pb.Compare, kv *mvccpb.KeyValue) bool {
 		return r < 0
 	}
 	return false
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func (e *Engine) handleCompact(o *compactOp, p *proposal) {
