@@ -17,17 +17,8 @@ import (
 // written ("m_bucket{le=\"0.001\"}").
 func scrape(t *testing.T, s *procutil.Server) map[string]float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + s.HTTPAddr + "/metrics")
-	if err != nil {
-		t.Fatalf("scrape: %v", err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("scrape: status %d, %v", resp.StatusCode, err)
-	}
 	out := map[string]float64{}
-	for _, line := range strings.Split(string(body), "\n") {
+	for _, line := range strings.Split(string(metricsText(t, s)), "\n") {
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
@@ -39,6 +30,21 @@ func scrape(t *testing.T, s *procutil.Server) map[string]float64 {
 		out[line[:i]] = v
 	}
 	return out
+}
+
+// metricsText is the body of s's /metrics.
+func metricsText(t *testing.T, s *procutil.Server) []byte {
+	t.Helper()
+	resp, err := http.Get("http://" + s.HTTPAddr + "/metrics")
+	if err != nil {
+		t.Fatalf("scrape: %v", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("scrape: status %d, %v", resp.StatusCode, err)
+	}
+	return body
 }
 
 // TestMetrics checks that the figures an operator watches move with the
