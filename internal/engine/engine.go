@@ -146,6 +146,8 @@ type Engine struct {
 
 	// feed keeps the writer's newest entries for Follow streams.
 	feed *feed
+	// reqs indexes the request ids of recent committed entries.
+	reqs *reqIndex
 
 	// Owned by the loop goroutine.
 	lastIdx     uint64
@@ -204,6 +206,7 @@ func Open(cfg Config) (*Engine, error) {
 		notifyCh:  make(chan struct{}),
 		durableCh: make(chan struct{}),
 		feed:      newFeed(),
+		reqs:      newReqIndex(cfg.Clock),
 	}
 	if err := e.recover(); err != nil {
 		_ = store.Close()
@@ -272,6 +275,7 @@ func (e *Engine) recover() error {
 		e.lease.reattach(e.store, h.Revision)
 		from = h.Index + 1
 	}
+	e.reqs.reset(from - 1)
 	n := 0
 	err = e.cfg.Storage.Replay(from, func(ent *netsyv1.Entry) error {
 		prev := e.lastIdx
@@ -343,6 +347,7 @@ func (e *Engine) applyEntry(ent *netsyv1.Entry) error {
 		e.compactRev.Store(e.store.CompactRev())
 	}
 	e.lastIdx, e.lastRev = ent.Index, ent.Revision
+	e.reqs.observe(ent)
 	return nil
 }
 
@@ -511,6 +516,7 @@ func (e *Engine) commitUpTo(idx uint64) {
 	done := e.pending[:n]
 	last := done[n-1]
 	for _, pe := range done {
+		e.reqs.observe(pe.entry)
 		if pe.entry.CompactRevision > 0 {
 			if err := e.store.Compact(pe.entry.CompactRevision); err != nil && !errors.Is(err, mvcc.ErrCompacted) {
 				e.log.Error("compaction failed", "rev", pe.entry.CompactRevision, "error", err)

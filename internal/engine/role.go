@@ -297,6 +297,7 @@ func (e *Engine) reloadSnapshot() error {
 	e.lease.reattach(e.store, h.Revision)
 	e.lastIdx, e.lastRev = h.Index, h.Revision
 	e.compactRev.Store(h.CompactRevision)
+	e.reqs.reset(h.Index)
 	e.log.Info("caught up from a newer snapshot", "index", h.Index, "rev", h.Revision)
 	return nil
 }
@@ -533,6 +534,7 @@ func (e *Engine) rebuild() error {
 	}
 	e.lastIdx, e.lastRev = idx, rev
 	e.compactRev.Store(compact)
+	e.reqs.reset(idx)
 	e.lastTerm.Store(term)
 	e.follow = nil
 	n, err := e.catchUpStorage()

@@ -68,7 +68,7 @@ func (x Op_Type) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Op_Type.Descriptor instead.
 func (Op_Type) EnumDescriptor() ([]byte, []int) {
-	return file_netsy_v1_log_proto_rawDescGZIP(), []int{1, 0}
+	return file_netsy_v1_log_proto_rawDescGZIP(), []int{2, 0}
 }
 
 // Entry is one serialized write. Index is the dense log position (every entry
@@ -91,8 +91,19 @@ type Entry struct {
 	LeaseRevokes []int64       `protobuf:"varint,6,rep,packed,name=lease_revokes,json=leaseRevokes,proto3" json:"lease_revokes,omitempty"`
 	// compact_revision > 0 compacts history at and below that revision.
 	CompactRevision int64 `protobuf:"varint,7,opt,name=compact_revision,json=compactRevision,proto3" json:"compact_revision,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// request_id names the forwarded client request the entry answers (the
+	// node that forwarded it, and that node's sequence), so a node whose
+	// Primary died before answering can learn from the next Primary's log
+	// whether the request was written. Empty on entries not forwarded and
+	// on entries written before the field existed.
+	RequestId *RequestID `protobuf:"bytes,20,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// txn_path is, for a forwarded Txn, whether each txn of its tree that
+	// ran took its success branch (1) or its failure branch (0), depth
+	// first in execution order: with the ops it lets the forwarding node
+	// rebuild the response without evaluating the request again.
+	TxnPath       []byte `protobuf:"bytes,21,opt,name=txn_path,json=txnPath,proto3" json:"txn_path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Entry) Reset() {
@@ -174,6 +185,76 @@ func (x *Entry) GetCompactRevision() int64 {
 	return 0
 }
 
+func (x *Entry) GetRequestId() *RequestID {
+	if x != nil {
+		return x.RequestId
+	}
+	return nil
+}
+
+func (x *Entry) GetTxnPath() []byte {
+	if x != nil {
+		return x.TxnPath
+	}
+	return nil
+}
+
+// RequestID is unique per client request a node forwards: member is the
+// forwarding node's member id, seq that node's sequence, which starts at a
+// random value on every start so a restarted node does not reuse the ids
+// its previous run sent.
+type RequestID struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Member        uint64                 `protobuf:"varint,1,opt,name=member,proto3" json:"member,omitempty"`
+	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequestID) Reset() {
+	*x = RequestID{}
+	mi := &file_netsy_v1_log_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestID) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestID) ProtoMessage() {}
+
+func (x *RequestID) ProtoReflect() protoreflect.Message {
+	mi := &file_netsy_v1_log_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestID.ProtoReflect.Descriptor instead.
+func (*RequestID) Descriptor() ([]byte, []int) {
+	return file_netsy_v1_log_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *RequestID) GetMember() uint64 {
+	if x != nil {
+		return x.Member
+	}
+	return 0
+}
+
+func (x *RequestID) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
 type Op struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Type          Op_Type                `protobuf:"varint,1,opt,name=type,proto3,enum=netsy.v1.Op_Type" json:"type,omitempty"`
@@ -186,7 +267,7 @@ type Op struct {
 
 func (x *Op) Reset() {
 	*x = Op{}
-	mi := &file_netsy_v1_log_proto_msgTypes[1]
+	mi := &file_netsy_v1_log_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -198,7 +279,7 @@ func (x *Op) String() string {
 func (*Op) ProtoMessage() {}
 
 func (x *Op) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_log_proto_msgTypes[1]
+	mi := &file_netsy_v1_log_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -211,7 +292,7 @@ func (x *Op) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Op.ProtoReflect.Descriptor instead.
 func (*Op) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_log_proto_rawDescGZIP(), []int{1}
+	return file_netsy_v1_log_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Op) GetType() Op_Type {
@@ -252,7 +333,7 @@ type LeaseGrant struct {
 
 func (x *LeaseGrant) Reset() {
 	*x = LeaseGrant{}
-	mi := &file_netsy_v1_log_proto_msgTypes[2]
+	mi := &file_netsy_v1_log_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -264,7 +345,7 @@ func (x *LeaseGrant) String() string {
 func (*LeaseGrant) ProtoMessage() {}
 
 func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_log_proto_msgTypes[2]
+	mi := &file_netsy_v1_log_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -277,7 +358,7 @@ func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseGrant.ProtoReflect.Descriptor instead.
 func (*LeaseGrant) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_log_proto_rawDescGZIP(), []int{2}
+	return file_netsy_v1_log_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *LeaseGrant) GetId() int64 {
@@ -312,7 +393,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_netsy_v1_log_proto_msgTypes[3]
+	mi := &file_netsy_v1_log_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -324,7 +405,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_log_proto_msgTypes[3]
+	mi := &file_netsy_v1_log_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -337,7 +418,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_log_proto_rawDescGZIP(), []int{3}
+	return file_netsy_v1_log_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SnapshotHeader) GetIndex() uint64 {
@@ -408,7 +489,7 @@ type KeyVersion struct {
 
 func (x *KeyVersion) Reset() {
 	*x = KeyVersion{}
-	mi := &file_netsy_v1_log_proto_msgTypes[4]
+	mi := &file_netsy_v1_log_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -420,7 +501,7 @@ func (x *KeyVersion) String() string {
 func (*KeyVersion) ProtoMessage() {}
 
 func (x *KeyVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_log_proto_msgTypes[4]
+	mi := &file_netsy_v1_log_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -433,7 +514,7 @@ func (x *KeyVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyVersion.ProtoReflect.Descriptor instead.
 func (*KeyVersion) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_log_proto_rawDescGZIP(), []int{4}
+	return file_netsy_v1_log_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *KeyVersion) GetKey() []byte {
@@ -502,7 +583,7 @@ type SnapshotLease struct {
 
 func (x *SnapshotLease) Reset() {
 	*x = SnapshotLease{}
-	mi := &file_netsy_v1_log_proto_msgTypes[5]
+	mi := &file_netsy_v1_log_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -514,7 +595,7 @@ func (x *SnapshotLease) String() string {
 func (*SnapshotLease) ProtoMessage() {}
 
 func (x *SnapshotLease) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_log_proto_msgTypes[5]
+	mi := &file_netsy_v1_log_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -527,7 +608,7 @@ func (x *SnapshotLease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotLease.ProtoReflect.Descriptor instead.
 func (*SnapshotLease) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_log_proto_rawDescGZIP(), []int{5}
+	return file_netsy_v1_log_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SnapshotLease) GetId() int64 {
@@ -560,7 +641,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_netsy_v1_log_proto_msgTypes[6]
+	mi := &file_netsy_v1_log_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -572,7 +653,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_log_proto_msgTypes[6]
+	mi := &file_netsy_v1_log_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -585,7 +666,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_log_proto_rawDescGZIP(), []int{6}
+	return file_netsy_v1_log_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SnapshotRecord) GetRecord() isSnapshotRecord_Record {
@@ -648,7 +729,7 @@ var File_netsy_v1_log_proto protoreflect.FileDescriptor
 
 const file_netsy_v1_log_proto_rawDesc = "" +
 	"\n" +
-	"\x12netsy/v1/log.proto\x12\bnetsy.v1\"\xf6\x01\n" +
+	"\x12netsy/v1/log.proto\x12\bnetsy.v1\"\xc5\x02\n" +
 	"\x05Entry\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12\x12\n" +
@@ -656,7 +737,13 @@ const file_netsy_v1_log_proto_rawDesc = "" +
 	"\x03ops\x18\x04 \x03(\v2\f.netsy.v1.OpR\x03ops\x127\n" +
 	"\flease_grants\x18\x05 \x03(\v2\x14.netsy.v1.LeaseGrantR\vleaseGrants\x12#\n" +
 	"\rlease_revokes\x18\x06 \x03(\x03R\fleaseRevokes\x12)\n" +
-	"\x10compact_revision\x18\a \x01(\x03R\x0fcompactRevision\"\x86\x01\n" +
+	"\x10compact_revision\x18\a \x01(\x03R\x0fcompactRevision\x122\n" +
+	"\n" +
+	"request_id\x18\x14 \x01(\v2\x13.netsy.v1.RequestIDR\trequestId\x12\x19\n" +
+	"\btxn_path\x18\x15 \x01(\fR\atxnPath\"5\n" +
+	"\tRequestID\x12\x16\n" +
+	"\x06member\x18\x01 \x01(\x04R\x06member\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\x86\x01\n" +
 	"\x02Op\x12%\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x11.netsy.v1.Op.TypeR\x04type\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x14\n" +
@@ -710,29 +797,31 @@ func file_netsy_v1_log_proto_rawDescGZIP() []byte {
 }
 
 var file_netsy_v1_log_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_netsy_v1_log_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_netsy_v1_log_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_netsy_v1_log_proto_goTypes = []any{
 	(Op_Type)(0),           // 0: netsy.v1.Op.Type
 	(*Entry)(nil),          // 1: netsy.v1.Entry
-	(*Op)(nil),             // 2: netsy.v1.Op
-	(*LeaseGrant)(nil),     // 3: netsy.v1.LeaseGrant
-	(*SnapshotHeader)(nil), // 4: netsy.v1.SnapshotHeader
-	(*KeyVersion)(nil),     // 5: netsy.v1.KeyVersion
-	(*SnapshotLease)(nil),  // 6: netsy.v1.SnapshotLease
-	(*SnapshotRecord)(nil), // 7: netsy.v1.SnapshotRecord
+	(*RequestID)(nil),      // 2: netsy.v1.RequestID
+	(*Op)(nil),             // 3: netsy.v1.Op
+	(*LeaseGrant)(nil),     // 4: netsy.v1.LeaseGrant
+	(*SnapshotHeader)(nil), // 5: netsy.v1.SnapshotHeader
+	(*KeyVersion)(nil),     // 6: netsy.v1.KeyVersion
+	(*SnapshotLease)(nil),  // 7: netsy.v1.SnapshotLease
+	(*SnapshotRecord)(nil), // 8: netsy.v1.SnapshotRecord
 }
 var file_netsy_v1_log_proto_depIdxs = []int32{
-	2, // 0: netsy.v1.Entry.ops:type_name -> netsy.v1.Op
-	3, // 1: netsy.v1.Entry.lease_grants:type_name -> netsy.v1.LeaseGrant
-	0, // 2: netsy.v1.Op.type:type_name -> netsy.v1.Op.Type
-	4, // 3: netsy.v1.SnapshotRecord.header:type_name -> netsy.v1.SnapshotHeader
-	5, // 4: netsy.v1.SnapshotRecord.kv:type_name -> netsy.v1.KeyVersion
-	6, // 5: netsy.v1.SnapshotRecord.lease:type_name -> netsy.v1.SnapshotLease
-	6, // [6:6] is the sub-list for method output_type
-	6, // [6:6] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	3, // 0: netsy.v1.Entry.ops:type_name -> netsy.v1.Op
+	4, // 1: netsy.v1.Entry.lease_grants:type_name -> netsy.v1.LeaseGrant
+	2, // 2: netsy.v1.Entry.request_id:type_name -> netsy.v1.RequestID
+	0, // 3: netsy.v1.Op.type:type_name -> netsy.v1.Op.Type
+	5, // 4: netsy.v1.SnapshotRecord.header:type_name -> netsy.v1.SnapshotHeader
+	6, // 5: netsy.v1.SnapshotRecord.kv:type_name -> netsy.v1.KeyVersion
+	7, // 6: netsy.v1.SnapshotRecord.lease:type_name -> netsy.v1.SnapshotLease
+	7, // [7:7] is the sub-list for method output_type
+	7, // [7:7] is the sub-list for method input_type
+	7, // [7:7] is the sub-list for extension type_name
+	7, // [7:7] is the sub-list for extension extendee
+	0, // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_netsy_v1_log_proto_init() }
@@ -740,7 +829,7 @@ func file_netsy_v1_log_proto_init() {
 	if File_netsy_v1_log_proto != nil {
 		return
 	}
-	file_netsy_v1_log_proto_msgTypes[6].OneofWrappers = []any{
+	file_netsy_v1_log_proto_msgTypes[7].OneofWrappers = []any{
 		(*SnapshotRecord_Header)(nil),
 		(*SnapshotRecord_Kv)(nil),
 		(*SnapshotRecord_Lease)(nil),
@@ -751,7 +840,7 @@ func file_netsy_v1_log_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_netsy_v1_log_proto_rawDesc), len(file_netsy_v1_log_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   7,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

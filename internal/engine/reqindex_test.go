@@ -1,0 +1,96 @@
+package engine
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/netsy-io/netsy/internal/engine/enginetest"
+)
+
+// A forwarded write's entry carries its request id, the committed entry is
+// found by it (with its index, revision, ops and txn branches), and after
+// a restart the replayed log answers the same.
+func TestForwardedRequestIDIsLoggedAndFound(t *testing.T) {
+	st := &enginetest.MemStorage{}
+	h := newHarness(t, st, nil)
+	h.put("a", "0")
+	id := RequestID{Member: 7, Seq: 41}
+	resp, err := h.e.Put(WithRequestID(ctx(t), id), &pb.PutRequest{Key: []byte("a"), Value: []byte("1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tid := RequestID{Member: 7, Seq: 42}
+	tx := &pb.TxnRequest{
+		Compare: []*pb.Compare{{Key: []byte("a"), Target: pb.Compare_VALUE, Result: pb.Compare_EQUAL, TargetUnion: &pb.Compare_Value{Value: []byte("nope")}}},
+		Success: []*pb.RequestOp{txnPut("b", "x")},
+		Failure: []*pb.RequestOp{txnPut("c", "y")},
+	}
+	if _, err := h.e.Txn(WithRequestID(ctx(t), tid), tx); err != nil {
+		t.Fatal(err)
+	}
+	check := func(when string) {
+		t.Helper()
+		got, ok, from := h.e.LookupRequest(id)
+		if !ok || got.Revision != resp.Header.Revision || len(got.Ops) != 1 || got.Ops[0].Delete || string(got.Ops[0].Key) != "a" {
+			t.Fatalf("%s: lookup = %+v, %v", when, got, ok)
+		}
+		if from != 1 {
+			t.Fatalf("%s: complete from %d, want 1", when, from)
+		}
+		tg, ok, _ := h.e.LookupRequest(tid)
+		if !ok || string(tg.TxnPath) != "\x00" || string(tg.Ops[0].Key) != "c" {
+			t.Fatalf("%s: txn lookup = %+v, %v", when, tg, ok)
+		}
+		if _, ok, _ := h.e.LookupRequest(RequestID{Member: 7, Seq: 43}); ok {
+			t.Fatalf("%s: an id never sent was found", when)
+		}
+	}
+	check("live")
+	h.reopen()
+	check("after restart")
+}
+
+// A request sent again whose first sending is logged is refused without
+// being applied: the revision does not move.
+func TestDuplicateForwardedRequestNotAppliedTwice(t *testing.T) {
+	h := newHarness(t, nil, nil)
+	id := RequestID{Member: 7, Seq: 1}
+	r := &pb.PutRequest{Key: []byte("a"), Value: []byte("1")}
+	if _, err := h.e.Put(WithRequestID(ctx(t), id), r); err != nil {
+		t.Fatal(err)
+	}
+	rev := h.e.CurrentRevision()
+	if _, err := h.e.Put(WithRequestID(ctx(t), id), r); !errors.Is(err, ErrDuplicateRequest) {
+		t.Fatalf("second sending: err = %v, want ErrDuplicateRequest", err)
+	}
+	if got := h.e.CurrentRevision(); got != rev {
+		t.Fatalf("revision moved from %d to %d: applied twice", rev, got)
+	}
+}
+
+// Ids past the count or age bound are dropped, and the index then says its
+// answer is complete only after the dropped ones.
+func TestRequestIndexBoundsReportCompleteness(t *testing.T) {
+	h := newHarness(t, nil, nil)
+	h.e.reqs.mu.Lock()
+	h.e.reqs.maxCount, h.e.reqs.maxAge = 2, time.Minute
+	h.e.reqs.mu.Unlock()
+	for i := uint64(1); i <= 3; i++ {
+		if _, err := h.e.Put(WithRequestID(ctx(t), RequestID{Member: 1, Seq: i}), &pb.PutRequest{Key: []byte("k"), Value: []byte("v")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, ok, from := h.e.LookupRequest(RequestID{Member: 1, Seq: 1}); ok || from != 2 {
+		t.Fatalf("count bound: found=%v complete from %d, want dropped and complete from 2", ok, from)
+	}
+	if _, ok, _ := h.e.LookupRequest(RequestID{Member: 1, Seq: 3}); !ok {
+		t.Fatal("newest id dropped")
+	}
+	h.clk.Advance(2 * time.Minute)
+	if _, ok, from := h.e.LookupRequest(RequestID{Member: 1, Seq: 3}); ok || from != 4 {
+		t.Fatalf("age bound: found=%v complete from %d, want dropped and complete from 4", ok, from)
+	}
+}
