@@ -19,6 +19,12 @@
 //     (TruncateFollowed). A cut below what was applied rebuilds the state
 //     from the Storage instead of serving it; a failed Starting step
 //     holds what the Storage then has past the state again.
+//   - A forwarded write's entry carries its request id (WithRequestID);
+//     the ids of recent committed entries are indexed (bounded by count
+//     and age, rebuilt from the log on open and on every rebuild) so the
+//     forwarding node can learn whether a request whose answer it lost
+//     was written, and a request whose id is logged (committed or pending)
+//     is refused with ErrDuplicateRequest, never applied twice.
 //
 // The engine never talks to clients (internal/etcdapi does) and never knows
 // where durability comes from: a local WAL, object storage or a replica

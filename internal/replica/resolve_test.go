@@ -1,0 +1,237 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/netsy-io/netsy/internal/engine"
+	"github.com/netsy-io/netsy/internal/peer"
+	"github.com/netsy-io/netsy/proto/netsyv1"
+)
+
+// The resolve tests forward a write to Primary p1 (term 5), which goes
+// away with it in flight; p2 (term 6) takes over and this node follows it
+// (the test appends and commits what p2's log holds). The write's outcome
+// is then learned from p2's log: the client never sees p1's failure.
+
+// resolveWorld is p1 and p2, and the node "r" (applied through index 2:
+// g1, then k=old at revision 3), p1 named Primary.
+type resolveWorld struct {
+	w      *world
+	p1, p2 *fakePrimary
+	n      *backendNode
+	// ids are the request ids p1 received, in order.
+	ids chan engine.RequestID
+}
+
+func newResolveWorld(t *testing.T, p1Answer func(ctx context.Context) error) *resolveWorld {
+	rw := &resolveWorld{w: newWorld(t), ids: make(chan engine.RequestID, 8)}
+	rw.p1 = rw.w.servePrimary("p1", 10)
+	rw.p1.put = func(ctx context.Context, _ int, _ *pb.PutRequest) (*pb.PutResponse, error) {
+		md, _ := metadata.FromIncomingContext(ctx)
+		id, ok := parseRequestID(firstOf(md.Get(RequestIDHeader)))
+		if !ok {
+			t.Errorf("the forwarded put carried no request id: %v", md)
+		}
+		rw.ids <- id
+		return nil, p1Answer(ctx)
+	}
+	rw.p2 = rw.w.servePrimary("p2", 11)
+	rw.n = rw.w.startBackend(rw.p1.info, 1)
+	rw.followEntry(t, &netsyv1.Entry{Index: 2, Revision: 3, Term: 5, Ops: []*netsyv1.Op{{Key: []byte("k"), Value: []byte("old")}}})
+	return rw
+}
+
+// followEntry appends e to the node's log and commits it, as following p2
+// does.
+func (rw *resolveWorld) followEntry(t *testing.T, e *netsyv1.Entry) {
+	t.Helper()
+	if err := rw.n.eng.Follow(context.Background(), e.Term, []*netsyv1.Entry{e}); err != nil {
+		t.Fatal(err)
+	}
+	rw.n.apply(t, e.Index)
+}
+
+// takeOver names p2 Primary; p2 answers ReadIndex at index (Active).
+func (rw *resolveWorld) takeOver(index uint64) {
+	rw.p2.readIndex = func(context.Context, int) (*netsyv1.ReadIndexResponse, error) {
+		return &netsyv1.ReadIndexResponse{Index: index, PrimaryTerm: 6}, nil
+	}
+	rw.n.roles.set(rw.p2.info, 6)
+}
+
+func (rw *resolveWorld) put(r *pb.PutRequest) <-chan outcome[*pb.PutResponse] {
+	return async(func() (*pb.PutResponse, error) { return rw.n.b.Put(context.Background(), r) })
+}
+
+// p1's ways of going away with the write in flight.
+var p1Failures = []struct {
+	name   string
+	answer func(context.Context) error
+}{
+	// The process died: the connection broke under the call.
+	{"connection broke", func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }},
+	// It stepped down with the entry logged but not committed.
+	{"leader changed", func(context.Context) error { return rpctypes.ErrGRPCLeaderChanged }},
+	// It timed the write out waiting for durability.
+	{"request timed out", func(context.Context) error { return rpctypes.ErrGRPCTimeout }},
+}
+
+// breakP1 makes p1's failure happen: for a broken connection, the network
+// between r and p1 breaks.
+func (rw *resolveWorld) breakP1(name string) {
+	if name == "connection broke" {
+		rw.w.net.Partition("r", "p1")
+		rw.w.net.Heal("r", "p1")
+	}
+}
+
+// p1 logged and committed the write (or logged it, and p2 kept it at its
+// promotion) and then went away: the write is answered from p2's log with
+// the response p1 would have given (prev_kv included), and is never sent
+// again.
+func TestBackendForwardedWriteInNextPrimaryLogAnsweredFromLog(t *testing.T) {
+	for _, f := range p1Failures {
+		t.Run(f.name, func(t *testing.T) {
+			rw := newResolveWorld(t, f.answer)
+			res := rw.put(&pb.PutRequest{Key: []byte("k"), Value: []byte("v"), PrevKv: true})
+			id := <-rw.ids
+			// p2's log holds the write, committed at its promotion.
+			rw.followEntry(t, &netsyv1.Entry{Index: 3, Revision: 4, Term: 5,
+				Ops:       []*netsyv1.Op{{Key: []byte("k"), Value: []byte("v")}},
+				RequestId: &netsyv1.RequestID{Member: id.Member, Seq: id.Seq}})
+			rw.takeOver(3)
+			rw.breakP1(f.name)
+			o := await(t, "the write", res)
+			if o.err != nil {
+				t.Fatalf("the write whose Primary died: %v, want it answered from the next Primary's log", o.err)
+			}
+			if o.v.Header.GetRevision() != 4 || o.v.PrevKv == nil || string(o.v.PrevKv.Value) != "old" || o.v.PrevKv.ModRevision != 3 {
+				t.Fatalf("rebuilt response %v, want revision 4 and prev_kv old@3", o.v)
+			}
+			if c1, c2 := rw.p1.count("Put"), rw.p2.count("Put"); c1 != 1 || c2 != 0 {
+				t.Fatalf("the write went %d times to p1 and %d to p2: want once in all", c1, c2)
+			}
+		})
+	}
+}
+
+// p1 never logged the write (or logged it and p2 cut it): p2's log, final
+// once it is Active, lacks it, so the write is sent to p2 once, under the
+// same request id, and p2's answer is the client's.
+func TestBackendForwardedWriteAbsentFromNextPrimaryLogResentOnce(t *testing.T) {
+	for _, f := range p1Failures {
+		t.Run(f.name, func(t *testing.T) {
+			rw := newResolveWorld(t, f.answer)
+			var resent []engine.RequestID
+			rw.p2.put = func(ctx context.Context, _ int, r *pb.PutRequest) (*pb.PutResponse, error) {
+				md, _ := metadata.FromIncomingContext(ctx)
+				id, _ := parseRequestID(firstOf(md.Get(RequestIDHeader)))
+				resent = append(resent, id)
+				return &pb.PutResponse{Header: &pb.ResponseHeader{Revision: 4}}, nil
+			}
+			res := rw.put(&pb.PutRequest{Key: []byte("k"), Value: []byte("v")})
+			id := <-rw.ids
+			rw.takeOver(2)
+			rw.breakP1(f.name)
+			o := await(t, "the write", res)
+			if o.err != nil || o.v.Header.GetRevision() != 4 {
+				t.Fatalf("the write: %v, %v; want p2's answer to the resent write", o.v, o.err)
+			}
+			if c1 := rw.p1.count("Put"); c1 != 1 || len(resent) != 1 || resent[0] != id {
+				t.Fatalf("p1 got %d puts, p2 got ids %v; want one each, p2's under id %v", c1, resent, id)
+			}
+		})
+	}
+}
+
+// While no Primary takes over, the write waits (bounded) and then fails
+// with etcd's "request timed out", never the transport's text naming a
+// peer address, and is never sent again.
+func TestBackendForwardedWriteUnresolvedFailsWithEtcdError(t *testing.T) {
+	rw := newResolveWorld(t, func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() })
+	res := rw.put(&pb.PutRequest{Key: []byte("k"), Value: []byte("v")})
+	<-rw.ids
+	rw.breakP1("connection broke")
+	waitFor(t, "the write", func() bool { rw.w.clk.Advance(100 * time.Millisecond); return len(res) > 0 })
+	o := <-res
+	if !errors.Is(o.err, engine.ErrTimeout) && !errors.Is(o.err, engine.ErrLeaderChanged) && !errors.Is(o.err, engine.ErrNoLeader) {
+		t.Fatalf("unresolved write: %v; want etcd's request timed out, leader changed or no leader", o.err)
+	}
+	if strings.Contains(o.err.Error(), "p1:2380") && !errors.Is(o.err, engine.ErrTimeout) && !errors.Is(o.err, engine.ErrLeaderChanged) {
+		t.Fatalf("the error is transport text: %v", o.err)
+	}
+	if c := rw.p1.count("Put"); c != 1 {
+		t.Fatalf("p1 got %d puts, want 1", c)
+	}
+}
+
+// A Primary that already holds the id (the first sending is pending or
+// committed there) refuses it as a duplicate: the node then answers from
+// the log, never applying it twice.
+func TestBackendDuplicateRefusalAnsweredFromLog(t *testing.T) {
+	rw := newResolveWorld(t, func(context.Context) error {
+		return peer.Error(codes.AlreadyExists, ReasonDuplicateRequest, engine.ErrDuplicateRequest.Error())
+	})
+	// p1 is the Primary still, and has committed the first sending at 3.
+	rw.p1.readIndex = readIndexAt(3)
+	res := rw.put(&pb.PutRequest{Key: []byte("k"), Value: []byte("v")})
+	id := <-rw.ids
+	rw.followEntry(t, &netsyv1.Entry{Index: 3, Revision: 4, Term: 5,
+		Ops:       []*netsyv1.Op{{Key: []byte("k"), Value: []byte("v")}},
+		RequestId: &netsyv1.RequestID{Member: id.Member, Seq: id.Seq}})
+	o := await(t, "the write", res)
+	if o.err != nil || o.v.Header.GetRevision() != 4 {
+		t.Fatalf("the write refused as a duplicate: %v, %v; want it answered from the log at revision 4", o.v, o.err)
+	}
+}
+
+// The rebuilt DeleteRange and Txn responses are what the Primary answered:
+// deleted counts and prev_kvs, the branch taken and its responses.
+func TestBackendRebuildsDeleteAndTxnResponses(t *testing.T) {
+	rw := newResolveWorld(t, func(context.Context) error { return nil })
+	b := rw.n.b
+	// Entry 3: a txn on k (value "old") took its failure branch: it
+	// deleted k (with prev_kv) after reading it.
+	rw.followEntry(t, &netsyv1.Entry{Index: 3, Revision: 4, Term: 5,
+		Ops: []*netsyv1.Op{{Type: netsyv1.Op_DELETE, Key: []byte("k")}}, RequestId: &netsyv1.RequestID{Member: 2, Seq: 9}, TxnPath: []byte{0}})
+	lr, found, _ := rw.n.eng.LookupRequest(engine.RequestID{Member: 2, Seq: 9})
+	if !found {
+		t.Fatal("the logged request is not found")
+	}
+	txn := &pb.TxnRequest{
+		Compare: []*pb.Compare{{Key: []byte("k"), Target: pb.Compare_VALUE, Result: pb.Compare_EQUAL, TargetUnion: &pb.Compare_Value{Value: []byte("x")}}},
+		Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte("k"), Value: []byte("y")}}}},
+		Failure: []*pb.RequestOp{
+			{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: []byte("k")}}},
+			{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{Key: []byte("k"), PrevKv: true}}},
+		},
+	}
+	tr, err := b.rebuildTxn(context.Background(), txn, lr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rr := tr.Responses[0].GetResponseRange()
+	dr := tr.Responses[1].GetResponseDeleteRange()
+	if tr.Succeeded || tr.Header.Revision != 4 || len(rr.GetKvs()) != 1 || string(rr.Kvs[0].Value) != "old" ||
+		dr.GetDeleted() != 1 || string(dr.PrevKvs[0].Value) != "old" {
+		t.Fatalf("rebuilt txn %v", tr)
+	}
+	d, err := b.rebuildDelete(context.Background(), &pb.DeleteRangeRequest{Key: []byte("k"), PrevKv: true}, lr)
+	if err != nil || d.Deleted != 1 || string(d.PrevKvs[0].Value) != "old" || d.Header.Revision != 4 {
+		t.Fatalf("rebuilt delete %v, %v", d, err)
+	}
+	// A txn that reads after it writes cannot be rebuilt: leader changed.
+	txn.Failure[0], txn.Failure[1] = txn.Failure[1], txn.Failure[0]
+	if _, err := b.rebuildTxn(context.Background(), txn, lr); !errors.Is(err, engine.ErrLeaderChanged) {
+		t.Fatalf("read-after-write txn: %v, want leader changed", err)
+	}
+}
