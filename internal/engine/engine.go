@@ -150,9 +150,11 @@ type Engine struct {
 	reqs *reqIndex
 
 	// Owned by the loop goroutine.
-	lastIdx     uint64
-	lastRev     int64
-	pending     []*pendingEntry
+	lastIdx uint64
+	lastRev int64
+	pending []*pendingEntry
+	// pendingIDs are the request ids of the pending entries.
+	pendingIDs  map[RequestID]struct{}
 	noopWaiters []*proposal
 	// Follower state: entries appended to storage but not yet applied
 	// (applied once committed by the Primary and durable here), and the
@@ -517,6 +519,9 @@ func (e *Engine) commitUpTo(idx uint64) {
 	last := done[n-1]
 	for _, pe := range done {
 		e.reqs.observe(pe.entry)
+		if r := pe.entry.GetRequestId(); r != nil {
+			delete(e.pendingIDs, RequestID{Member: r.Member, Seq: r.Seq})
+		}
 		if pe.entry.CompactRevision > 0 {
 			if err := e.store.Compact(pe.entry.CompactRevision); err != nil && !errors.Is(err, mvcc.ErrCompacted) {
 				e.log.Error("compaction failed", "rev", pe.entry.CompactRevision, "error", err)
@@ -583,6 +588,7 @@ func (e *Engine) rollbackPending() {
 	}
 	rolled := len(e.pending) > 0
 	e.pending = nil
+	clear(e.pendingIDs)
 	if e.store.Rev() > e.committedRev.Load() {
 		e.store.Rollback(e.committedRev.Load())
 		rolled = true
@@ -632,6 +638,12 @@ func (e *Engine) appendEntry(ent *netsyv1.Entry, p *proposal, revoked []*netsyv1
 	ent.Term = e.term.Load()
 	e.lastIdx, e.lastRev = ent.Index, ent.Revision
 	e.pending = append(e.pending, &pendingEntry{index: ent.Index, rev: ent.Revision, entry: ent, p: p, revoked: revoked})
+	if r := ent.GetRequestId(); r != nil {
+		if e.pendingIDs == nil {
+			e.pendingIDs = make(map[RequestID]struct{})
+		}
+		e.pendingIDs[RequestID{Member: r.Member, Seq: r.Seq}] = struct{}{}
+	}
 	if err := e.cfg.Storage.Append(ent); err != nil {
 		e.storageFailed(err)
 		return

@@ -179,13 +179,9 @@ func (e *Engine) LookupRequest(id RequestID) (req LoggedRequest, found bool, com
 // duplicate reports whether id is already logged here: committed, or
 // appended and waiting for durability. Only the loop calls it.
 func (e *Engine) duplicate(id RequestID) bool {
-	if _, ok, _ := e.reqs.lookup(id); ok {
+	if _, ok := e.pendingIDs[id]; ok {
 		return true
 	}
-	for _, pe := range e.pending {
-		if r := pe.entry.GetRequestId(); r != nil && r.Member == id.Member && r.Seq == id.Seq {
-			return true
-		}
-	}
-	return false
+	_, ok, _ := e.reqs.lookup(id)
+	return ok
 }

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -92,5 +93,33 @@ func TestRequestIndexBoundsReportCompleteness(t *testing.T) {
 	h.clk.Advance(2 * time.Minute)
 	if _, ok, from := h.e.LookupRequest(RequestID{Member: 1, Seq: 3}); ok || from != 4 {
 		t.Fatalf("age bound: found=%v complete from %d, want dropped and complete from 4", ok, from)
+	}
+}
+
+// A request sent again while its first sending is appended but not yet
+// durable is refused too: the first may still commit.
+func TestDuplicateOfPendingForwardedRequestRefused(t *testing.T) {
+	st := &enginetest.MemStorage{Manual: true}
+	h := newHarness(t, st, nil)
+	id := RequestID{Member: 7, Seq: 1}
+	r := &pb.PutRequest{Key: []byte("a"), Value: []byte("1")}
+	first := make(chan error, 1)
+	go func() {
+		_, err := h.e.Put(WithRequestID(context.Background(), id), r)
+		first <- err
+	}()
+	waitFor(t, func() bool { return st.Len() == 1 })
+	if _, err := h.e.Put(WithRequestID(ctx(t), id), r); !errors.Is(err, ErrDuplicateRequest) {
+		t.Fatalf("second sending while the first is pending: err = %v, want ErrDuplicateRequest", err)
+	}
+	if st.Len() != 1 {
+		t.Fatalf("the log holds %d entries, want the first sending's only", st.Len())
+	}
+	st.SyncAll()
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := h.e.LookupRequest(id); !ok {
+		t.Fatal("the committed first sending is not indexed")
 	}
 }
