@@ -150,12 +150,14 @@ type Engine struct {
 	reqs *reqIndex
 
 	// Owned by the loop goroutine.
-	lastIdx uint64
-	lastRev int64
-	pending []*pendingEntry
-	// pendingIDs are the request ids of the pending entries.
-	pendingIDs  map[RequestID]struct{}
+	lastIdx     uint64
+	lastRev     int64
+	pending     []*pendingEntry
 	noopWaiters []*proposal
+
+	// pendingIDs are the request ids of the pending entries (the loop's).
+	pendingIDs map[RequestID]struct{}
+
 	// Follower state: entries appended to storage but not yet applied
 	// (applied once committed by the Primary and durable here), and the
 	// Primary's commit index.
