@@ -271,7 +271,9 @@ func write[T any](ctx context.Context, b *Backend, local func(context.Context) (
 			}
 			continue
 		}
-		if !unknownOutcome(err) {
+		if !unknownOutcome(err) || b.cfg.Conn == nil {
+			// The peer port's Backend answers as its engine did: the
+			// forwarding node decides from the code and reason.
 			return resp, err
 		}
 		if rebuild == nil {

@@ -67,7 +67,7 @@ func unknownOutcome(err error) bool {
 			return true
 		}
 	}
-	if peer.ReasonOf(err) == ReasonDuplicateRequest {
+	if peer.ReasonOf(err) == peer.ReasonDuplicateRequest {
 		return true
 	}
 	s, ok := status.FromError(err)
@@ -81,16 +81,11 @@ func unknownOutcome(err error) bool {
 	return false
 }
 
-// ReasonDuplicateRequest: the Primary refused a forwarded request because
-// its first sending is already logged (engine.ErrDuplicateRequest); the
-// sender learns its outcome from the log.
-const ReasonDuplicateRequest peer.Reason = "DUPLICATE_REQUEST"
-
 // wireError gives errors of the local engine that another node must
 // decide on their wire form (the peer port answers with it).
 func wireError(err error) error {
 	if errors.Is(err, engine.ErrDuplicateRequest) {
-		return &peer.CodedError{C: codes.AlreadyExists, R: ReasonDuplicateRequest, Msg: err.Error()}
+		return &peer.CodedError{C: codes.AlreadyExists, R: peer.ReasonDuplicateRequest, Msg: err.Error()}
 	}
 	return err
 }

@@ -9,10 +9,13 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/netsy-io/netsy/internal/engine"
+	"github.com/netsy-io/netsy/internal/engine/enginetest"
 	"github.com/netsy-io/netsy/internal/peer"
 	"github.com/netsy-io/netsy/proto/netsyv1"
 )
@@ -179,7 +182,7 @@ func TestBackendForwardedWriteUnresolvedFailsWithEtcdError(t *testing.T) {
 // the log, never applying it twice.
 func TestBackendDuplicateRefusalAnsweredFromLog(t *testing.T) {
 	rw := newResolveWorld(t, func(context.Context) error {
-		return peer.Error(codes.AlreadyExists, ReasonDuplicateRequest, engine.ErrDuplicateRequest.Error())
+		return peer.Error(codes.AlreadyExists, peer.ReasonDuplicateRequest, engine.ErrDuplicateRequest.Error())
 	})
 	// p1 is the Primary still, and has committed the first sending at 3.
 	rw.p1.readIndex = readIndexAt(3)
@@ -233,5 +236,47 @@ func TestBackendRebuildsDeleteAndTxnResponses(t *testing.T) {
 	txn.Failure[0], txn.Failure[1] = txn.Failure[1], txn.Failure[0]
 	if _, err := b.rebuildTxn(context.Background(), txn, lr); !errors.Is(err, engine.ErrLeaderChanged) {
 		t.Fatalf("read-after-write txn: %v, want leader changed", err)
+	}
+}
+
+// activeRoles is this node as the Active Primary.
+type activeRoles struct{ *fakeRoles }
+
+func (activeRoles) Active() bool { return true }
+
+// On the Primary's peer port, a forwarded write's request id reaches the
+// engine (CommitIndexInterceptor) and its entry keeps it; the same id sent
+// again is refused with the DUPLICATE_REQUEST reason on the wire, and is
+// not applied again.
+func TestPeerPortKeepsRequestIDAndRefusesDuplicate(t *testing.T) {
+	w := newWorld(t)
+	eng, err := engine.Open(engine.Config{Storage: &enginetest.MemStorage{}, Clock: w.clk, Logger: testLogger(t, "p"), ClusterID: 1, MemberID: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { eng.Close() })
+	b := NewBackend(BackendConfig{Local: eng, Roles: activeRoles{newFakeRoles(nil, 5)}, Clock: w.clk})
+	icpt := CommitIndexInterceptor(eng.CommittedIndex)
+	id := engine.RequestID{Member: 2, Seq: 77}
+	call := func() error {
+		ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs(RequestIDHeader, formatRequestID(id)))
+		_, err := icpt(ctx, nil, &grpc.UnaryServerInfo{FullMethod: "/etcdserverpb.KV/Put"}, func(ctx context.Context, _ any) (any, error) {
+			return b.Put(ctx, &pb.PutRequest{Key: []byte("k"), Value: []byte("v")})
+		})
+		return err
+	}
+	if err := call(); err != nil {
+		t.Fatal(err)
+	}
+	rev := eng.CurrentRevision()
+	if lr, ok, _ := eng.LookupRequest(id); !ok || lr.Revision != rev {
+		t.Fatalf("the entry of the forwarded put: %+v, %v; want it found at revision %d", lr, ok, rev)
+	}
+	err = call()
+	if peer.ReasonOf(err) != peer.ReasonDuplicateRequest || status.Code(err) != codes.AlreadyExists {
+		t.Fatalf("the same id again: %v; want AlreadyExists with reason DUPLICATE_REQUEST", err)
+	}
+	if got := eng.CurrentRevision(); got != rev {
+		t.Fatalf("revision moved from %d to %d: applied twice", rev, got)
 	}
 }
