@@ -41,35 +41,36 @@ func requestIDFrom(ctx context.Context) RequestID {
 }
 
 // LoggedRequest is what the engine knows of a committed entry that answered
-// a forwarded request: enough to rebuild the response (the state before it
-// is at Revision-1 when it changed keys).
+// a forwarded request: enough to rebuild the response, with the history
+// before it (at Before).
 type LoggedRequest struct {
 	Index    uint64
 	Revision int64
-	// Ops are the key mutations the entry made, in order: the kind (put or
-	// delete) and the key, without values.
-	Ops []LoggedOp
+	// Puts and Deletes count the entry's key mutations.
+	Puts, Deletes int32
 	// TxnPath is the entry's txn_path (a Txn's branches).
-	TxnPath []byte
+	TxnPath string
 }
 
-// LoggedOp is one key mutation of a LoggedRequest.
-type LoggedOp struct {
-	Delete bool
-	Key    []byte
+// Before is the revision of the state the entry was evaluated on.
+func (r LoggedRequest) Before() int64 {
+	if r.Puts+r.Deletes > 0 {
+		return r.Revision - 1
+	}
+	return r.Revision
 }
 
 // The request index bounds. A forwarding node asks about a request within
-// its own wait bound after sending it (the replica Backend caps that at
-// 30 s), and the index holds an id from when the entry was applied here,
-// which is never earlier than the send: ten minutes covers any failover
-// window with room to spare. The count bounds memory (about 100 bytes an
-// id plus the keys): at 2000 forwarded writes a second, 2^18 ids are two
-// minutes. An id dropped early is never answered "absent": Lookup reports
-// from which index its answer is complete, and the asker does not resend
-// a request that may be older.
+// its own wait bound after sending it (the replica Backend's ForwardWait,
+// 15 s), and the index holds an id from when the entry was applied here,
+// never earlier than the send: the age bound, ten minutes, covers any
+// failover window with room to spare. The count bounds memory (an id
+// takes about 100 bytes: 13 MiB at the bound) and covers a 15 s window
+// up to about 8700 forwarded writes a second. An id dropped early is never
+// answered "absent": Lookup reports from which index its answer is
+// complete, and the asker does not resend a request that may be older.
 const (
-	reqIndexMaxCount = 1 << 18
+	reqIndexMaxCount = 1 << 17
 	reqIndexMaxAge   = 10 * time.Minute
 )
 
@@ -78,11 +79,12 @@ const (
 type reqIndex struct {
 	clk clock.Clock
 	mu  sync.Mutex
-	ids map[RequestID]*reqItem
-	// fifo holds the items in index order, oldest first (head is the
-	// first live one).
-	fifo []*reqItem
-	head int
+	// ring holds the items in index order, oldest at head; ids maps an id
+	// to its item's absolute position (pos - base is its ring offset).
+	ring       []reqItem
+	head, n    int
+	ids        map[RequestID]uint64
+	base, next uint64
 	// from is the first index whose entries the index has seen: the one
 	// after the state the engine started from (its snapshot, or nothing);
 	// dropped is the highest index of an id it dropped.
@@ -94,19 +96,17 @@ type reqIndex struct {
 
 type reqItem struct {
 	id  RequestID
-	at  time.Time
+	at  int64 // unix nanoseconds, by the engine's clock
 	req LoggedRequest
 }
 
 func newReqIndex(clk clock.Clock) *reqIndex {
-	return &reqIndex{clk: clk, ids: make(map[RequestID]*reqItem), maxCount: reqIndexMaxCount, maxAge: reqIndexMaxAge}
+	return &reqIndex{clk: clk, ids: make(map[RequestID]uint64), maxCount: reqIndexMaxCount, maxAge: reqIndexMaxAge}
 }
 
 // observe records a committed entry (only the loop calls it, in index
 // order).
 func (x *reqIndex) observe(ent *netsyv1.Entry) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
 	rid := ent.GetRequestId()
 	if rid == nil {
 		return
@@ -115,32 +115,59 @@ func (x *reqIndex) observe(ent *netsyv1.Entry) {
 	if id.zero() {
 		return
 	}
-	it := &reqItem{id: id, at: x.clk.Now(), req: LoggedRequest{Index: ent.Index, Revision: ent.Revision, TxnPath: ent.TxnPath}}
+	it := reqItem{id: id, req: LoggedRequest{Index: ent.Index, Revision: ent.Revision, TxnPath: string(ent.TxnPath)}}
 	for _, op := range ent.Ops {
-		it.req.Ops = append(it.req.Ops, LoggedOp{Delete: op.Type == netsyv1.Op_DELETE, Key: op.Key})
+		if op.Type == netsyv1.Op_DELETE {
+			it.req.Deletes++
+		} else {
+			it.req.Puts++
+		}
 	}
-	x.ids[id] = it
-	x.fifo = append(x.fifo, it)
-	x.trim(it.at)
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	now := x.clk.Now()
+	it.at = now.UnixNano()
+	if x.n == len(x.ring) {
+		if x.n >= x.maxCount {
+			x.dropOldest()
+		} else {
+			x.grow()
+		}
+	}
+	x.ring[(x.head+x.n)%len(x.ring)] = it
+	x.n++
+	x.ids[id] = x.next
+	x.next++
+	x.trim(now)
 }
 
-// trim drops the oldest ids past the bounds.
-func (x *reqIndex) trim(now time.Time) {
-	for x.head < len(x.fifo) {
-		it := x.fifo[x.head]
-		if len(x.fifo)-x.head <= x.maxCount && now.Sub(it.at) <= x.maxAge {
-			break
-		}
-		if x.ids[it.id] == it {
-			delete(x.ids, it.id)
-		}
-		x.dropped = max(x.dropped, it.req.Index)
-		x.fifo[x.head] = nil
-		x.head++
+// grow doubles the ring (up to maxCount), keeping the order.
+func (x *reqIndex) grow() {
+	size := min(max(2*len(x.ring), 1024), x.maxCount)
+	r := make([]reqItem, size)
+	for i := range x.n {
+		r[i] = x.ring[(x.head+i)%len(x.ring)]
 	}
-	if x.head > 1024 && x.head*2 > len(x.fifo) {
-		x.fifo = append([]*reqItem(nil), x.fifo[x.head:]...)
-		x.head = 0
+	x.ring, x.head = r, 0
+}
+
+func (x *reqIndex) dropOldest() {
+	it := &x.ring[x.head]
+	if pos, ok := x.ids[it.id]; ok && pos == x.base {
+		delete(x.ids, it.id)
+	}
+	x.dropped = max(x.dropped, it.req.Index)
+	*it = reqItem{}
+	x.head = (x.head + 1) % len(x.ring)
+	x.n--
+	x.base++
+}
+
+// trim drops the ids older than maxAge.
+func (x *reqIndex) trim(now time.Time) {
+	limit := now.Add(-x.maxAge).UnixNano()
+	for x.n > 0 && x.ring[x.head].at < limit {
+		x.dropOldest()
 	}
 }
 
@@ -151,8 +178,9 @@ func (x *reqIndex) trim(now time.Time) {
 func (x *reqIndex) reset(base uint64) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	x.ids = make(map[RequestID]*reqItem)
-	x.fifo, x.head, x.from, x.dropped = nil, 0, base+1, 0
+	x.ids = make(map[RequestID]uint64)
+	x.ring, x.head, x.n, x.base, x.next = nil, 0, 0, 0, 0
+	x.from, x.dropped = base+1, 0
 }
 
 func (x *reqIndex) lookup(id RequestID) (LoggedRequest, bool, uint64) {
@@ -160,8 +188,8 @@ func (x *reqIndex) lookup(id RequestID) (LoggedRequest, bool, uint64) {
 	defer x.mu.Unlock()
 	x.trim(x.clk.Now())
 	complete := max(x.from, x.dropped+1)
-	if it, ok := x.ids[id]; ok {
-		return it.req, true, complete
+	if pos, ok := x.ids[id]; ok {
+		return x.ring[(x.head+int(pos-x.base))%len(x.ring)].req, true, complete
 	}
 	return LoggedRequest{}, false, complete
 }

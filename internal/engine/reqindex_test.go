@@ -8,7 +8,9 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
+	"github.com/netsy-io/netsy/internal/clock"
 	"github.com/netsy-io/netsy/internal/engine/enginetest"
+	"github.com/netsy-io/netsy/proto/netsyv1"
 )
 
 // A forwarded write's entry carries its request id, the committed entry is
@@ -35,14 +37,14 @@ func TestForwardedRequestIDIsLoggedAndFound(t *testing.T) {
 	check := func(when string) {
 		t.Helper()
 		got, ok, from := h.e.LookupRequest(id)
-		if !ok || got.Revision != resp.Header.Revision || len(got.Ops) != 1 || got.Ops[0].Delete || string(got.Ops[0].Key) != "a" {
+		if !ok || got.Revision != resp.Header.Revision || got.Puts != 1 || got.Deletes != 0 || got.Before() != resp.Header.Revision-1 {
 			t.Fatalf("%s: lookup = %+v, %v", when, got, ok)
 		}
 		if from != 1 {
 			t.Fatalf("%s: complete from %d, want 1", when, from)
 		}
 		tg, ok, _ := h.e.LookupRequest(tid)
-		if !ok || string(tg.TxnPath) != "\x00" || string(tg.Ops[0].Key) != "c" {
+		if !ok || tg.TxnPath != "\x00" || tg.Puts != 1 {
 			t.Fatalf("%s: txn lookup = %+v, %v", when, tg, ok)
 		}
 		if _, ok, _ := h.e.LookupRequest(RequestID{Member: 7, Seq: 43}); ok {
@@ -121,5 +123,22 @@ func TestDuplicateOfPendingForwardedRequestRefused(t *testing.T) {
 	}
 	if _, ok, _ := h.e.LookupRequest(id); !ok {
 		t.Fatal("the committed first sending is not indexed")
+	}
+}
+
+// The ring keeps the newest maxCount ids through growth and wrap-around.
+func TestRequestIndexRingKeepsNewest(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	x := newReqIndex(clk)
+	x.maxCount = 1500
+	x.reset(0)
+	for i := uint64(1); i <= 4000; i++ {
+		x.observe(&netsyv1.Entry{Index: i, Revision: int64(i) + 1, RequestId: &netsyv1.RequestID{Member: 1, Seq: i}})
+	}
+	for i := uint64(1); i <= 4000; i++ {
+		lr, ok, from := x.lookup(RequestID{Member: 1, Seq: i})
+		if want := i > 2500; ok != want || (ok && lr.Index != i) || from != 2501 {
+			t.Fatalf("id %d: found=%v at %d, complete from %d; want found=%v, complete from 2501", i, ok, lr.Index, from, want)
+		}
 	}
 }

@@ -200,17 +200,9 @@ func resolveCommitted[T any](parent, ctx context.Context, b *Backend, id engine.
 
 var errCannotRebuild = fmt.Errorf("%w: the write is in the log, but its response cannot be rebuilt", engine.ErrLeaderChanged)
 
-// before is the revision of the state the entry was evaluated on.
-func before(lr engine.LoggedRequest) int64 {
-	if len(lr.Ops) > 0 {
-		return lr.Revision - 1
-	}
-	return lr.Revision
-}
-
 func (b *Backend) rangeBefore(ctx context.Context, lr engine.LoggedRequest, r *pb.RangeRequest) (*pb.RangeResponse, error) {
 	rr := *r
-	rr.Revision, rr.Serializable = before(lr), true
+	rr.Revision, rr.Serializable = lr.Before(), true
 	resp, err := b.l.Range(ctx, &rr)
 	if err != nil {
 		return nil, fmt.Errorf("%w (%v)", errCannotRebuild, err)
@@ -234,11 +226,7 @@ func (b *Backend) rebuildPut(ctx context.Context, r *pb.PutRequest, lr engine.Lo
 
 func (b *Backend) rebuildDelete(ctx context.Context, r *pb.DeleteRangeRequest, lr engine.LoggedRequest) (*pb.DeleteRangeResponse, error) {
 	resp := &pb.DeleteRangeResponse{Header: &pb.ResponseHeader{Revision: lr.Revision}}
-	for _, op := range lr.Ops {
-		if op.Delete {
-			resp.Deleted++
-		}
-	}
+	resp.Deleted = int64(lr.Deletes)
 	if r.PrevKv {
 		prev, err := b.rangeBefore(ctx, lr, &pb.RangeRequest{Key: r.Key, RangeEnd: r.RangeEnd})
 		if err != nil {
@@ -250,7 +238,7 @@ func (b *Backend) rebuildDelete(ctx context.Context, r *pb.DeleteRangeRequest, l
 }
 
 func (b *Backend) rebuildTxn(ctx context.Context, r *pb.TxnRequest, lr engine.LoggedRequest) (*pb.TxnResponse, error) {
-	path := lr.TxnPath
+	path := []byte(lr.TxnPath)
 	wrote := false
 	resp, err := b.rebuildTxnPath(ctx, r, lr, &path, &wrote)
 	if err != nil {
