@@ -276,6 +276,13 @@ func write[T any](ctx context.Context, b *Backend, local func(context.Context) (
 			// forwarding node decides from the code and reason.
 			return resp, err
 		}
+		if conn == nil && !errors.Is(err, engine.ErrLeaderChanged) {
+			// This node's own engine answered: only a step-down leaves
+			// the outcome to the next Primary's log. A timed-out write
+			// may still commit here, and a failed engine's error says
+			// what clients must know (object storage is unavailable).
+			return resp, err
+		}
 		if rebuild == nil {
 			// An outcome this request kind cannot learn from the log:
 			// etcd's retryable answer, never the transport's text.

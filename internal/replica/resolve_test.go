@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -278,5 +279,76 @@ func TestPeerPortKeepsRequestIDAndRefusesDuplicate(t *testing.T) {
 	}
 	if got := eng.CurrentRevision(); got != rev {
 		t.Fatalf("revision moved from %d to %d: applied twice", rev, got)
+	}
+}
+
+// switchRoles is this node ("r", member 2) as the Active Primary until the
+// test names another.
+type switchRoles struct {
+	*fakeRoles
+	active atomic.Bool
+}
+
+func (r *switchRoles) Active() bool { return r.active.Load() }
+
+// stepDownLocal is this node's engine, whose Put answers with the error
+// the test sets after running before (what happened meanwhile).
+type stepDownLocal struct {
+	Local
+	err    error
+	before func()
+}
+
+func (l *stepDownLocal) Put(context.Context, *pb.PutRequest) (*pb.PutResponse, error) {
+	l.before()
+	return nil, l.err
+}
+
+// A write on the Active Primary whose engine stepped down with it pending
+// ("leader changed") is resolved like a forwarded one: found in the next
+// Primary's log, it is answered from there and not sent again. Any other
+// error of its own engine (object storage unavailable) is the client's.
+func TestBackendLocalStepDownResolvedFromNextPrimaryLog(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		err     error
+		resolve bool
+	}{
+		{"leader changed", engine.ErrLeaderChanged, true},
+		{"storage unavailable", engine.ErrUnavailable, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rw := newResolveWorld(t, func(context.Context) error { return nil })
+			self := &netsyv1.NodeInfo{NodeId: "r", MemberId: 2, PeerAddr: "r:2380"}
+			roles := &switchRoles{fakeRoles: newFakeRoles(self, 5)}
+			roles.active.Store(true)
+			rw.p2.readIndex = func(context.Context, int) (*netsyv1.ReadIndexResponse, error) {
+				return &netsyv1.ReadIndexResponse{Index: 3, PrimaryTerm: 6}, nil
+			}
+			var b *Backend
+			local := &stepDownLocal{Local: rw.n.eng, err: tc.err}
+			local.before = func() {
+				// The entry reached p2, which kept it at its promotion; this
+				// node now follows p2.
+				rw.followEntry(t, &netsyv1.Entry{Index: 3, Revision: 4, Term: 5,
+					Ops:       []*netsyv1.Op{{Key: []byte("k"), Value: []byte("v")}},
+					RequestId: &netsyv1.RequestID{Member: 2, Seq: b.seq.Load()}})
+				roles.active.Store(false)
+				roles.set(rw.p2.info, 6)
+			}
+			b = NewBackend(BackendConfig{Local: local, Roles: roles, Clock: rw.w.clk, Conn: rw.n.b.cfg.Conn})
+			o := await(t, "the write", async(func() (*pb.PutResponse, error) {
+				return b.Put(context.Background(), &pb.PutRequest{Key: []byte("k"), Value: []byte("v")})
+			}))
+			switch {
+			case tc.resolve && (o.err != nil || o.v.Header.GetRevision() != 4):
+				t.Fatalf("the write: %v, %v; want it answered from p2's log at revision 4", o.v, o.err)
+			case !tc.resolve && !errors.Is(o.err, tc.err):
+				t.Fatalf("the write: %v, %v; want the engine's own error %v", o.v, o.err, tc.err)
+			}
+			if c := rw.p2.count("Put"); c != 0 {
+				t.Fatalf("p2 got %d puts, want none", c)
+			}
+		})
 	}
 }
