@@ -45,7 +45,8 @@
 //     carries a request id (this node's member id and a sequence that
 //     starts at random; RequestIDHeader) that its entry keeps. When its
 //     outcome is unknown (the Primary died or stepped down with it in
-//     flight), the node waits until a Primary is Active, applies that
+//     flight; on the Active Primary itself, only a step-down of its own
+//     engine), the node waits until a Primary is Active, applies that
 //     Primary's commit point and looks the id up in what it applied
 //     (engine.LookupRequest): found, the client gets the response rebuilt
 //     from the entry and the history before it (a Txn that reads after
