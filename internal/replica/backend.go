@@ -454,6 +454,12 @@ func (b *Backend) linearizable(ctx context.Context) error {
 				}
 				continue
 			}
+			if ctx.Err() == nil && !notEvaluated(err) && unknownOutcome(err) {
+				// The Primary went away under the read index, or its
+				// answer was lost: etcd's retryable error (a client
+				// retries a read on it), never the transport's text.
+				return fmt.Errorf("%w (the read index failed: %v)", engine.ErrLeaderChanged, err)
+			}
 			return err
 		}
 		return b.waitApplied(ctx, ri.Index)

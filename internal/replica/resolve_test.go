@@ -352,3 +352,23 @@ func TestBackendLocalStepDownResolvedFromNextPrimaryLog(t *testing.T) {
 		})
 	}
 }
+
+// A linearizable read whose read index the Primary never answers (it died
+// with the call in flight) fails with etcd's retryable "leader changed",
+// never the transport's text.
+func TestBackendReadIndexLostIsLeaderChanged(t *testing.T) {
+	rw := newResolveWorld(t, func(context.Context) error { return nil })
+	entered := make(chan struct{}, 1)
+	rw.p1.readIndex = func(ctx context.Context, _ int) (*netsyv1.ReadIndexResponse, error) {
+		entered <- struct{}{}
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	res := async(func() (*pb.RangeResponse, error) { return rw.n.b.Range(context.Background(), get("k")) })
+	<-entered
+	rw.breakP1("connection broke")
+	o := await(t, "the read", res)
+	if !errors.Is(o.err, engine.ErrLeaderChanged) {
+		t.Fatalf("the read whose read index was lost: %v, %v; want leader changed", o.v, o.err)
+	}
+}
