@@ -87,9 +87,11 @@ type BackendConfig struct {
 	// after which the write fails with engine.ErrTimeout (its outcome is
 	// unknown to the client, as when a Primary times a write out).
 	ReadIndexWait time.Duration
-	// ForwardWait bounds a write whose client set no earlier deadline,
-	// resolving an unknown outcome included (default 15 s): past it the
-	// client gets engine.ErrTimeout. It must stay well below the request
+	// ForwardWait bounds, from a write's first answer that was not the
+	// write's (a refusal, a lost answer), how long it waits for the next
+	// Primary and resolves an unknown outcome, unless the client's
+	// deadline comes first (default 15 s): past it the client gets
+	// engine.ErrTimeout. It must stay well below the request
 	// index's age bound (engine: 10 minutes), so that a request is never
 	// looked up after its id could have been dropped.
 	ForwardWait time.Duration
@@ -185,13 +187,23 @@ func notEvaluated(err error) bool {
 // outcome is unknown (the Primary died, or stepped down, with it in
 // flight) is resolved when rebuild can answer it (see resolve): found in
 // the next Primary's log, it is answered from there; never written, it is
-// sent once more. The whole write is bounded by the client's deadline and
-// ForwardWait.
+// sent once more. Past its first answer, the write is bounded by the
+// client's deadline and ForwardWait.
 func write[T any](ctx context.Context, b *Backend, local func(context.Context) (T, error), remote func(context.Context, *grpc.ClientConn, ...grpc.CallOption) (T, error), rebuild func(context.Context, engine.LoggedRequest) (T, error)) (T, error) {
 	var zero T
+	// The ForwardWait bound starts when the first answer was not the
+	// write's: the common path arms no timer of its own (one per write
+	// is measurable), and the Primary's write timeout bounds it.
 	parent := ctx
-	ctx, cancel := clock.WithTimeout(ctx, b.cfg.Clock, b.cfg.ForwardWait)
-	defer cancel()
+	cancel := context.CancelFunc(func() {})
+	defer func() { cancel() }()
+	bounded := false
+	bound := func() {
+		if !bounded {
+			bounded = true
+			ctx, cancel = clock.WithTimeout(parent, b.cfg.Clock, b.cfg.ForwardWait)
+		}
+	}
 	var id engine.RequestID
 	if b.cfg.Conn == nil {
 		// The peer port's Backend: the node that forwarded the request
@@ -243,6 +255,7 @@ func write[T any](ctx context.Context, b *Backend, local func(context.Context) (
 					if rebuild == nil || !b.primaryMoved(p, sentTerm) || ctx.Err() != nil {
 						return zero, fmt.Errorf("the Primary applied the write, but %w", werr)
 					}
+					bound()
 					// The Primary committed it and then went away before
 					// this node applied it: the next Primary's log has
 					// it, and this node applies it by following there.
@@ -256,6 +269,7 @@ func write[T any](ctx context.Context, b *Backend, local func(context.Context) (
 		if ctx.Err() != nil {
 			return zero, b.finalErr(parent, ctx, err)
 		}
+		bound()
 		if notEvaluated(err) {
 			// Not the Primary (any more): wait for the roles to move on.
 			if p, _ := b.cfg.Roles.Primary(); p != nil {

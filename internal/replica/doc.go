@@ -56,8 +56,8 @@
 //     pending or committed, so nothing is applied twice). An index that
 //     may have dropped the id answers neither, and the client gets
 //     "leader changed". Other kinds (compaction, leases) still answer an
-//     unknown outcome with "leader changed". The whole write is bounded by
-//     the client's deadline and ForwardWait; the errors that remain are
+//     unknown outcome with "leader changed". Waiting and resolving are
+//     bounded by the client's deadline and ForwardWait; the errors that remain are
 //     etcd's retryable ones, never a transport's text. A write forwarded
 //     to the Primary is answered OK
 //     only once this node has applied the Primary's commit index from the
