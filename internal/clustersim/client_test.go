@@ -10,6 +10,7 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 
 	"github.com/netsy-io/netsy/internal/clock"
 	"github.com/netsy-io/netsy/proto/netsyv1"
@@ -200,6 +201,24 @@ func (c *cluster) checkHistory(ctx context.Context) error {
 		case len(resp.Kvs) == 0 || string(resp.Kvs[0].Value) != o.value || resp.Kvs[0].ModRevision != o.rev:
 			errs = append(errs, fmt.Sprintf("acknowledged %v is missing from the history on %s (%v)", o, p.id, resp.Kvs))
 		}
+	}
+	// Every put writes a value of its own: one found at two revisions of
+	// the history was applied twice (a forwarded write sent again after
+	// its first sending was written).
+	evs, _, err := proc.eng.Events(1, proc.eng.CurrentRevision(), 0)
+	if err != nil {
+		errs = append(errs, fmt.Sprintf("read the history on %s: %v", p.id, err))
+	}
+	seen := map[string]int64{}
+	for _, ev := range evs {
+		if ev.Type != mvccpb.PUT || !strings.HasPrefix(string(ev.Kv.Key), "k") {
+			continue
+		}
+		v := string(ev.Kv.Key) + "=" + string(ev.Kv.Value)
+		if rev, ok := seen[v]; ok {
+			errs = append(errs, fmt.Sprintf("put %s applied twice: at revisions %d and %d on %s", v, rev, ev.Kv.ModRevision, p.id))
+		}
+		seen[v] = ev.Kv.ModRevision
 	}
 	for _, r := range ops {
 		if r.put || !r.ok {

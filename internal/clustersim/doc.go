@@ -102,7 +102,8 @@
 //   - No acknowledged write is missing from the final Primary's history
 //     (its value at the revision it was acknowledged at), and no
 //     linearizable read returned a revision of its key older than a write
-//     acknowledged before the read began.
+//     acknowledged before the read began; and no put (each writes a value
+//     of its own) is in that history twice.
 //   - Once every fault heals, within a bound: one Elector, one Active
 //     Primary with a lease on another node (a node holding both resigns
 //     the lock, and the next Elector hears from every node afresh), every

@@ -45,6 +45,12 @@
 //     active ones), never of a node: every node lists what it applied and
 //     a new Primary inherits them with the history (see alarm.go for why
 //     not re-derived). Open refuses a store already past its quota.
+//   - A forwarded write's entry carries its request id (WithRequestID);
+//     the ids of recent committed entries are indexed (bounded by count
+//     and age, rebuilt from the log on open and on every rebuild) so the
+//     forwarding node can learn whether a request whose answer it lost
+//     was written, and a request whose id is logged (committed or pending)
+//     is refused with ErrDuplicateRequest, never applied twice.
 //
 // The engine never talks to clients (internal/etcdapi does) and never knows
 // where durability comes from: a local WAL, object storage or a replica

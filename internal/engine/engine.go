@@ -179,12 +179,18 @@ type Engine struct {
 	feed *feed
 	// alarms are the committed active alarms (see alarm.go).
 	alarms alarmSet
+	// reqs indexes the request ids of recent committed entries.
+	reqs *reqIndex
 
 	// Owned by the loop goroutine.
 	lastIdx     uint64
 	lastRev     int64
 	pending     []*pendingEntry
 	noopWaiters []*proposal
+
+	// pendingIDs are the request ids of the pending entries (the loop's).
+	pendingIDs map[RequestID]struct{}
+
 	// Follower state: entries appended to storage but not yet applied
 	// (applied once committed by the Primary and durable here), and the
 	// Primary's commit index.
@@ -240,6 +246,7 @@ func Open(cfg Config) (*Engine, error) {
 		notifyCh:  make(chan struct{}),
 		durableCh: make(chan struct{}),
 		feed:      newFeed(),
+		reqs:      newReqIndex(cfg.Clock),
 	}
 	e.lease.minDrift = cfg.LeaseCheckpointInterval / 4
 	e.lease.ageFloor, e.lease.ageCap = cfg.LeaseCheckpointAge, max(cfg.LeaseCheckpointAge, maxCheckpointAge)
@@ -314,6 +321,7 @@ func (e *Engine) recover() error {
 		e.lease.reattach(e.store, h.Revision)
 		from = h.Index + 1
 	}
+	e.reqs.reset(from - 1)
 	n := 0
 	err = e.cfg.Storage.Replay(from, func(ent *netsyv1.Entry) error {
 		prev := e.lastIdx
@@ -389,6 +397,7 @@ func (e *Engine) applyEntry(ent *netsyv1.Entry) error {
 	}
 	e.alarms.apply(ent.Alarm)
 	e.lastIdx, e.lastRev = ent.Index, ent.Revision
+	e.reqs.observe(ent)
 	return nil
 }
 
@@ -563,6 +572,10 @@ func (e *Engine) commitUpTo(idx uint64) {
 	done := e.pending[:n]
 	last := done[n-1]
 	for _, pe := range done {
+		e.reqs.observe(pe.entry)
+		if r := pe.entry.GetRequestId(); r != nil {
+			delete(e.pendingIDs, RequestID{Member: r.Member, Seq: r.Seq})
+		}
 		if pe.entry.CompactRevision > 0 {
 			if err := e.store.Compact(pe.entry.CompactRevision); err != nil && !errors.Is(err, mvcc.ErrCompacted) {
 				e.log.Error("compaction failed", "rev", pe.entry.CompactRevision, "error", err)
@@ -630,6 +643,7 @@ func (e *Engine) rollbackPending() {
 	}
 	rolled := len(e.pending) > 0
 	e.pending = nil
+	clear(e.pendingIDs)
 	if e.store.Rev() > e.committedRev.Load() {
 		e.store.Rollback(e.committedRev.Load())
 		rolled = true
@@ -679,6 +693,12 @@ func (e *Engine) appendEntry(ent *netsyv1.Entry, p *proposal, revoked []*netsyv1
 	ent.Term = e.term.Load()
 	e.lastIdx, e.lastRev = ent.Index, ent.Revision
 	e.pending = append(e.pending, &pendingEntry{index: ent.Index, rev: ent.Revision, entry: ent, p: p, revoked: revoked})
+	if r := ent.GetRequestId(); r != nil {
+		if e.pendingIDs == nil {
+			e.pendingIDs = make(map[RequestID]struct{})
+		}
+		e.pendingIDs[RequestID{Member: r.Member, Seq: r.Seq}] = struct{}{}
+	}
 	if err := e.cfg.Storage.Append(ent); err != nil {
 		e.storageFailed(err)
 		return

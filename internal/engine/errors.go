@@ -28,6 +28,10 @@ var (
 	// ErrLeaderChanged means the write was evaluated but its writer stepped
 	// down before it became durable: its outcome is unknown, as etcd's.
 	ErrLeaderChanged = errors.New("etcdserver: leader changed")
+	// ErrDuplicateRequest means a forwarded request came again whose
+	// first sending is already logged (see WithRequestID): it was not
+	// applied again, and its outcome is in the log.
+	ErrDuplicateRequest = errors.New("netsy: duplicate forwarded request: its first sending is already logged")
 	// ErrNoLeader means this node has no Primary to send the write to.
 	ErrNoLeader = errors.New("etcdserver: no leader")
 	// ErrNoSpace refuses a write that adds data while the NOSPACE alarm

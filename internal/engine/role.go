@@ -298,6 +298,7 @@ func (e *Engine) reloadSnapshot() error {
 	e.lastIdx, e.lastRev = h.Index, h.Revision
 	e.compactRev.Store(h.CompactRevision)
 	e.alarms.restore(h.Alarms)
+	e.reqs.reset(h.Index)
 	e.log.Info("caught up from a newer snapshot", "index", h.Index, "rev", h.Revision)
 	return nil
 }
@@ -543,6 +544,7 @@ func (e *Engine) rebuild() error {
 	}
 	e.lastIdx, e.lastRev = idx, rev
 	e.compactRev.Store(compact)
+	e.reqs.reset(idx)
 	e.lastTerm.Store(term)
 	e.follow = nil
 	n, err := e.catchUpStorage()

@@ -45,6 +45,9 @@ type proposal struct {
 	// finished is set by the loop when it answers; a write answered with
 	// ErrTimeout may still commit later, and must not be answered twice.
 	finished bool
+	// reqID is the forwarded request's id (zero for others): its entry
+	// carries it.
+	reqID RequestID
 }
 
 // finish answers the writer; only the loop goroutine calls it.
@@ -67,7 +70,7 @@ func (e *Engine) submit(ctx context.Context, o op) error {
 		}
 		return *f
 	}
-	p := &proposal{op: o, done: make(chan struct{}), deadline: e.cfg.Clock.Now().Add(e.cfg.WriteTimeout)}
+	p := &proposal{op: o, done: make(chan struct{}), deadline: e.cfg.Clock.Now().Add(e.cfg.WriteTimeout), reqID: requestIDFrom(ctx)}
 	select {
 	case e.proposals <- p:
 	case <-ctx.Done():
@@ -269,6 +272,13 @@ func (e *Engine) handle(p *proposal) {
 		p.finish(ErrNotPrimary)
 		return
 	}
+	if p.op.logs() && !p.reqID.zero() && e.duplicate(p.reqID) {
+		// A request sent again whose first sending is logged: applying
+		// it again would write it twice. The sender learns the outcome
+		// from the log.
+		p.finish(ErrDuplicateRequest)
+		return
+	}
 	if p.op.logs() {
 		if bp, ok := e.cfg.Storage.(backpressurer); ok {
 			if err := bp.Backpressure(); err != nil {
@@ -291,6 +301,9 @@ type writeTxn struct {
 	rev    int64
 	ops    []*netsyv1.Op
 	events []*mvccpb.Event
+	// path is a Txn's branches (see txnPath), logged with a forwarded
+	// request so that its sender can rebuild the response.
+	path []bool
 }
 
 func (e *Engine) newWriteTxn() *writeTxn {
@@ -344,6 +357,12 @@ func (w *writeTxn) commit(p *proposal, revokes []int64) {
 		e.lease.revoke(id)
 	}
 	ent := &netsyv1.Entry{Index: e.lastIdx + 1, Revision: e.store.Rev(), Ops: w.ops, LeaseRevokes: revokes}
+	if p != nil && !p.reqID.zero() {
+		ent.RequestId = &netsyv1.RequestID{Member: p.reqID.Member, Seq: p.reqID.Seq}
+		for _, b := range w.path {
+			ent.TxnPath = append(ent.TxnPath, boolByte(b))
+		}
+	}
 	e.appendEntry(ent, p, revoked)
 }
 
@@ -434,6 +453,7 @@ func (w *writeTxn) applyDelete(r *pb.DeleteRangeRequest) (*pb.DeleteRangeRespons
 // judged against the state before the txn; the ops then run in order.
 func (w *writeTxn) applyTxn(r *pb.TxnRequest) (*pb.TxnResponse, error) {
 	path := txnPath(w.e.store, w.e.store.Rev(), r, nil)
+	w.path = append([]bool(nil), path...)
 	return w.applyTxnPath(r, &path)
 }
 
@@ -704,4 +724,11 @@ func (e *Engine) expireLeases() {
 		e.log.Debug("lease expired", "lease", id)
 		e.revokeLease(id, nil, nil)
 	}
+}
+
+func boolByte(b bool) byte {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -42,6 +42,11 @@ const (
 	// unknown), so removing it could lose acknowledged writes. Wait, or
 	// deregister with force.
 	ReasonNotDurable Reason = "NOT_DURABLE"
+	// ReasonDuplicateRequest: the Primary refused a forwarded write whose
+	// request id it already holds, pending or committed (its first
+	// sending); it did not apply it again. The sender learns the outcome
+	// from the log.
+	ReasonDuplicateRequest Reason = "DUPLICATE_REQUEST"
 )
 
 // Error is a status error with code c carrying reason r.

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -46,6 +47,9 @@ type Local interface {
 	Snapshot(ctx context.Context, w io.Writer) (int64, error)
 	CommittedIndex() uint64
 	IsWriter() bool
+	// LookupRequest finds the committed entry a forwarded request wrote
+	// (see engine.Engine.LookupRequest).
+	LookupRequest(id engine.RequestID) (req engine.LoggedRequest, found bool, completeFrom uint64)
 }
 
 // Roles is what the Backend needs to know about the cluster.
@@ -83,12 +87,24 @@ type BackendConfig struct {
 	// after which the write fails with engine.ErrTimeout (its outcome is
 	// unknown to the client, as when a Primary times a write out).
 	ReadIndexWait time.Duration
-	Clock         clock.Clock
+	// ForwardWait bounds, from a write's first answer that was not the
+	// write's (a refusal, a lost answer), how long it waits for the next
+	// Primary and resolves an unknown outcome, unless the client's
+	// deadline comes first (default 15 s): past it the client gets
+	// engine.ErrTimeout. It must stay well below the request
+	// index's age bound (engine: 10 minutes), so that a request is never
+	// looked up after its id could have been dropped.
+	ForwardWait time.Duration
+	Clock       clock.Clock
 }
 
 // Backend is the etcd API's backend on every node; see the package doc.
 type Backend struct {
-	cfg      BackendConfig
+	cfg BackendConfig
+	// seq numbers the requests this node forwards (with its member id,
+	// their request ids); it starts at a random value, so a restarted
+	// node does not reuse the ids of its previous run.
+	seq      atomic.Uint64
 	l        Local
 	readIdx  batcher[*netsyv1.ReadIndexResponse]
 	identity func() (uint64, uint64)
@@ -102,10 +118,14 @@ func NewBackend(cfg BackendConfig) *Backend {
 	if cfg.ReadIndexWait <= 0 {
 		cfg.ReadIndexWait = time.Second
 	}
+	if cfg.ForwardWait <= 0 {
+		cfg.ForwardWait = 15 * time.Second
+	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real()
 	}
 	b := &Backend{cfg: cfg, l: cfg.Local}
+	b.seq.Store(randomSeq())
 	b.readIdx.do, b.readIdx.clk = b.fetchReadIndex, cfg.Clock
 	return b
 }
@@ -163,21 +183,64 @@ func notEvaluated(err error) bool {
 
 // write runs a write where the Primary is: locally when this node is the
 // Active Primary, else through the Primary's peer port. A refusal before
-// evaluation waits for the next Primary and goes again.
-func write[T any](ctx context.Context, b *Backend, local func(context.Context) (T, error), remote func(context.Context, *grpc.ClientConn, ...grpc.CallOption) (T, error)) (T, error) {
+// evaluation waits for the next Primary and goes again. A write whose
+// outcome is unknown (the Primary died, or stepped down, with it in
+// flight) is resolved when rebuild can answer it (see resolve): found in
+// the next Primary's log, it is answered from there; never written, it is
+// sent once more. Past its first answer, the write is bounded by the
+// client's deadline and ForwardWait.
+func write[T any](ctx context.Context, b *Backend, local func(context.Context) (T, error), remote func(context.Context, *grpc.ClientConn, ...grpc.CallOption) (T, error), rebuild func(context.Context, engine.LoggedRequest) (T, error)) (T, error) {
 	var zero T
+	// The ForwardWait bound starts when the first answer was not the
+	// write's: the common path arms no timer of its own (one per write
+	// is measurable), and the Primary's write timeout bounds it.
+	parent := ctx
+	cancel := context.CancelFunc(func() {})
+	defer func() { cancel() }()
+	bounded := false
+	bound := func() {
+		if !bounded {
+			bounded = true
+			ctx, cancel = clock.WithTimeout(parent, b.cfg.Clock, b.cfg.ForwardWait)
+		}
+	}
+	var id engine.RequestID
+	if b.cfg.Conn == nil {
+		// The peer port's Backend: the node that forwarded the request
+		// named it (its id is in ctx) and resolves it.
+		rebuild = nil
+	}
+	if rebuild != nil {
+		_, member := b.cfg.Roles.Identity()
+		id = engine.RequestID{Member: member, Seq: b.seq.Add(1)}
+	}
 	avoid := ""
+	// sends bounds how often one request goes out: once, once more when
+	// the next Primary's log shows it never written, and (when the same
+	// Primary answered, which refuses an id it already holds) once again.
+	sends := 0
 	for {
 		conn, err := b.primaryConn(ctx, avoid)
 		if err != nil {
-			return zero, err
+			return zero, b.finalErr(parent, ctx, err)
 		}
+		// A change of roles while the request is out must wake the wait
+		// after a refusal, or the wait would miss it.
+		changed := b.cfg.Roles.Changed()
+		p, sentTerm := b.cfg.Roles.Primary()
+		sentCommit := b.l.CommittedIndex()
 		var resp T
 		var trailer metadata.MD
+		sends++
 		if conn == nil {
-			resp, err = local(ctx)
+			resp, err = local(engine.WithRequestID(ctx, id))
+			err = wireError(err)
 		} else {
-			resp, err = remote(ctx, conn, grpc.Trailer(&trailer))
+			rctx := ctx
+			if rebuild != nil {
+				rctx = metadata.AppendToOutgoingContext(ctx, RequestIDHeader, formatRequestID(id))
+			}
+			resp, err = remote(rctx, conn, grpc.Trailer(&trailer))
 		}
 		if err == nil && conn != nil {
 			// As on etcd, a write answered by a node is applied there: a
@@ -189,25 +252,67 @@ func write[T any](ctx context.Context, b *Backend, local func(context.Context) (
 			// this node would break read-your-writes.
 			if idx, perr := strconv.ParseUint(firstOf(trailer.Get(CommitIndexTrailer)), 10, 64); perr == nil {
 				if werr := b.waitApplied(ctx, idx); werr != nil {
-					return zero, fmt.Errorf("the Primary applied the write, but %w", werr)
+					if rebuild == nil || !b.primaryMoved(p, sentTerm) || ctx.Err() != nil {
+						return zero, fmt.Errorf("the Primary applied the write, but %w", werr)
+					}
+					bound()
+					// The Primary committed it and then went away before
+					// this node applied it: the next Primary's log has
+					// it, and this node applies it by following there.
+					return resolveCommitted(parent, ctx, b, id, sentTerm, rebuild)
 				}
 			}
 		}
-		if err == nil || !notEvaluated(err) || ctx.Err() != nil {
+		if err == nil {
+			return resp, nil
+		}
+		if ctx.Err() != nil {
+			return zero, b.finalErr(parent, ctx, err)
+		}
+		bound()
+		if notEvaluated(err) {
+			// Not the Primary (any more): wait for the roles to move on.
+			if p, _ := b.cfg.Roles.Primary(); p != nil {
+				avoid = p.NodeId
+			}
+			select {
+			case <-changed:
+				avoid = ""
+			case <-ctx.Done():
+				return zero, b.finalErr(parent, ctx, ctx.Err())
+			case <-b.cfg.Clock.After(50 * time.Millisecond):
+				avoid = ""
+			}
+			continue
+		}
+		if !unknownOutcome(err) || b.cfg.Conn == nil {
+			// The peer port's Backend answers as its engine did: the
+			// forwarding node decides from the code and reason.
 			return resp, err
 		}
-		// Not the Primary (any more): wait for the roles to move on.
-		if p, _ := b.cfg.Roles.Primary(); p != nil {
-			avoid = p.NodeId
+		if conn == nil && !errors.Is(err, engine.ErrLeaderChanged) {
+			// This node's own engine answered: only a step-down leaves
+			// the outcome to the next Primary's log. A timed-out write
+			// may still commit here, and a failed engine's error says
+			// what clients must know (object storage is unavailable).
+			return resp, err
 		}
-		select {
-		case <-b.cfg.Roles.Changed():
-			avoid = ""
-		case <-ctx.Done():
-			return zero, ctx.Err()
-		case <-b.cfg.Clock.After(50 * time.Millisecond):
-			avoid = ""
+		if rebuild == nil {
+			// An outcome this request kind cannot learn from the log:
+			// etcd's retryable answer, never the transport's text.
+			return zero, fmt.Errorf("%w (the Primary went away with the request in flight: %v)", engine.ErrLeaderChanged, err)
 		}
+		lr, found, rerr := b.resolve(ctx, id, sentTerm, sentCommit)
+		switch {
+		case rerr != nil:
+			return zero, b.finalErr(parent, ctx, rerr)
+		case found:
+			return rebuild(ctx, lr)
+		case sends >= 3:
+			return zero, fmt.Errorf("%w: the request was not found written after being sent %d times", engine.ErrLeaderChanged, sends)
+		}
+		// Not written: send it again, under the same id.
+		avoid = ""
 	}
 }
 
@@ -215,12 +320,17 @@ func write[T any](ctx context.Context, b *Backend, local func(context.Context) (
 // forwarded write says its commit index (see CommitIndexInterceptor).
 const CommitIndexTrailer = "netsy-commit-index"
 
-// CommitIndexInterceptor is the Primary's side of read-your-writes on
-// replicas: on the peer port, every successful etcd API call is answered
-// with the engine's commit index in the CommitIndexTrailer trailer, so the
-// node that forwarded it can wait until it has applied that far.
+// CommitIndexInterceptor is the Primary's side of forwarding: on the peer
+// port, every successful etcd API call is answered with the engine's
+// commit index in the CommitIndexTrailer trailer, so the node that
+// forwarded it can wait until it has applied that far (read-your-writes
+// on replicas); and a forwarded write's request id (RequestIDHeader)
+// goes with it to the engine, whose entry keeps it.
 func CommitIndexInterceptor(committed func() uint64) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if id, ok := requestIDFromIncoming(ctx); ok {
+			ctx = engine.WithRequestID(ctx, id)
+		}
 		resp, err := handler(ctx, req)
 		if err == nil && strings.HasPrefix(info.FullMethod, "/etcdserverpb.") {
 			_ = grpc.SetTrailer(ctx, metadata.Pairs(CommitIndexTrailer, strconv.FormatUint(committed(), 10)))
@@ -240,6 +350,9 @@ func (b *Backend) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, e
 	return write(ctx, b, func(ctx context.Context) (*pb.PutResponse, error) { return b.l.Put(ctx, r) },
 		func(ctx context.Context, c *grpc.ClientConn, opts ...grpc.CallOption) (*pb.PutResponse, error) {
 			return pb.NewKVClient(c).Put(ctx, r, opts...)
+		},
+		func(ctx context.Context, lr engine.LoggedRequest) (*pb.PutResponse, error) {
+			return b.rebuildPut(ctx, r, lr)
 		})
 }
 
@@ -247,6 +360,9 @@ func (b *Backend) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*p
 	return write(ctx, b, func(ctx context.Context) (*pb.DeleteRangeResponse, error) { return b.l.DeleteRange(ctx, r) },
 		func(ctx context.Context, c *grpc.ClientConn, opts ...grpc.CallOption) (*pb.DeleteRangeResponse, error) {
 			return pb.NewKVClient(c).DeleteRange(ctx, r, opts...)
+		},
+		func(ctx context.Context, lr engine.LoggedRequest) (*pb.DeleteRangeResponse, error) {
+			return b.rebuildDelete(ctx, r, lr)
 		})
 }
 
@@ -254,21 +370,21 @@ func (b *Backend) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.Com
 	return write(ctx, b, func(ctx context.Context) (*pb.CompactionResponse, error) { return b.l.Compact(ctx, r) },
 		func(ctx context.Context, c *grpc.ClientConn, opts ...grpc.CallOption) (*pb.CompactionResponse, error) {
 			return pb.NewKVClient(c).Compact(ctx, r, opts...)
-		})
+		}, nil)
 }
 
 func (b *Backend) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
 	return write(ctx, b, func(ctx context.Context) (*pb.LeaseGrantResponse, error) { return b.l.LeaseGrant(ctx, r) },
 		func(ctx context.Context, c *grpc.ClientConn, opts ...grpc.CallOption) (*pb.LeaseGrantResponse, error) {
 			return pb.NewLeaseClient(c).LeaseGrant(ctx, r, opts...)
-		})
+		}, nil)
 }
 
 func (b *Backend) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
 	return write(ctx, b, func(ctx context.Context) (*pb.LeaseRevokeResponse, error) { return b.l.LeaseRevoke(ctx, r) },
 		func(ctx context.Context, c *grpc.ClientConn, opts ...grpc.CallOption) (*pb.LeaseRevokeResponse, error) {
 			return pb.NewLeaseClient(c).LeaseRevoke(ctx, r, opts...)
-		})
+		}, nil)
 }
 
 func (b *Backend) LeaseRenew(ctx context.Context, id int64) (int64, error) {
@@ -282,7 +398,7 @@ func (b *Backend) LeaseRenew(ctx context.Context, id int64) (int64, error) {
 				return 0, err
 			}
 			return resp.Ttl, nil
-		})
+		}, nil)
 }
 
 // LeaseTimeToLive and LeaseLeases are linearizable reads of the local
@@ -321,6 +437,9 @@ func (b *Backend) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, e
 		return write(ctx, b, func(ctx context.Context) (*pb.TxnResponse, error) { return b.l.Txn(ctx, r) },
 			func(ctx context.Context, c *grpc.ClientConn, opts ...grpc.CallOption) (*pb.TxnResponse, error) {
 				return pb.NewKVClient(c).Txn(ctx, r, opts...)
+			},
+			func(ctx context.Context, lr engine.LoggedRequest) (*pb.TxnResponse, error) {
+				return b.rebuildTxn(ctx, r, lr)
 			})
 	}
 	if !engine.SerializableTxn(r) {
@@ -351,6 +470,12 @@ func (b *Backend) linearizable(ctx context.Context) error {
 					return err
 				}
 				continue
+			}
+			if ctx.Err() == nil && !notEvaluated(err) && unknownOutcome(err) {
+				// The Primary went away under the read index, or its
+				// answer was lost: etcd's retryable error (a client
+				// retries a read on it), never the transport's text.
+				return fmt.Errorf("%w (the read index failed: %v)", engine.ErrLeaderChanged, err)
 			}
 			return err
 		}

@@ -515,68 +515,6 @@ func btoi(b bool) int {
 	return 0
 }
 
-// A write whose outcome is unknown (the connection broke after the
-// Primary received it; the Primary timed it out) is never sent twice,
-// whoever is Primary by then: the client gets the error.
-func TestBackendForwardUnknownOutcomeIsNotResent(t *testing.T) {
-	for _, tc := range []struct {
-		name      string
-		answer    func(context.Context) error // the first call's answer
-		brokeConn bool
-	}{
-		{"connection broke", func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }, true},
-		{"request timed out", func(context.Context) error { return rpctypes.ErrGRPCTimeout }, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			w := newWorld(t)
-			entered := make(chan struct{}, 1)
-			ok := func(context.Context, int, *pb.PutRequest) (*pb.PutResponse, error) {
-				return &pb.PutResponse{Header: &pb.ResponseHeader{Revision: 42}}, nil
-			}
-			p1 := w.servePrimary("p1", 10)
-			p1.put = func(ctx context.Context, call int, r *pb.PutRequest) (*pb.PutResponse, error) {
-				if call > 1 {
-					return ok(ctx, call, r)
-				}
-				entered <- struct{}{}
-				return nil, tc.answer(ctx)
-			}
-			p2 := w.servePrimary("p2", 11)
-			p2.put = ok
-			n := w.startBackend(p1.info, 1)
-
-			res := async(func() (*pb.PutResponse, error) {
-				return n.b.Put(context.Background(), &pb.PutRequest{Key: []byte("k"), Value: []byte("v")})
-			})
-			waitFor(t, "the write to reach p1", func() bool { return len(entered) > 0 || len(res) > 0 })
-			if len(entered) == 0 {
-				t.Fatalf("the write returned before reaching the Primary: %+v", <-res)
-			}
-			// Both a resend to p1 and one to the Primary named next
-			// would be answered, and counted.
-			n.roles.set(p2.info, 6)
-			if tc.brokeConn {
-				w.net.Partition("r", "p1")
-				w.net.Heal("r", "p1")
-			}
-			// A Backend that (wrongly) waited to resend would wait on the
-			// clock for the next Primary: time runs until the write ends.
-			waitFor(t, "the write", func() bool { w.clk.Advance(50 * time.Millisecond); return len(res) > 0 })
-			o := <-res
-			t.Logf("the client's error: %v", o.err)
-			if o.err == nil {
-				t.Fatalf("a write whose outcome is unknown was answered %v, want an error", o.v)
-			}
-			if peer.Refused(o.err) {
-				t.Fatalf("the error reads as a refused connection (nothing sent): %v", o.err)
-			}
-			if a, b := p1.count(""), p2.count(""); a != 1 || b != 0 {
-				t.Fatalf("the write was sent %d times to p1 and %d to p2, want once in all", a, b)
-			}
-		})
-	}
-}
-
 // A write forwarded to the Primary is answered OK only once this node has
 // applied it (the Primary's commit index, from its trailer): a node that
 // cannot apply it within ReadIndexWait answers ErrTimeout, never an OK

@@ -41,8 +41,25 @@
 //     the Primary: the local engine when this node is the Active Primary,
 //     else the Primary's peer port. A request the Primary refused without
 //     evaluating it (it is not, or no longer, the Primary) waits for the
-//     next Primary and is sent there; a request whose outcome is unknown is
-//     never sent twice. A write forwarded to the Primary is answered OK
+//     next Primary and is sent there. A Put, DeleteRange or write Txn
+//     carries a request id (this node's member id and a sequence that
+//     starts at random; RequestIDHeader) that its entry keeps. When its
+//     outcome is unknown (the Primary died or stepped down with it in
+//     flight; on the Active Primary itself, only a step-down of its own
+//     engine), the node waits until a Primary is Active, applies that
+//     Primary's commit point and looks the id up in what it applied
+//     (engine.LookupRequest): found, the client gets the response rebuilt
+//     from the entry and the history before it (a Txn that reads after
+//     it writes cannot be, and gets "leader changed"); not found, the
+//     request goes again under the same id (an Active Primary's log is
+//     final for older terms, and the engine refuses an id it holds
+//     pending or committed, so nothing is applied twice). An index that
+//     may have dropped the id answers neither, and the client gets
+//     "leader changed". Other kinds (compaction, leases) still answer an
+//     unknown outcome with "leader changed". Waiting and resolving are
+//     bounded by the client's deadline and ForwardWait; the errors that remain are
+//     etcd's retryable ones, never a transport's text. A write forwarded
+//     to the Primary is answered OK
 //     only once this node has applied the Primary's commit index from the
 //     answer; if it has not within ReadIndexWait, the client gets
 //     ErrTimeout instead (read-your-writes on every node).
@@ -61,6 +78,6 @@
 // It must never apply an entry the Primary has not committed, append to
 // the log while this node's Primary role holds it, answer a linearizable
 // read before it has applied the confirmed commit point, answer OK to a
-// forwarded write it has not applied, or retry a write that may have been
-// applied.
+// forwarded write it has not applied, or send a write again unless the
+// log shows it unwritten or the receiving Primary refuses duplicates.
 package replica

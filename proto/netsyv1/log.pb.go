@@ -68,7 +68,7 @@ func (x Op_Type) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Op_Type.Descriptor instead.
 func (Op_Type) EnumDescriptor() ([]byte, []int) {
-	return file_netsy_v1_log_proto_rawDescGZIP(), []int{3, 0}
+	return file_netsy_v1_log_proto_rawDescGZIP(), []int{4, 0}
 }
 
 // Entry is one serialized write. Index is the dense log position (every entry
@@ -102,7 +102,18 @@ type Entry struct {
 	// alarm, when set, raises or clears one cluster-wide alarm (etcd's
 	// NOSPACE): alarms are state of the log, so every node lists them and a
 	// new Primary inherits them. Logged at the current revision.
-	Alarm         *AlarmChange `protobuf:"bytes,20,opt,name=alarm,proto3" json:"alarm,omitempty"`
+	Alarm *AlarmChange `protobuf:"bytes,20,opt,name=alarm,proto3" json:"alarm,omitempty"`
+	// request_id names the forwarded client request the entry answers (the
+	// node that forwarded it, and that node's sequence), so a node whose
+	// Primary died before answering can learn from the next Primary's log
+	// whether the request was written. Empty on entries not forwarded and
+	// on entries written before the field existed.
+	RequestId *RequestID `protobuf:"bytes,21,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// txn_path is, for a forwarded Txn, whether each txn of its tree that
+	// ran took its success branch (1) or its failure branch (0), depth
+	// first in execution order: with the ops it lets the forwarding node
+	// rebuild the response without evaluating the request again.
+	TxnPath       []byte `protobuf:"bytes,22,opt,name=txn_path,json=txnPath,proto3" json:"txn_path,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -196,6 +207,20 @@ func (x *Entry) GetLeaseCheckpoints() []*LeaseCheckpoint {
 func (x *Entry) GetAlarm() *AlarmChange {
 	if x != nil {
 		return x.Alarm
+	}
+	return nil
+}
+
+func (x *Entry) GetRequestId() *RequestID {
+	if x != nil {
+		return x.RequestId
+	}
+	return nil
+}
+
+func (x *Entry) GetTxnPath() []byte {
+	if x != nil {
+		return x.TxnPath
 	}
 	return nil
 }
@@ -316,6 +341,62 @@ func (x *Alarm) GetType() int32 {
 	return 0
 }
 
+// RequestID is unique per client request a node forwards: member is the
+// forwarding node's member id, seq that node's sequence, which starts at a
+// random value on every start so a restarted node does not reuse the ids
+// its previous run sent.
+type RequestID struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Member        uint64                 `protobuf:"varint,1,opt,name=member,proto3" json:"member,omitempty"`
+	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequestID) Reset() {
+	*x = RequestID{}
+	mi := &file_netsy_v1_log_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestID) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestID) ProtoMessage() {}
+
+func (x *RequestID) ProtoReflect() protoreflect.Message {
+	mi := &file_netsy_v1_log_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestID.ProtoReflect.Descriptor instead.
+func (*RequestID) Descriptor() ([]byte, []int) {
+	return file_netsy_v1_log_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *RequestID) GetMember() uint64 {
+	if x != nil {
+		return x.Member
+	}
+	return 0
+}
+
+func (x *RequestID) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
 type Op struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Type          Op_Type                `protobuf:"varint,1,opt,name=type,proto3,enum=netsy.v1.Op_Type" json:"type,omitempty"`
@@ -328,7 +409,7 @@ type Op struct {
 
 func (x *Op) Reset() {
 	*x = Op{}
-	mi := &file_netsy_v1_log_proto_msgTypes[3]
+	mi := &file_netsy_v1_log_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -340,7 +421,7 @@ func (x *Op) String() string {
 func (*Op) ProtoMessage() {}
 
 func (x *Op) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_log_proto_msgTypes[3]
+	mi := &file_netsy_v1_log_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -353,7 +434,7 @@ func (x *Op) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Op.ProtoReflect.Descriptor instead.
 func (*Op) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_log_proto_rawDescGZIP(), []int{3}
+	return file_netsy_v1_log_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Op) GetType() Op_Type {
@@ -394,7 +475,7 @@ type LeaseGrant struct {
 
 func (x *LeaseGrant) Reset() {
 	*x = LeaseGrant{}
-	mi := &file_netsy_v1_log_proto_msgTypes[4]
+	mi := &file_netsy_v1_log_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -406,7 +487,7 @@ func (x *LeaseGrant) String() string {
 func (*LeaseGrant) ProtoMessage() {}
 
 func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_log_proto_msgTypes[4]
+	mi := &file_netsy_v1_log_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -419,7 +500,7 @@ func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseGrant.ProtoReflect.Descriptor instead.
 func (*LeaseGrant) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_log_proto_rawDescGZIP(), []int{4}
+	return file_netsy_v1_log_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *LeaseGrant) GetId() int64 {
@@ -448,7 +529,7 @@ type LeaseCheckpoint struct {
 
 func (x *LeaseCheckpoint) Reset() {
 	*x = LeaseCheckpoint{}
-	mi := &file_netsy_v1_log_proto_msgTypes[5]
+	mi := &file_netsy_v1_log_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -460,7 +541,7 @@ func (x *LeaseCheckpoint) String() string {
 func (*LeaseCheckpoint) ProtoMessage() {}
 
 func (x *LeaseCheckpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_log_proto_msgTypes[5]
+	mi := &file_netsy_v1_log_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -473,7 +554,7 @@ func (x *LeaseCheckpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseCheckpoint.ProtoReflect.Descriptor instead.
 func (*LeaseCheckpoint) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_log_proto_rawDescGZIP(), []int{5}
+	return file_netsy_v1_log_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *LeaseCheckpoint) GetId() int64 {
@@ -510,7 +591,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_netsy_v1_log_proto_msgTypes[6]
+	mi := &file_netsy_v1_log_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -522,7 +603,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_log_proto_msgTypes[6]
+	mi := &file_netsy_v1_log_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -535,7 +616,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_log_proto_rawDescGZIP(), []int{6}
+	return file_netsy_v1_log_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SnapshotHeader) GetIndex() uint64 {
@@ -613,7 +694,7 @@ type KeyVersion struct {
 
 func (x *KeyVersion) Reset() {
 	*x = KeyVersion{}
-	mi := &file_netsy_v1_log_proto_msgTypes[7]
+	mi := &file_netsy_v1_log_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -625,7 +706,7 @@ func (x *KeyVersion) String() string {
 func (*KeyVersion) ProtoMessage() {}
 
 func (x *KeyVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_log_proto_msgTypes[7]
+	mi := &file_netsy_v1_log_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -638,7 +719,7 @@ func (x *KeyVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyVersion.ProtoReflect.Descriptor instead.
 func (*KeyVersion) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_log_proto_rawDescGZIP(), []int{7}
+	return file_netsy_v1_log_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *KeyVersion) GetKey() []byte {
@@ -712,7 +793,7 @@ type SnapshotLease struct {
 
 func (x *SnapshotLease) Reset() {
 	*x = SnapshotLease{}
-	mi := &file_netsy_v1_log_proto_msgTypes[8]
+	mi := &file_netsy_v1_log_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -724,7 +805,7 @@ func (x *SnapshotLease) String() string {
 func (*SnapshotLease) ProtoMessage() {}
 
 func (x *SnapshotLease) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_log_proto_msgTypes[8]
+	mi := &file_netsy_v1_log_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -737,7 +818,7 @@ func (x *SnapshotLease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotLease.ProtoReflect.Descriptor instead.
 func (*SnapshotLease) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_log_proto_rawDescGZIP(), []int{8}
+	return file_netsy_v1_log_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SnapshotLease) GetId() int64 {
@@ -777,7 +858,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_netsy_v1_log_proto_msgTypes[9]
+	mi := &file_netsy_v1_log_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -789,7 +870,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_netsy_v1_log_proto_msgTypes[9]
+	mi := &file_netsy_v1_log_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -802,7 +883,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_netsy_v1_log_proto_rawDescGZIP(), []int{9}
+	return file_netsy_v1_log_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SnapshotRecord) GetRecord() isSnapshotRecord_Record {
@@ -865,7 +946,7 @@ var File_netsy_v1_log_proto protoreflect.FileDescriptor
 
 const file_netsy_v1_log_proto_rawDesc = "" +
 	"\n" +
-	"\x12netsy/v1/log.proto\x12\bnetsy.v1\"\xeb\x02\n" +
+	"\x12netsy/v1/log.proto\x12\bnetsy.v1\"\xba\x03\n" +
 	"\x05Entry\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12\x12\n" +
@@ -875,14 +956,20 @@ const file_netsy_v1_log_proto_rawDesc = "" +
 	"\rlease_revokes\x18\x06 \x03(\x03R\fleaseRevokes\x12)\n" +
 	"\x10compact_revision\x18\a \x01(\x03R\x0fcompactRevision\x12F\n" +
 	"\x11lease_checkpoints\x18\b \x03(\v2\x19.netsy.v1.LeaseCheckpointR\x10leaseCheckpoints\x12+\n" +
-	"\x05alarm\x18\x14 \x01(\v2\x15.netsy.v1.AlarmChangeR\x05alarm\"Z\n" +
+	"\x05alarm\x18\x14 \x01(\v2\x15.netsy.v1.AlarmChangeR\x05alarm\x122\n" +
+	"\n" +
+	"request_id\x18\x15 \x01(\v2\x13.netsy.v1.RequestIDR\trequestId\x12\x19\n" +
+	"\btxn_path\x18\x16 \x01(\fR\atxnPath\"Z\n" +
 	"\vAlarmChange\x12\x1a\n" +
 	"\bactivate\x18\x01 \x01(\bR\bactivate\x12\x1b\n" +
 	"\tmember_id\x18\x02 \x01(\x04R\bmemberId\x12\x12\n" +
 	"\x04type\x18\x03 \x01(\x05R\x04type\"8\n" +
 	"\x05Alarm\x12\x1b\n" +
 	"\tmember_id\x18\x01 \x01(\x04R\bmemberId\x12\x12\n" +
-	"\x04type\x18\x02 \x01(\x05R\x04type\"\x86\x01\n" +
+	"\x04type\x18\x02 \x01(\x05R\x04type\"5\n" +
+	"\tRequestID\x12\x16\n" +
+	"\x06member\x18\x01 \x01(\x04R\x06member\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\x86\x01\n" +
 	"\x02Op\x12%\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x11.netsy.v1.Op.TypeR\x04type\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x14\n" +
@@ -941,35 +1028,37 @@ func file_netsy_v1_log_proto_rawDescGZIP() []byte {
 }
 
 var file_netsy_v1_log_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_netsy_v1_log_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_netsy_v1_log_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_netsy_v1_log_proto_goTypes = []any{
 	(Op_Type)(0),            // 0: netsy.v1.Op.Type
 	(*Entry)(nil),           // 1: netsy.v1.Entry
 	(*AlarmChange)(nil),     // 2: netsy.v1.AlarmChange
 	(*Alarm)(nil),           // 3: netsy.v1.Alarm
-	(*Op)(nil),              // 4: netsy.v1.Op
-	(*LeaseGrant)(nil),      // 5: netsy.v1.LeaseGrant
-	(*LeaseCheckpoint)(nil), // 6: netsy.v1.LeaseCheckpoint
-	(*SnapshotHeader)(nil),  // 7: netsy.v1.SnapshotHeader
-	(*KeyVersion)(nil),      // 8: netsy.v1.KeyVersion
-	(*SnapshotLease)(nil),   // 9: netsy.v1.SnapshotLease
-	(*SnapshotRecord)(nil),  // 10: netsy.v1.SnapshotRecord
+	(*RequestID)(nil),       // 4: netsy.v1.RequestID
+	(*Op)(nil),              // 5: netsy.v1.Op
+	(*LeaseGrant)(nil),      // 6: netsy.v1.LeaseGrant
+	(*LeaseCheckpoint)(nil), // 7: netsy.v1.LeaseCheckpoint
+	(*SnapshotHeader)(nil),  // 8: netsy.v1.SnapshotHeader
+	(*KeyVersion)(nil),      // 9: netsy.v1.KeyVersion
+	(*SnapshotLease)(nil),   // 10: netsy.v1.SnapshotLease
+	(*SnapshotRecord)(nil),  // 11: netsy.v1.SnapshotRecord
 }
 var file_netsy_v1_log_proto_depIdxs = []int32{
-	4, // 0: netsy.v1.Entry.ops:type_name -> netsy.v1.Op
-	5, // 1: netsy.v1.Entry.lease_grants:type_name -> netsy.v1.LeaseGrant
-	6, // 2: netsy.v1.Entry.lease_checkpoints:type_name -> netsy.v1.LeaseCheckpoint
-	2, // 3: netsy.v1.Entry.alarm:type_name -> netsy.v1.AlarmChange
-	0, // 4: netsy.v1.Op.type:type_name -> netsy.v1.Op.Type
-	3, // 5: netsy.v1.SnapshotHeader.alarms:type_name -> netsy.v1.Alarm
-	7, // 6: netsy.v1.SnapshotRecord.header:type_name -> netsy.v1.SnapshotHeader
-	8, // 7: netsy.v1.SnapshotRecord.kv:type_name -> netsy.v1.KeyVersion
-	9, // 8: netsy.v1.SnapshotRecord.lease:type_name -> netsy.v1.SnapshotLease
-	9, // [9:9] is the sub-list for method output_type
-	9, // [9:9] is the sub-list for method input_type
-	9, // [9:9] is the sub-list for extension type_name
-	9, // [9:9] is the sub-list for extension extendee
-	0, // [0:9] is the sub-list for field type_name
+	5,  // 0: netsy.v1.Entry.ops:type_name -> netsy.v1.Op
+	6,  // 1: netsy.v1.Entry.lease_grants:type_name -> netsy.v1.LeaseGrant
+	7,  // 2: netsy.v1.Entry.lease_checkpoints:type_name -> netsy.v1.LeaseCheckpoint
+	2,  // 3: netsy.v1.Entry.alarm:type_name -> netsy.v1.AlarmChange
+	4,  // 4: netsy.v1.Entry.request_id:type_name -> netsy.v1.RequestID
+	0,  // 5: netsy.v1.Op.type:type_name -> netsy.v1.Op.Type
+	3,  // 6: netsy.v1.SnapshotHeader.alarms:type_name -> netsy.v1.Alarm
+	8,  // 7: netsy.v1.SnapshotRecord.header:type_name -> netsy.v1.SnapshotHeader
+	9,  // 8: netsy.v1.SnapshotRecord.kv:type_name -> netsy.v1.KeyVersion
+	10, // 9: netsy.v1.SnapshotRecord.lease:type_name -> netsy.v1.SnapshotLease
+	10, // [10:10] is the sub-list for method output_type
+	10, // [10:10] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_netsy_v1_log_proto_init() }
@@ -977,7 +1066,7 @@ func file_netsy_v1_log_proto_init() {
 	if File_netsy_v1_log_proto != nil {
 		return
 	}
-	file_netsy_v1_log_proto_msgTypes[9].OneofWrappers = []any{
+	file_netsy_v1_log_proto_msgTypes[10].OneofWrappers = []any{
 		(*SnapshotRecord_Header)(nil),
 		(*SnapshotRecord_Kv)(nil),
 		(*SnapshotRecord_Lease)(nil),
@@ -988,7 +1077,7 @@ func file_netsy_v1_log_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_netsy_v1_log_proto_rawDesc), len(file_netsy_v1_log_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   10,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -25,6 +25,11 @@ const (
 	probeMaxInFlight = 3000
 	// failoverPatience is how long a failover run waits for a write.
 	failoverPatience = 60 * time.Second
+	// loadInterval is the load probe's: 2000 puts a second, the rate of
+	// issue 20's measurement (etcd's benchmark put, 16 clients, 2000/s).
+	loadInterval = 500 * time.Microsecond
+	// loadLead is how long the load runs before the kill.
+	loadLead = time.Second
 )
 
 // attempt is one put of a write probe.
@@ -41,6 +46,8 @@ type writeProbe struct {
 	clis   []*clientv3.Client
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	// halt stops sending; the puts in flight still get their answers.
+	halt chan struct{}
 
 	mu       sync.Mutex
 	attempts []attempt
@@ -72,10 +79,15 @@ func probeClients(ctx context.Context, addrs []string, prefix string, n int) ([]
 }
 
 func startProbe(ctx context.Context, clis []*clientv3.Client, prefix string) *writeProbe {
+	return startProbeEvery(ctx, clis, prefix, probeInterval)
+}
+
+// startProbeEvery is startProbe with a put every interval.
+func startProbeEvery(ctx context.Context, clis []*clientv3.Client, prefix string, interval time.Duration) *writeProbe {
 	ctx, cancel := context.WithCancel(ctx)
-	p := &writeProbe{clis: clis, cancel: cancel, changed: make(chan struct{})}
+	p := &writeProbe{clis: clis, cancel: cancel, changed: make(chan struct{}), halt: make(chan struct{})}
 	p.wg.Go(func() {
-		tick := time.NewTicker(probeInterval)
+		tick := time.NewTicker(interval)
 		defer tick.Stop()
 		var inFlight sync.WaitGroup
 		defer inFlight.Wait()
@@ -92,6 +104,8 @@ func startProbe(ctx context.Context, clis []*clientv3.Client, prefix string) *wr
 			}
 			select {
 			case <-ctx.Done():
+				return
+			case <-p.halt:
 				return
 			case <-tick.C:
 			}
@@ -164,6 +178,18 @@ func (p *writeProbe) lastError() string {
 func (p *writeProbe) stop() []attempt {
 	p.cancel()
 	p.wg.Wait()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.attempts)
+}
+
+// finish stops sending, waits until every put in flight is answered
+// (each is bounded by probeTimeout) and returns them all: none is
+// abandoned, so a put the failover left waiting counts as what it became.
+func (p *writeProbe) finish() []attempt {
+	close(p.halt)
+	p.wg.Wait()
+	p.cancel()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return slices.Clone(p.attempts)
@@ -243,6 +269,8 @@ type failoverRun struct {
 	FailedPuts int `json:"failed_puts"`
 	// CommandMS is how long the handoff or move-leader call took.
 	CommandMS float64 `json:"command_ms,omitempty"`
+	// Errors are a few of the failed puts' errors (failover-kill-load).
+	Errors []string `json:"errors,omitempty"`
 	// ByNodeMS is the row's time for the puts through each node alone:
 	// the first success after the kill, or the longest stretch without
 	// an acknowledged put from the handoff's start until that node's
@@ -300,6 +328,74 @@ func failoverKill(ctx context.Context, c *config, d *deployment, reps int) (meas
 	m.Value = *median(m.Samples)
 	m.Extra = runs
 	return m, nil
+}
+
+// failoverKillLoad SIGKILLs the Primary (netsy) or the leader (etcd) reps
+// times while the load probe (2000 puts/s, through the surviving nodes
+// in turn) has been running for loadLead, and counts the puts that
+// failed: those in flight on the dead node and those sent during the
+// failover. Every put is waited for (none abandoned). The row's time is
+// until a put through every survivor was acknowledged after the kill.
+func failoverKillLoad(ctx context.Context, c *config, d *deployment, reps int) (measurement, error) {
+	var m measurement
+	var runs []failoverRun
+	for r := range reps {
+		if err := d.waitSteady(ctx, 90*time.Second); err != nil {
+			return m, fmt.Errorf("before kill %d: %w", r+1, err)
+		}
+		victim, err := d.leader(ctx)
+		if err != nil {
+			return m, fmt.Errorf("before kill %d: %w", r+1, err)
+		}
+		survivors := d.indexesBut(victim)
+		prefix := fmt.Sprintf("/bench/failover/kill-load-%d", r)
+		clis, closeAll, err := probeClients(ctx, d.clientAddrs(survivors), prefix, 2)
+		if err != nil {
+			return m, fmt.Errorf("kill %d: %w", r+1, err)
+		}
+		p := startProbeEvery(ctx, clis, prefix, loadInterval)
+		time.Sleep(loadLead)
+		start := time.Now()
+		_ = d.nodes[victim].Kill()
+		first, err := p.waitSuccessAfter(ctx, start, failoverPatience, true)
+		as := p.finish()
+		closeAll()
+		if err != nil {
+			return m, fmt.Errorf("kill %d of %s: %w\n%s", r+1, d.nodes[victim].label(), err, d.logTails(20))
+		}
+		took := first.Sub(start)
+		failed := failuresSince(as, time.Time{})
+		run := failoverRun{Victim: d.nodes[victim].Name, MS: ms(took), FailedPuts: failed, ByNodeMS: map[string]float64{}}
+		for k, f := range firstSuccesses(as, start, len(clis)) {
+			run.ByNodeMS[d.nodes[survivors[k]].Name] = ms(f.Sub(start))
+		}
+		if failed > 0 {
+			run.Errors = distinctErrors(as, 3)
+		}
+		runs = append(runs, run)
+		m.Samples = append(m.Samples, took.Seconds())
+		m.Errors += failed
+		if err := d.nodes[victim].Launch(); err != nil {
+			return m, fmt.Errorf("restart %s: %w", d.nodes[victim].label(), err)
+		}
+		if err := d.nodes[victim].waitReady(ctx, 90*time.Second); err != nil {
+			return m, fmt.Errorf("restart %s: %w\n%s", d.nodes[victim].label(), err, logTail(d.nodes[victim].LogPath, 30))
+		}
+	}
+	m.Value = *median(m.Samples)
+	m.Extra = runs
+	return m, nil
+}
+
+// distinctErrors lists up to n distinct errors of the failed puts.
+func distinctErrors(as []attempt, n int) []string {
+	var out []string
+	for _, a := range as {
+		if a.err != nil && len(out) < n && !slices.Contains(out, a.err.Error()) {
+			out = append(out, a.err.Error())
+		}
+	}
+	return out
 }
 
 // failoverHandoff moves the Primary with `netsyctl handoff` (netsy) or the

@@ -147,6 +147,8 @@ var workloads = []workload{
 	{Name: "failover-kill", Group: "failover", Failover: failoverKill,
 		Desc: "SIGKILL the Primary (etcd: the leader) → first put acknowledged through a surviving node",
 		Goal: &goal{Metric: "median+max", Op: "<=", Bound: 1.0}},
+	{Name: "failover-kill-load", Group: "failover", Failover: failoverKillLoad,
+		Desc: "SIGKILL the Primary (etcd: the leader) under 2000 puts/s through the survivors → first put acknowledged through each; failed = puts that failed (in flight or sent meanwhile; target 0)"},
 	{Name: "failover-handoff", Group: "failover", Failover: failoverHandoff,
 		Desc: "`netsyctl handoff` (etcd: `move-leader`) → longest stretch without an acknowledged put"},
 }

@@ -1,0 +1,144 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/netsy-io/netsy/internal/clock"
+	"github.com/netsy-io/netsy/internal/engine/enginetest"
+	"github.com/netsy-io/netsy/proto/netsyv1"
+)
+
+// A forwarded write's entry carries its request id, the committed entry is
+// found by it (with its index, revision, ops and txn branches), and after
+// a restart the replayed log answers the same.
+func TestForwardedRequestIDIsLoggedAndFound(t *testing.T) {
+	st := &enginetest.MemStorage{}
+	h := newHarness(t, st, nil)
+	h.put("a", "0")
+	id := RequestID{Member: 7, Seq: 41}
+	resp, err := h.e.Put(WithRequestID(ctx(t), id), &pb.PutRequest{Key: []byte("a"), Value: []byte("1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tid := RequestID{Member: 7, Seq: 42}
+	tx := &pb.TxnRequest{
+		Compare: []*pb.Compare{{Key: []byte("a"), Target: pb.Compare_VALUE, Result: pb.Compare_EQUAL, TargetUnion: &pb.Compare_Value{Value: []byte("nope")}}},
+		Success: []*pb.RequestOp{txnPut("b", "x")},
+		Failure: []*pb.RequestOp{txnPut("c", "y")},
+	}
+	if _, err := h.e.Txn(WithRequestID(ctx(t), tid), tx); err != nil {
+		t.Fatal(err)
+	}
+	check := func(when string) {
+		t.Helper()
+		got, ok, from := h.e.LookupRequest(id)
+		if !ok || got.Revision != resp.Header.Revision || got.Puts != 1 || got.Deletes != 0 || got.Before() != resp.Header.Revision-1 {
+			t.Fatalf("%s: lookup = %+v, %v", when, got, ok)
+		}
+		if from != 1 {
+			t.Fatalf("%s: complete from %d, want 1", when, from)
+		}
+		tg, ok, _ := h.e.LookupRequest(tid)
+		if !ok || tg.TxnPath != "\x00" || tg.Puts != 1 {
+			t.Fatalf("%s: txn lookup = %+v, %v", when, tg, ok)
+		}
+		if _, ok, _ := h.e.LookupRequest(RequestID{Member: 7, Seq: 43}); ok {
+			t.Fatalf("%s: an id never sent was found", when)
+		}
+	}
+	check("live")
+	h.reopen()
+	check("after restart")
+}
+
+// A request sent again whose first sending is logged is refused without
+// being applied: the revision does not move.
+func TestDuplicateForwardedRequestNotAppliedTwice(t *testing.T) {
+	h := newHarness(t, nil, nil)
+	id := RequestID{Member: 7, Seq: 1}
+	r := &pb.PutRequest{Key: []byte("a"), Value: []byte("1")}
+	if _, err := h.e.Put(WithRequestID(ctx(t), id), r); err != nil {
+		t.Fatal(err)
+	}
+	rev := h.e.CurrentRevision()
+	if _, err := h.e.Put(WithRequestID(ctx(t), id), r); !errors.Is(err, ErrDuplicateRequest) {
+		t.Fatalf("second sending: err = %v, want ErrDuplicateRequest", err)
+	}
+	if got := h.e.CurrentRevision(); got != rev {
+		t.Fatalf("revision moved from %d to %d: applied twice", rev, got)
+	}
+}
+
+// Ids past the count or age bound are dropped, and the index then says its
+// answer is complete only after the dropped ones.
+func TestRequestIndexBoundsReportCompleteness(t *testing.T) {
+	h := newHarness(t, nil, nil)
+	h.e.reqs.mu.Lock()
+	h.e.reqs.maxCount, h.e.reqs.maxAge = 2, time.Minute
+	h.e.reqs.mu.Unlock()
+	for i := uint64(1); i <= 3; i++ {
+		if _, err := h.e.Put(WithRequestID(ctx(t), RequestID{Member: 1, Seq: i}), &pb.PutRequest{Key: []byte("k"), Value: []byte("v")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, ok, from := h.e.LookupRequest(RequestID{Member: 1, Seq: 1}); ok || from != 2 {
+		t.Fatalf("count bound: found=%v complete from %d, want dropped and complete from 2", ok, from)
+	}
+	if _, ok, _ := h.e.LookupRequest(RequestID{Member: 1, Seq: 3}); !ok {
+		t.Fatal("newest id dropped")
+	}
+	h.clk.Advance(2 * time.Minute)
+	if _, ok, from := h.e.LookupRequest(RequestID{Member: 1, Seq: 3}); ok || from != 4 {
+		t.Fatalf("age bound: found=%v complete from %d, want dropped and complete from 4", ok, from)
+	}
+}
+
+// A request sent again while its first sending is appended but not yet
+// durable is refused too: the first may still commit.
+func TestDuplicateOfPendingForwardedRequestRefused(t *testing.T) {
+	st := &enginetest.MemStorage{Manual: true}
+	h := newHarness(t, st, nil)
+	id := RequestID{Member: 7, Seq: 1}
+	r := &pb.PutRequest{Key: []byte("a"), Value: []byte("1")}
+	first := make(chan error, 1)
+	go func() {
+		_, err := h.e.Put(WithRequestID(context.Background(), id), r)
+		first <- err
+	}()
+	waitFor(t, func() bool { return st.Len() == 1 })
+	if _, err := h.e.Put(WithRequestID(ctx(t), id), r); !errors.Is(err, ErrDuplicateRequest) {
+		t.Fatalf("second sending while the first is pending: err = %v, want ErrDuplicateRequest", err)
+	}
+	if st.Len() != 1 {
+		t.Fatalf("the log holds %d entries, want the first sending's only", st.Len())
+	}
+	st.SyncAll()
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := h.e.LookupRequest(id); !ok {
+		t.Fatal("the committed first sending is not indexed")
+	}
+}
+
+// The ring keeps the newest maxCount ids through growth and wrap-around.
+func TestRequestIndexRingKeepsNewest(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	x := newReqIndex(clk)
+	x.maxCount = 1500
+	x.reset(0)
+	for i := uint64(1); i <= 4000; i++ {
+		x.observe(&netsyv1.Entry{Index: i, Revision: int64(i) + 1, RequestId: &netsyv1.RequestID{Member: 1, Seq: i}})
+	}
+	for i := uint64(1); i <= 4000; i++ {
+		lr, ok, from := x.lookup(RequestID{Member: 1, Seq: i})
+		if want := i > 2500; ok != want || (ok && lr.Index != i) || from != 2501 {
+			t.Fatalf("id %d: found=%v at %d, complete from %d; want found=%v, complete from 2501", i, ok, lr.Index, from, want)
+		}
+	}
+}
