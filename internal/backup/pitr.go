@@ -1,6 +1,7 @@
 package backup
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -648,13 +649,17 @@ func replayTo(ctx context.Context, src *source, plan *restorePlan, work string, 
 		return nil, 0, err
 	}
 	defer f.Close()
-	if _, err := eng.Snapshot(ctx, f); err != nil {
+	bw := bufio.NewWriterSize(f, 256<<10)
+	if _, err := eng.Snapshot(ctx, bw); err != nil {
 		return nil, 0, fmt.Errorf("snapshot the state at revision %d: %w", plan.rev, err)
+	}
+	if err := bw.Flush(); err != nil {
+		return nil, 0, fmt.Errorf("write the state at revision %d: %w", plan.rev, err)
 	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return nil, 0, err
 	}
-	snap, err := datafile.DecodeSnapshot(path, f)
+	snap, err := datafile.DecodeSnapshot(path, bufio.NewReaderSize(f, 256<<10))
 	if err != nil {
 		return nil, 0, fmt.Errorf("verify the state at revision %d: %w", plan.rev, err)
 	}
