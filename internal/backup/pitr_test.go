@@ -37,7 +37,10 @@ type history struct {
 	bucket *mem.Store
 	states map[int64]stateAt
 	snaps  []int64 // snapshot revisions in the bucket
-	tip    int64
+	// keyless are revisions whose last entry changed no key (a lease
+	// grant, a compaction): the state at them includes that entry.
+	keyless []int64
+	tip     int64
 }
 
 func readState(t *testing.T, eng *engine.Engine, rev int64) stateAt {
@@ -121,6 +124,7 @@ func writeHistory(t *testing.T) *history {
 			}
 			lease = g.ID
 			must(g.Header.Revision, nil)
+			h.keyless = append(h.keyless, g.Header.Revision)
 			put("leased/"+k, "held", lease)
 		case i%23 == 17 && lease != 0:
 			r, err := eng.LeaseRevoke(ctx, &pb.LeaseRevokeRequest{ID: lease})
@@ -138,6 +142,7 @@ func writeHistory(t *testing.T) *history {
 		case i == 60:
 			r, err := eng.Compact(ctx, &pb.CompactionRequest{Revision: eng.CurrentRevision() - 20})
 			must(r.Header.Revision, err)
+			h.keyless = append(h.keyless, r.Header.Revision)
 		default:
 			put(k, fmt.Sprintf("v%d", i), 0)
 		}
@@ -209,7 +214,7 @@ func restoreTo(t *testing.T, h *history, rev int64, to objstore.Store, dataDir s
 
 func TestRestoreAtRevisionMatchesRangeBeforeCompaction(t *testing.T) {
 	h := writeHistory(t)
-	revs := []int64{2, h.tip}
+	revs := append([]int64{2, h.tip}, h.keyless...)
 	for _, s := range h.snaps {
 		revs = append(revs, s-1, s, s+1)
 	}
