@@ -45,6 +45,12 @@ Commands:
   snapshot restore F  restore snapshot file F (from netsyctl or etcdctl
                       snapshot save) into a new data directory and an empty
                       bucket: --data-dir DIR [--storage URL ...]
+  restore             rebuild the state at a revision from a bucket into a
+                      new data directory and an empty bucket prefix, without
+                      a running cluster: --from URL --revision R --to URL
+                      --data-dir DIR; the node started on them serves what
+                      'etcdctl get --rev=R' showed and continues from R
+                      (progress on a terminal; -o json prints the result)
   inspect F           dump a Netsy data file (segment, chunk or snapshot, or a
                       file-store object file such as objects/wal.dir/N.obj);
                       with --storage URL, F is an object key (wal/..., snapshots/...)
@@ -89,6 +95,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		"deregister":    runDeregister,
 		"handoff":       runHandoff,
 		"snapshot":      runSnapshot,
+		"restore":       runRestore,
 		"inspect":       runInspect,
 		"repair":        runRepair,
 		"certs":         runCerts,

@@ -101,8 +101,11 @@ type Target struct {
 	// file://<DataDir>/objects, netsy's default.
 	Storage      string
 	StoreOptions objopen.Options
-	Logger       hclog.Logger
-	Clock        clock.Clock
+	// Store, when set, is used instead of opening Storage (which then
+	// only names it); the caller closes it.
+	Store  objstore.Store
+	Logger hclog.Logger
+	Clock  clock.Clock
 }
 
 // Result describes a snapshot, and where Restore put it.
@@ -191,11 +194,13 @@ func Restore(ctx context.Context, snap *datafile.Snapshot, t Target) (_ Result, 
 		}
 	}()
 
-	store, err := objopen.Open(ctx, storageURL, t.StoreOptions)
-	if err != nil {
-		return Result{}, fmt.Errorf("--storage: %w", err)
+	store := t.Store
+	if store == nil {
+		if store, err = openStore(ctx, storageURL, t.StoreOptions); err != nil {
+			return Result{}, fmt.Errorf("--storage: %w", err)
+		}
+		defer store.Close()
 	}
-	defer store.Close()
 	if err := checkEmptyStore(ctx, store, storageURL); err != nil {
 		return Result{}, err
 	}
@@ -228,6 +233,10 @@ func Restore(ctx context.Context, snap *datafile.Snapshot, t Target) (_ Result, 
 		return Result{}, fmt.Errorf("the seeded storage %s holds %d snapshots, want exactly %s", storageURL, len(got), want)
 	}
 	return res, nil
+}
+
+func openStore(ctx context.Context, url string, o objopen.Options) (objstore.Store, error) {
+	return objopen.Open(ctx, url, o)
 }
 
 func absOr(p string) string {

@@ -20,6 +20,37 @@
 // restart); it takes a new identity (cluster and member id) on first
 // start, as a restored etcd does.
 //
+// RestoreAt restores a revision instead of a file: it reads a source
+// bucket (never writing it) laid out as package objwal writes it, takes
+// the newest snapshot at or below the revision whose following chunks are
+// all still there, and replays the chunks up to the revision through
+// engine.Open on a read-only Storage, so the apply code is the engine's
+// own. The engine runs on a clock that never moves, so leases keep the
+// remaining time the log gives them at that revision. Entries logged at
+// the revision without a new one (lease grants and checkpoints,
+// compactions) are included. The state leaves the engine as one snapshot
+// at the revision, is verified by decoding it back, and goes through the
+// same seeding as Restore. A revision outside the source's window (its
+// oldest usable snapshot, or revision 1 when its log starts at index 1,
+// up to its newest entry) is refused before anything is written, with the
+// window in the message (ErrOutsideWindow). A time becomes a revision
+// before RestoreAt is called.
+//
+// Crash safety of RestoreAt. Locally, everything is built in
+// .<data-dir>.restoring next to the data directory (marked by a RESTORING
+// file and locked while in use) and renamed into place as the last step,
+// so the data directory appears whole or not at all; a leftover working
+// directory is removed by the next run. In the target store, before any
+// object is written, RestoreAt creates restore-in-progress.json, and
+// deletes it only after the rename. A later run that finds the marker
+// deletes what a restore writes there (the seeded snapshot and empty
+// claim chunks) and starts over; if the store holds anything else (a
+// chunk with entries: a node ran on it), it deletes nothing and names
+// every object to delete. A failed run takes back its own objects at
+// once when it can. A crash after the rename leaves only the marker,
+// which no node reads: the data directory is then complete and a rerun
+// refuses it as not empty.
+//
 // It holds the data directory's LOCK while it works, so a netsy started
 // on the same directory meanwhile refuses to start. It never reads etcd's
 // database format and never deletes anything it did not create.
