@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -70,7 +72,18 @@ type workload struct {
 	Failover func(ctx context.Context, c *config, d *deployment, reps int) (measurement, error)
 	// Desc says what a failover row measures, for the table.
 	Desc string
+	// Kinds, if set, are the server kinds the workload has an
+	// equivalent on; on a target of another kind it is skipped, with a
+	// note.
+	Kinds []kind
 }
+
+// errNoEquivalent marks a workload a target has no equivalent for (t4
+// has no command that moves its leader).
+var errNoEquivalent = errors.New("no equivalent on this target")
+
+// runsOn reports whether the workload has an equivalent on kind k.
+func (w *workload) runsOn(k kind) bool { return len(w.Kinds) == 0 || slices.Contains(w.Kinds, k) }
 
 const (
 	singleKey   = "/bench/single"
@@ -143,13 +156,18 @@ var workloads = []workload{
 
 	{Name: "memory", Group: "memory", Memory: true},
 
-	// Cluster targets only (netsy-cluster, etcd-cluster); not in "all".
+	// Cluster targets only (netsy-cluster, etcd-cluster, t4-cluster); not
+	// in "all". t4 has no handoff command: failover-handoff skips it.
 	{Name: "failover-kill", Group: "failover", Failover: failoverKill,
-		Desc: "SIGKILL the Primary (etcd: the leader) → first put acknowledged through a surviving node",
+		Desc: "SIGKILL the Primary (etcd, t4: the leader) → first put acknowledged through a surviving node",
 		Goal: &goal{Metric: "median+max", Op: "<=", Bound: 1.0}},
 	{Name: "failover-handoff", Group: "failover", Failover: failoverHandoff,
-		Desc: "`netsyctl handoff` (etcd: `move-leader`) → longest stretch without an acknowledged put"},
+		Desc:  "`netsyctl handoff` (etcd: `move-leader`) → longest stretch without an acknowledged put",
+		Kinds: []kind{kindNetsy, kindEtcd}},
 }
+
+// clusterTargets are the targets -cluster compares by default.
+const clusterTargets = "netsy-cluster,t4-cluster,etcd-cluster"
 
 // clusterWorkloads are the workloads -cluster selects by default.
 const clusterWorkloads = "put-seq,put-64,put-256,range-l,watch-latency,failover"
