@@ -383,9 +383,6 @@ func (d *deployment) roles(ctx context.Context) (int, []uint64, error) {
 // etcd.
 func (d *deployment) handoff(ctx context.Context, c *config, leader int, ids []uint64) (failoverRun, error) {
 	run := failoverRun{Victim: d.nodes[leader].Name}
-	if d.v.Kind == kindT4 {
-		return run, errNoEquivalent
-	}
 	if d.v.Kind == kindNetsy {
 		cctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()

@@ -171,9 +171,9 @@ func runAll(ctx context.Context, c *config, log io.Writer) (map[string][][]measu
 				start := time.Now()
 				ms, err := runOne(ctx, c, w, t, r)
 				if errors.Is(err, errNoEquivalent) {
-					fmt.Fprintf(log, "skipped: %v\n", err)
+					fmt.Fprintf(log, "skipped\n")
 					if r == 0 {
-						c.notef("%s on %s: not run, %v", w.Name, c.Labels[t], err)
+						c.notef("%s on %s: %v", w.Name, c.Labels[t], err)
 					}
 					continue
 				}
@@ -249,8 +249,9 @@ func runOne(ctx context.Context, c *config, w *workload, t, run int) (map[string
 		return nil, fmt.Errorf("%s runs on single servers only, not on %s", w.Name, c.Labels[t])
 	case w.Failover != nil && !v.cluster():
 		return nil, fmt.Errorf("%s needs a cluster target (netsy-cluster, etcd-cluster, t4-cluster), not %s", w.Name, c.Labels[t])
-	case !w.runsOn(v.Kind):
-		return nil, fmt.Errorf("%w (%s)", errNoEquivalent, v.Kind)
+	}
+	if err := w.runsOn(v.Kind); err != nil {
+		return nil, err
 	}
 	tag := fmt.Sprintf("%s-%s-r%d", safeName(w.Name), safeName(c.Labels[t]), run+1)
 	dir := filepath.Join(c.dataDir, tag)
