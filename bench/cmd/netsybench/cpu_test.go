@@ -157,6 +157,9 @@ func TestCPURatioIsMedianPerRunOverBaseline(t *testing.T) {
 		"| 0.030 +0.005 MinIO | 0.060 | 0.50× |",
 		"| 0.090 | 0.060 | 1.50× |",
 		"CPU = the servers' user + system CPU seconds",
+		// The all-targets table: netsy-cluster against t4-cluster too.
+		"| workload | metric | netsy-cluster | t4-cluster | etcd-cluster | netsy-cluster / t4-cluster | netsy-cluster / etcd-cluster | CPU netsy-cluster | CPU t4-cluster | CPU etcd-cluster | CPU netsy-cluster / t4-cluster | CPU netsy-cluster / etcd-cluster |",
+		"| put-64 | ops/s | 9100 | 6000 | 6000 | 1.52× | 1.52× | 0.030 +0.005 MinIO | 0.090 | 0.060 | 0.33× | 0.50× |",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md)

@@ -241,6 +241,7 @@ func (r *report) markdown() string {
 				lat, fmtCPU(sa), fmtCPU(se), fmtRatio(vs.CPURatio), target, status)
 		}
 	}
+	r.allTable(&b)
 	r.failoverTable(&b)
 	r.syncTable(&b)
 	if len(r.Notes) > 0 {
@@ -250,6 +251,58 @@ func (r *report) markdown() string {
 		}
 	}
 	return b.String()
+}
+
+// allTable, with three targets or more, puts every target's value and
+// CPU per 1000 operations side by side, with the first target's ratios to
+// each of the others (not only to the baseline): netsy-cluster against
+// t4-cluster as well as against etcd-cluster.
+func (r *report) allTable(b *strings.Builder) {
+	n := len(r.Targets)
+	if n < 3 {
+		return
+	}
+	var rows []row
+	for _, row := range r.Rows {
+		if row.Group != "failover" {
+			rows = append(rows, row)
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	first := r.Targets[0]
+	fmt.Fprintf(b, "\n## All targets\n\nValue and CPU seconds per 1000 operations of every target; %s / X is the first target's over each other's (value: above 1 is better for ops/s; CPU: below 1 is cheaper).\n\n", first)
+	head := []string{"workload", "metric"}
+	for _, t := range r.Targets {
+		head = append(head, t)
+	}
+	for _, t := range r.Targets[1:] {
+		head = append(head, first+" / "+t)
+	}
+	for _, t := range r.Targets {
+		head = append(head, "CPU "+t)
+	}
+	for _, t := range r.Targets[1:] {
+		head = append(head, "CPU "+first+" / "+t)
+	}
+	fmt.Fprintf(b, "| %s |\n|---|---|%s\n", strings.Join(head, " | "), strings.Repeat("--:|", len(head)-2))
+	for _, row := range rows {
+		cells := []string{row.Workload, row.Metric}
+		for _, s := range row.Sides {
+			cells = append(cells, fmtVal(s))
+		}
+		for _, s := range row.Sides[1:] {
+			cells = append(cells, fmtRatio(ratio(row.Sides[0].Value, s.Value)))
+		}
+		for _, s := range row.Sides {
+			cells = append(cells, fmtCPU(s))
+		}
+		for _, s := range row.Sides[1:] {
+			cells = append(cells, fmtRatio(ratio(row.Sides[0].CPUPer1k, s.CPUPer1k)))
+		}
+		fmt.Fprintf(b, "| %s |\n", strings.Join(cells, " | "))
+	}
 }
 
 // failoverTable lists the failover rows of every target against the
