@@ -152,8 +152,9 @@ bench:
 	$(GO) run ./bench/cmd/netsybench $(BENCHFLAGS)
 	$(MAKE) --no-print-directory bench-cluster
 
-# bench-cluster compares a 3-node Netsy cluster on MinIO with a 3-member etcd
-# cluster: put, range and watch rows, and failover (leader SIGKILL, handoff).
+# bench-cluster compares a 3-node Netsy cluster on MinIO with a 3-node t4 on the
+# same MinIO (scripts/build-t4.sh) and a 3-member etcd cluster: put, range and
+# watch rows with CPU per 1000 operations, and failover (leader SIGKILL, handoff).
 # BENCHCLUSTERFLAGS (default: BENCHFLAGS) are its flags.
 BENCHCLUSTERFLAGS ?= $(BENCHFLAGS)
 bench-cluster:

@@ -58,7 +58,8 @@ func deploy(ctx context.Context, c *config, t int, dir, tag string, pprof bool) 
 			srv.LogPath = filepath.Join(c.rawDir, tag+"."+srv.Name+".server.log")
 			peers = append(peers, srv.Name+"=http://"+srv.PeerAddr)
 		}
-		srv.Pprof = pprof && v.Kind == kindEtcd
+		// netsy always serves pprof on its HTTP port.
+		srv.Pprof = pprof && v.Kind != kindNetsy
 		d.nodes = append(d.nodes, srv)
 	}
 	if v.Kind == kindEtcd && n > 1 {
@@ -74,6 +75,11 @@ func deploy(ctx context.Context, c *config, t int, dir, tag string, pprof bool) 
 		}
 		cleanups = append(cleanups, func() { c.minio.removeBucket(context.WithoutCancel(ctx), bucket) })
 		for _, s := range d.nodes {
+			if v.Kind == kindT4 {
+				s.extra = append(c.minio.t4Args(bucket, tag), s.extra...)
+				s.env = c.minio.t4Env()
+				continue
+			}
 			s.extra = append(c.minio.netsyArgs(bucket), s.extra...)
 			s.env = c.minio.env()
 		}
@@ -146,10 +152,13 @@ func (d *deployment) logTails(n int) string {
 // has nobody to hand its role to.
 func (d *deployment) stop(c *config) {
 	order := slices.Clone(d.nodes)
-	if d.v.Kind == kindNetsy && d.v.cluster() {
-		if v, err := d.netsyView(context.Background()); err == nil && v.Primary != nil {
+	if d.v.Kind != kindEtcd && d.v.cluster() {
+		// t4's followers, too, would each try to take over from a
+		// leader that left first.
+		if i, err := d.leader(context.Background()); err == nil {
+			leader := d.nodes[i]
 			slices.SortStableFunc(order, func(a, b *server) int {
-				return boolInt(a.Name == v.Primary.NodeID) - boolInt(b.Name == v.Primary.NodeID)
+				return boolInt(a == leader) - boolInt(b == leader)
 			})
 		}
 	}
@@ -168,17 +177,20 @@ func boolInt(b bool) int {
 }
 
 // waitSteady waits until the cluster is in the state every failover run
-// starts from: all nodes healthy and caught up, one leader (etcd) or an
-// Active Primary and a separate Elector (netsy).
+// starts from: all nodes healthy and caught up, one leader (etcd, t4) or
+// an Active Primary and a separate Elector (netsy).
 func (d *deployment) waitSteady(ctx context.Context, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var last string
 	for {
 		var err error
-		if d.v.Kind == kindNetsy {
+		switch d.v.Kind {
+		case kindNetsy:
 			err = d.netsySteady(ctx)
-		} else {
+		case kindT4:
+			err = d.t4Steady(ctx)
+		default:
 			err = d.etcdSteady(ctx)
 		}
 		if err == nil {
@@ -347,4 +359,84 @@ func (d *deployment) etcdLeader(ctx context.Context) (int, []uint64, error) {
 		return -1, nil, errors.New("no member is the leader")
 	}
 	return leader, ids, nil
+}
+
+// t4Status is what a t4 node's /metrics says about its role: whether it
+// leads, follows, and, on the leader, each follower's lag in revisions.
+type t4Status struct {
+	leader, follower bool
+	lag              map[string]float64 // by follower node id
+}
+
+// t4Scrape reads one t4 node's role metrics.
+func t4Scrape(ctx context.Context, httpAddr string) (t4Status, error) {
+	ms, err := scrapeMetrics(ctx, httpAddr)
+	if err != nil {
+		return t4Status{}, err
+	}
+	return t4StatusOf(ms), nil
+}
+
+// t4StatusOf picks t4's role gauges (t4_role{role=...}, 1 for the role
+// the node has) and, on the leader, t4_follower_lag_revisions per
+// follower out of a scrape.
+func t4StatusOf(ms map[string]float64) t4Status {
+	st := t4Status{lag: map[string]float64{}}
+	st.leader = ms[`t4_role{role="leader"}`] == 1
+	st.follower = ms[`t4_role{role="follower"}`] == 1
+	const lagPrefix = `t4_follower_lag_revisions{follower_id="`
+	for k, v := range ms {
+		if id, ok := strings.CutPrefix(k, lagPrefix); ok {
+			st.lag[strings.TrimSuffix(id, `"}`)] = v
+		}
+	}
+	return st
+}
+
+// t4Leader returns the index of the one node that says it leads, with
+// every node's status by index.
+func (d *deployment) t4Leader(ctx context.Context) (int, []t4Status, error) {
+	sts := make([]t4Status, len(d.nodes))
+	leader := -1
+	for i, s := range d.nodes {
+		st, err := t4Scrape(ctx, s.HTTPAddr)
+		if err != nil {
+			return -1, nil, fmt.Errorf("%s: %w", s.label(), err)
+		}
+		sts[i] = st
+		if st.leader {
+			if leader >= 0 {
+				return -1, nil, fmt.Errorf("%s and %s both lead", d.nodes[leader].Name, s.Name)
+			}
+			leader = i
+		}
+	}
+	if leader < 0 {
+		return -1, nil, errors.New("no node leads")
+	}
+	return leader, sts, nil
+}
+
+// t4Steady: one leader, every other node a follower that the leader
+// streams to without lag.
+func (d *deployment) t4Steady(ctx context.Context) error {
+	leader, sts, err := d.t4Leader(ctx)
+	if err != nil {
+		return err
+	}
+	for i, s := range d.nodes {
+		if i == leader {
+			continue
+		}
+		lag, ok := sts[leader].lag[s.Name]
+		switch {
+		case !sts[i].follower:
+			return fmt.Errorf("%s is not a follower", s.Name)
+		case !ok:
+			return fmt.Errorf("leader %s does not stream to %s", d.nodes[leader].Name, s.Name)
+		case lag != 0:
+			return fmt.Errorf("%s lags %v revisions", s.Name, lag)
+		}
+	}
+	return nil
 }

@@ -278,7 +278,7 @@ type failoverRun struct {
 	ByNodeMS map[string]float64 `json:"by_node_ms,omitempty"`
 }
 
-// failoverKill SIGKILLs the Primary (netsy) or the leader (etcd) reps
+// failoverKill SIGKILLs the Primary (netsy) or the leader (etcd, t4) reps
 // times and measures, each time, how long after the signal the first put
 // through the surviving nodes succeeds. The killed node is restarted on
 // its data and the cluster allowed to settle before the next repetition.
@@ -460,11 +460,15 @@ func (d *deployment) leader(ctx context.Context) (int, error) {
 	return i, err
 }
 
-// roles returns the index of the netsy Primary or the etcd leader and,
-// for etcd, the member ids by index.
+// roles returns the index of the netsy Primary or the etcd or t4 leader
+// and, for etcd, the member ids by index.
 func (d *deployment) roles(ctx context.Context) (int, []uint64, error) {
-	if d.v.Kind == kindNetsy {
+	switch d.v.Kind {
+	case kindNetsy:
 		i, _, err := d.netsyPrimary(ctx)
+		return i, nil, err
+	case kindT4:
+		i, _, err := d.t4Leader(ctx)
 		return i, nil, err
 	}
 	return d.etcdLeader(ctx)

@@ -18,6 +18,7 @@ type machine struct {
 	Kernel       string `json:"kernel"`
 	GoVersion    string `json:"go_version"`
 	EtcdVersion  string `json:"etcd_version"`
+	T4Version    string `json:"t4_version,omitempty"`
 	NetsyCommit  string `json:"netsy_commit"`
 	DataFS       string `json:"data_fs"`
 	LoadAvgStart string `json:"loadavg_start"`
@@ -117,4 +118,13 @@ func fsType(dir string) string {
 		return "overlayfs"
 	}
 	return "unknown"
+}
+
+// t4Version is the first line of `t4 version` ("t4 v1.1.17").
+func t4Version(bin string) string {
+	out, err := exec.Command(bin, "version").Output()
+	if err != nil {
+		return "t4 unknown"
+	}
+	return firstLine(string(out))
 }

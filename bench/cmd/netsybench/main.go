@@ -1,5 +1,7 @@
 // Command netsybench runs the same etcd benchmark workloads against Netsy
-// and etcd on this machine and reports the results side by side as ratios.
+// and etcd (and, as clusters, t4) on this machine and reports the results
+// side by side as ratios, with each target's server CPU seconds per 1000
+// operations read from /proc.
 package main
 
 import (

@@ -187,6 +187,27 @@ func (m *minioServer) env() []string {
 	return []string{"AWS_ACCESS_KEY_ID=" + minioUser, "AWS_SECRET_ACCESS_KEY=" + minioPassword}
 }
 
+// t4Args and t4Env point a t4 node at prefix in bucket. t4 takes its
+// static credentials from flags or their T4_ environment variables; the
+// environment keeps them out of the process list.
+func (m *minioServer) t4Args(bucket, prefix string) []string {
+	return []string{"--s3-bucket", bucket, "--s3-prefix", prefix, "--s3-endpoint", "http://" + m.addr, "--s3-region", minioRegion}
+}
+
+func (m *minioServer) t4Env() []string {
+	return []string{"T4_S3_ACCESS_KEY_ID=" + minioUser, "T4_S3_SECRET_ACCESS_KEY=" + minioPassword}
+}
+
+// pid is MinIO's process id, 0 when it is not running.
+func (m *minioServer) pid() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.proc == nil || m.proc.Process == nil {
+		return 0
+	}
+	return m.proc.Process.Pid
+}
+
 // stop stops MinIO if it was started: SIGTERM, SIGKILL after 10 s.
 func (m *minioServer) stop() {
 	m.mu.Lock()

@@ -21,9 +21,11 @@ import (
 
 const usage = `netsybench runs etcd's benchmark tool against Netsy and etcd, alternating
 between them per workload on fresh servers, and writes a side-by-side table
-(markdown and JSON) under bench/results/. With -cluster it compares a
-3-node Netsy cluster on MinIO with a 3-member etcd cluster instead: put,
-range and watch rows, and the failover rows (leader SIGKILL, handoff).
+(markdown, JSON and CSV) under bench/results/, with the servers' CPU seconds
+per 1000 operations. With -cluster it compares a 3-node Netsy cluster on
+MinIO with a 3-node t4 on the same MinIO and a 3-member etcd cluster
+instead: put, range and watch rows, and the failover rows (leader SIGKILL,
+handoff).
 
 Usage: go run ./bench/cmd/netsybench [flags]
 
@@ -39,7 +41,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var (
 		targets    = fs.String("targets", "netsy,netsy-local,netsy-minio,etcd", "server variants to compare, `A,...,BASE`; every ratio is X / BASE (the last); e.g. etcd,etcd to check the harness")
 		only       = fs.String("workloads", "all", "comma-separated workload names or groups (put, range, txn, watch, lease, memory; failover on cluster targets)")
-		clusterRun = fs.Bool("cluster", false, "compare clusters: -targets netsy-cluster,etcd-cluster and -workloads "+clusterWorkloads+" unless given")
+		clusterRun = fs.Bool("cluster", false, "compare clusters: -targets "+clusterTargets+" and -workloads "+clusterWorkloads+" unless given")
 		failRuns   = fs.Int("failover-runs", 10, "repetitions within one run of each failover workload (median and max are over all of them)")
 		quick      = fs.Bool("quick", false, "smoke run: scale 0.05, 5000 memory keys, 1s settle")
 		scale      = fs.Float64("scale", 1, "multiply every workload's default request total")
@@ -48,13 +50,14 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		memKeys    = fs.Int("mem-keys", 100000, "keys loaded by the memory workload")
 		memVal     = fs.Int("mem-val-size", 1024, "value size in bytes for the memory workload")
 		settle     = fs.Duration("settle", 3*time.Second, "wait before reading RSS")
-		profile    = fs.String("profile", "", "capture a CPU profile of each server during this `workload`")
+		profile    = fs.String("profile", "", "capture a CPU profile of each server (every node of a cluster, the leader's file marked) during these `workloads` (comma-separated names or groups)")
 		profSecs   = fs.Int("profile-seconds", 5, "CPU profile length; keep it below the workload's run time")
 		runTimeout = fs.Duration("run-timeout", 10*time.Minute, "limit for one benchmark tool run")
 		outDir     = fs.String("out", "", "results directory (default <repo>/bench/results)")
 		netsyBin   = fs.String("netsy-bin", "", "use this netsy binary instead of building ./cmd/netsy")
 		netsyArgs  = fs.String("netsy-args", "", "extra flags for every netsy server (space-separated)")
 		etcdArgs   = fs.String("etcd-args", "", "extra flags for every etcd server (space-separated)")
+		t4Args     = fs.String("t4-args", "", "extra flags for every t4 node's `t4 run` (space-separated)")
 		list       = fs.Bool("list", false, "list workloads and targets and exit")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -92,8 +95,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	c := &config{
 		Scale: *scale, Total: *total, Runs: max(*runs, 1),
 		MemKeys: *memKeys, MemValSize: *memVal, Settle: *settle,
-		Profile: *profile, ProfileSeconds: *profSecs, RunTimeout: *runTimeout,
-		ExtraArgs:    map[kind][]string{kindNetsy: strings.Fields(*netsyArgs), kindEtcd: strings.Fields(*etcdArgs)},
+		ProfileSeconds: *profSecs, RunTimeout: *runTimeout,
+		ExtraArgs: map[kind][]string{kindNetsy: strings.Fields(*netsyArgs), kindEtcd: strings.Fields(*etcdArgs),
+			kindT4: strings.Fields(*t4Args)},
 		FailoverRuns: max(*failRuns, 1),
 		notes:        new([]string),
 	}
@@ -101,7 +105,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if *clusterRun {
 		if !set["targets"] {
-			*targets = "netsy-cluster,etcd-cluster"
+			*targets = clusterTargets
 		}
 		if !set["workloads"] {
 			*only = clusterWorkloads
@@ -142,13 +146,13 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if c.Workloads, err = selectWorkloads(*only); err != nil {
 		return fail(err)
 	}
-	if c.Profile != "" {
-		ok := false
-		for _, w := range c.Workloads {
-			ok = ok || (w.Name == c.Profile && w.tool())
+	for _, p := range strings.Split(*profile, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
 		}
-		if !ok {
-			return fail(fmt.Errorf("-profile %q is not a selected tool workload", c.Profile))
+		c.Profile = append(c.Profile, p)
+		if !slices.ContainsFunc(c.Workloads, func(w workload) bool { return (w.Name == p || w.Group == p) && w.tool() }) {
+			return fail(fmt.Errorf("-profile %q is not a selected tool workload or group", p))
 		}
 	}
 
@@ -187,6 +191,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			"settle": c.Settle.String(),
 		},
 	}
+	if c.bins.T4 != "" {
+		rep.Machine.T4Version = t4Version(c.bins.T4)
+	}
 	if slices.ContainsFunc(c.Workloads, func(w workload) bool { return w.Failover != nil }) {
 		rep.Settings["failover_runs"] = c.FailoverRuns
 	}
@@ -221,23 +228,26 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := os.WriteFile(jsPath, append(js, '\n'), 0o644); err != nil {
 		return fail(err)
 	}
-	fmt.Fprintf(stdout, "\n%s\nWritten: %s, %s\n", md, mdPath, jsPath)
+	csvPath := filepath.Join(*outDir, stamp+".csv")
+	if err := os.WriteFile(csvPath, []byte(rep.csv()), 0o644); err != nil {
+		return fail(err)
+	}
+	fmt.Fprintf(stdout, "\n%s\nWritten: %s, %s, %s\n", md, mdPath, jsPath, csvPath)
 	if runErr != nil {
 		return 1
 	}
 	return 0
 }
 
-// buildBinaries builds etcd's tools (a no-op once cached) and, when a
-// target runs netsy, the netsy binary into .cache/bench.
-func buildBinaries(ctx context.Context, root string, targets []variant, netsyBin string, stderr io.Writer) (binaries, error) {
-	var b binaries
-	cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "scripts", "build-etcd.sh"))
+// scriptDir runs a scripts/build-*.sh (a no-op once its tools are cached)
+// and returns the directory it prints last.
+func scriptDir(ctx context.Context, root, script string, stderr io.Writer) (string, error) {
+	cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "scripts", script))
 	cmd.Dir = root
 	cmd.Stderr = stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return b, fmt.Errorf("scripts/build-etcd.sh: %w", err)
+		return "", fmt.Errorf("scripts/%s: %w", script, err)
 	}
 	var dir string
 	sc := bufio.NewScanner(bytes.NewReader(out))
@@ -247,7 +257,19 @@ func buildBinaries(ctx context.Context, root string, targets []variant, netsyBin
 		}
 	}
 	if dir == "" {
-		return b, errors.New("scripts/build-etcd.sh printed no directory")
+		return "", fmt.Errorf("scripts/%s printed no directory", script)
+	}
+	return dir, nil
+}
+
+// buildBinaries builds etcd's tools and, when a target runs t4, t4 (each
+// a no-op once cached) and, when a target runs netsy, the netsy binary
+// into .cache/bench.
+func buildBinaries(ctx context.Context, root string, targets []variant, netsyBin string, stderr io.Writer) (binaries, error) {
+	var b binaries
+	dir, err := scriptDir(ctx, root, "build-etcd.sh", stderr)
+	if err != nil {
+		return b, err
 	}
 	b.Etcd = filepath.Join(dir, "etcd")
 	b.Benchmark = filepath.Join(dir, "benchmark")
@@ -266,6 +288,13 @@ func buildBinaries(ctx context.Context, root string, targets []variant, netsyBin
 		if msg, err := build.CombinedOutput(); err != nil {
 			return b, fmt.Errorf("go build ./cmd/netsy: %w\n%s\n(use -targets etcd,etcd to check the harness alone)", err, msg)
 		}
+	}
+	if slices.ContainsFunc(targets, func(v variant) bool { return v.Kind == kindT4 }) {
+		dir, err := scriptDir(ctx, root, "build-t4.sh", stderr)
+		if err != nil {
+			return b, err
+		}
+		b.T4 = filepath.Join(dir, "t4")
 	}
 	// The handoff row runs netsyctl as an operator would.
 	if slices.ContainsFunc(targets, func(v variant) bool { return v.Kind == kindNetsy && v.cluster() }) {

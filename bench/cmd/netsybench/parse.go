@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"strconv"
 	"strings"
 )
@@ -194,3 +195,7 @@ func pickSummary(all []*summary, name string) *summary {
 	}
 	return nil
 }
+
+// ops is how many operations the summary counts: its rate over its
+// duration.
+func (s *summary) ops() float64 { return math.Round(s.RPS * s.Total) }

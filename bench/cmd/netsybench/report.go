@@ -1,9 +1,11 @@
 package main
 
 import (
+	"encoding/csv"
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -27,9 +29,14 @@ type side struct {
 	MinIOSeqPutRatio *float64 `json:"minio_seq_put_ratio,omitempty"`
 	// Max and Samples are set on failover rows: Value is the median of
 	// every repetition of every run, Max the largest.
-	Max     *float64      `json:"max,omitempty"`
-	Samples int           `json:"samples,omitempty"`
-	Runs    []measurement `json:"runs"`
+	Max     *float64 `json:"max,omitempty"`
+	Samples int      `json:"samples,omitempty"`
+	// CPUPer1k is the servers' CPU seconds (user + system, every process
+	// of the target) per 1000 operations, MinIOCPUPer1k MinIO's; each the
+	// median over runs of the per-run figure.
+	CPUPer1k      *float64      `json:"cpu_secs_per_1k_ops,omitempty"`
+	MinIOCPUPer1k *float64      `json:"minio_cpu_secs_per_1k_ops,omitempty"`
+	Runs          []measurement `json:"runs"`
 }
 
 // versus is one target compared with the baseline on a row.
@@ -41,6 +48,9 @@ type versus struct {
 	LatencyRatio *float64 `json:"latency_ratio,omitempty"`
 	// MaxRatio is set on failover rows: the ratio of the maxima.
 	MaxRatio *float64 `json:"max_ratio,omitempty"`
+	// CPURatio is the target's server CPU per 1000 operations over the
+	// baseline's; below 1 is cheaper.
+	CPURatio *float64 `json:"cpu_ratio,omitempty"`
 	Met      *bool    `json:"met,omitempty"`
 }
 
@@ -83,7 +93,8 @@ func buildRows(c *config, results map[string][][]measurement) []row {
 			base := r.Sides[n-1]
 			for t := range n - 1 {
 				a := r.Sides[t]
-				vs := versus{Target: c.Labels[t], Ratio: ratio(a.Value, base.Value), MaxRatio: ratio(a.Max, base.Max)}
+				vs := versus{Target: c.Labels[t], Ratio: ratio(a.Value, base.Value), MaxRatio: ratio(a.Max, base.Max),
+					CPURatio: ratio(a.CPUPer1k, base.CPUPer1k)}
 				switch spec.Latency {
 				case "50":
 					vs.LatencyRatio = ratio(a.P50, base.P50)
@@ -121,8 +132,14 @@ func buildRows(c *config, results map[string][][]measurement) []row {
 
 func aggregate(ms []measurement) side {
 	s := side{Runs: ms}
-	var vals, p50s, p99s, epps, samples, mRates, mP50s, mRatios []float64
+	var vals, p50s, p99s, epps, samples, mRates, mP50s, mRatios, cpus, mCPUs []float64
 	for _, m := range ms {
+		if v := m.cpuPer1k(); v != nil {
+			cpus = append(cpus, *v)
+		}
+		if v := m.minioCPUPer1k(); v != nil {
+			mCPUs = append(mCPUs, *v)
+		}
 		samples = append(samples, m.Samples...)
 		vals = append(vals, m.Value)
 		if e := m.entriesPerPut(); e != nil {
@@ -144,6 +161,7 @@ func aggregate(ms []measurement) side {
 	}
 	s.Value, s.P50, s.P99, s.EntriesPerPut = median(vals), median(p50s), median(p99s), median(epps)
 	s.MinIOSeqPutRate, s.MinIOSeqPutP50, s.MinIOSeqPutRatio = median(mRates), median(mP50s), median(mRatios)
+	s.CPUPer1k, s.MinIOCPUPer1k = median(cpus), median(mCPUs)
 	if len(samples) > 0 {
 		mx := slices.Max(samples)
 		s.Value, s.Max, s.Samples = median(samples), &mx, len(samples)
@@ -182,12 +200,16 @@ func (r *report) markdown() string {
 	m := r.Machine
 	fmt.Fprintf(&b, "- Machine: %d cores, %s, %s RAM, Linux %s, data on %s\n", m.Cores, m.CPUModel, m.MemTotal, m.Kernel, m.DataFS)
 	fmt.Fprintf(&b, "- %s; %s; netsy commit %s\n", m.GoVersion, m.EtcdVersion, m.NetsyCommit)
+	if m.T4Version != "" {
+		fmt.Fprintf(&b, "- %s\n", m.T4Version)
+	}
 	fmt.Fprintf(&b, "- Load average at start %s, at end %s; took %s\n", m.LoadAvgStart, m.LoadAvgEnd, r.Finished.Sub(r.Started).Round(time.Second))
 	fmt.Fprintf(&b, "- Settings: %s\n", settingsLine(r.Settings))
 	for _, v := range r.Variants {
 		fmt.Fprintf(&b, "- %s: %s\n", v.Name, describeVariant(v))
 	}
 	fmt.Fprintf(&b, "- ratio = target / %s; latencies in ms; each cell is the median over runs, target order rotating per workload, fresh servers per run\n", e)
+	fmt.Fprintf(&b, "- CPU = the servers' user + system CPU seconds (every process of the target, from /proc/PID/stat, over the measured part) per 1000 operations as the row counts them (events on watch rows, puts loaded on the rss row); `+x MinIO` is MinIO's on targets that use it; CPU ratio = target / %s\n", e)
 
 	generic := slices.ContainsFunc(r.Rows, func(row row) bool { return row.Group != "failover" })
 	for t := range n - 1 {
@@ -196,8 +218,8 @@ func (r *report) markdown() string {
 		}
 		a := r.Targets[t]
 		fmt.Fprintf(&b, "\n## %s vs %s\n\n", a, e)
-		fmt.Fprintf(&b, "| workload | metric | %s | %s | ratio | p50 %s | p50 %s | p99 %s | p99 %s | latency ratio | target | status |\n", a, e, a, e, a, e)
-		b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|---|---|\n")
+		fmt.Fprintf(&b, "| workload | metric | %s | %s | ratio | p50 %s | p50 %s | p99 %s | p99 %s | latency ratio | CPU %s | CPU %s | CPU ratio | target | status |\n", a, e, a, e, a, e, a, e)
+		b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|---|\n")
 		for _, row := range r.Rows {
 			if row.Group == "failover" {
 				continue
@@ -212,13 +234,14 @@ func (r *report) markdown() string {
 				target = row.Goal.String()
 				status = fmtMet(vs.Met)
 			}
-			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
 				row.Workload, row.Metric,
 				fmtVal(sa), fmtVal(se), fmtRatio(vs.Ratio),
 				fmtMs(sa.P50), fmtMs(se.P50), fmtMs(sa.P99), fmtMs(se.P99),
-				lat, target, status)
+				lat, fmtCPU(sa), fmtCPU(se), fmtRatio(vs.CPURatio), target, status)
 		}
 	}
+	r.allTable(&b)
 	r.failoverTable(&b)
 	r.syncTable(&b)
 	if len(r.Notes) > 0 {
@@ -228,6 +251,58 @@ func (r *report) markdown() string {
 		}
 	}
 	return b.String()
+}
+
+// allTable, with three targets or more, puts every target's value and
+// CPU per 1000 operations side by side, with the first target's ratios to
+// each of the others (not only to the baseline): netsy-cluster against
+// t4-cluster as well as against etcd-cluster.
+func (r *report) allTable(b *strings.Builder) {
+	n := len(r.Targets)
+	if n < 3 {
+		return
+	}
+	var rows []row
+	for _, row := range r.Rows {
+		if row.Group != "failover" {
+			rows = append(rows, row)
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	first := r.Targets[0]
+	fmt.Fprintf(b, "\n## All targets\n\nValue and CPU seconds per 1000 operations of every target; %s / X is the first target's over each other's (value: above 1 is better for ops/s; CPU: below 1 is cheaper).\n\n", first)
+	head := []string{"workload", "metric"}
+	for _, t := range r.Targets {
+		head = append(head, t)
+	}
+	for _, t := range r.Targets[1:] {
+		head = append(head, first+" / "+t)
+	}
+	for _, t := range r.Targets {
+		head = append(head, "CPU "+t)
+	}
+	for _, t := range r.Targets[1:] {
+		head = append(head, "CPU "+first+" / "+t)
+	}
+	fmt.Fprintf(b, "| %s |\n|---|---|%s\n", strings.Join(head, " | "), strings.Repeat("--:|", len(head)-2))
+	for _, row := range rows {
+		cells := []string{row.Workload, row.Metric}
+		for _, s := range row.Sides {
+			cells = append(cells, fmtVal(s))
+		}
+		for _, s := range row.Sides[1:] {
+			cells = append(cells, fmtRatio(ratio(row.Sides[0].Value, s.Value)))
+		}
+		for _, s := range row.Sides {
+			cells = append(cells, fmtCPU(s))
+		}
+		for _, s := range row.Sides[1:] {
+			cells = append(cells, fmtRatio(ratio(row.Sides[0].CPUPer1k, s.CPUPer1k)))
+		}
+		fmt.Fprintf(b, "| %s |\n", strings.Join(cells, " | "))
+	}
 }
 
 // failoverTable lists the failover rows of every target against the
@@ -329,6 +404,8 @@ func describeVariant(v variant) string {
 		d += " " + strings.Join(v.Args, " ")
 	}
 	switch {
+	case v.cluster() && v.Kind == kindT4:
+		d += fmt.Sprintf(", %d nodes (`t4 run --peer-listen`) on one fresh bucket and prefix of the same MinIO per run, leader lock there too, other flags default; clients are given every node's endpoint", v.Nodes)
 	case v.cluster() && v.Kind == kindNetsy:
 		d += fmt.Sprintf(", %d nodes sharing one fresh bucket on MinIO (loopback) per run, other flags default; clients are given every node's endpoint", v.Nodes)
 	case v.cluster():
@@ -341,6 +418,57 @@ func describeVariant(v variant) string {
 		d += ", acknowledged on the local fsync, chunks upload in the background"
 	}
 	return d
+}
+
+// fmtCPU shows a side's CPU seconds per 1000 operations, with MinIO's
+// added where measured.
+func fmtCPU(s side) string {
+	if s.CPUPer1k == nil {
+		return "–"
+	}
+	v := fmtNum(*s.CPUPer1k)
+	if s.MinIOCPUPer1k != nil {
+		v += " +" + fmtNum(*s.MinIOCPUPer1k) + " MinIO"
+	}
+	return v
+}
+
+// csv renders one line per row and target: the medians the tables show,
+// for spreadsheets. Ratios are against the baseline (the last target);
+// its own ratio cells are empty.
+func (r *report) csv() string {
+	var b strings.Builder
+	w := csv.NewWriter(&b)
+	_ = w.Write([]string{"workload", "group", "metric", "target", "baseline", "value", "ratio", "p50_ms", "p99_ms",
+		"latency_ratio", "max", "max_ratio", "errors", "cpu_secs_per_1k_ops", "cpu_ratio", "minio_cpu_secs_per_1k_ops", "runs"})
+	n := len(r.Targets)
+	for _, row := range r.Rows {
+		for t, s := range row.Sides {
+			var vs versus
+			if t < n-1 {
+				vs = row.Versus[t]
+			}
+			ms := func(v *float64) string {
+				if v == nil {
+					return ""
+				}
+				return strconv.FormatFloat(*v*1000, 'g', 6, 64)
+			}
+			_ = w.Write([]string{row.Workload, row.Group, row.Metric, r.Targets[t], r.Targets[n-1],
+				csvNum(s.Value), csvNum(vs.Ratio), ms(s.P50), ms(s.P99), csvNum(vs.LatencyRatio),
+				csvNum(s.Max), csvNum(vs.MaxRatio), strconv.Itoa(s.Errors),
+				csvNum(s.CPUPer1k), csvNum(vs.CPURatio), csvNum(s.MinIOCPUPer1k), strconv.Itoa(len(s.Runs))})
+		}
+	}
+	w.Flush()
+	return b.String()
+}
+
+func csvNum(v *float64) string {
+	if v == nil {
+		return ""
+	}
+	return strconv.FormatFloat(*v, 'g', 6, 64)
 }
 
 func fmtMet(m *bool) string {

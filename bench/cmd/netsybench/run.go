@@ -23,16 +23,17 @@ import (
 type config struct {
 	// Targets are the server variants, one column each; the last is the
 	// baseline every ratio divides by.
-	Targets        []variant
-	Labels         []string
-	Workloads      []workload
-	Scale          float64
-	Total          int // overrides every tool workload's total when > 0
-	Runs           int
-	MemKeys        int
-	MemValSize     int
-	Settle         time.Duration
-	Profile        string
+	Targets    []variant
+	Labels     []string
+	Workloads  []workload
+	Scale      float64
+	Total      int // overrides every tool workload's total when > 0
+	Runs       int
+	MemKeys    int
+	MemValSize int
+	Settle     time.Duration
+	// Profile names the workloads (or groups) whose runs are profiled.
+	Profile        []string
 	ProfileSeconds int
 	RunTimeout     time.Duration
 	ExtraArgs      map[kind][]string
@@ -50,6 +51,11 @@ type config struct {
 
 func (c *config) notef(format string, args ...any) {
 	*c.notes = append(*c.notes, fmt.Sprintf(format, args...))
+}
+
+// profiled reports whether the servers are profiled while w runs.
+func (c *config) profiled(w *workload) bool {
+	return w.tool() && (slices.Contains(c.Profile, w.Name) || slices.Contains(c.Profile, w.Group))
 }
 
 func (c *config) total(w *workload) int {
@@ -80,8 +86,24 @@ type measurement struct {
 	// Samples are a failover workload's times, one per repetition; Value
 	// is their median.
 	Samples []float64 `json:"samples_secs,omitempty"`
-	Extra   any       `json:"extra,omitempty"`
+	// Ops is how many operations the measured part did, counted as Value
+	// counts them (requests; events received on the watch rows; puts
+	// loaded on the rss row of the memory workload).
+	Ops float64 `json:"ops,omitempty"`
+	// CPUSecs is the user + system CPU time the target's server
+	// processes spent together over the measured part (every node of a
+	// cluster), from /proc/PID/stat; MinIOCPUSecs is MinIO's over the
+	// same time, on targets that use it.
+	CPUSecs      *float64 `json:"cpu_secs,omitempty"`
+	MinIOCPUSecs *float64 `json:"minio_cpu_secs,omitempty"`
+	Extra        any      `json:"extra,omitempty"`
 }
+
+// cpuPer1k is the servers' CPU seconds per 1000 operations.
+func (m measurement) cpuPer1k() *float64 { return cpuPer1k(m.CPUSecs, m.Ops) }
+
+// minioCPUPer1k is MinIO's CPU seconds per 1000 operations.
+func (m measurement) minioCPUPer1k() *float64 { return cpuPer1k(m.MinIOCPUSecs, m.Ops) }
 
 // rowSpec names and describes a row before its numbers exist.
 type rowSpec struct {
@@ -148,6 +170,13 @@ func runAll(ctx context.Context, c *config, log io.Writer) (map[string][][]measu
 				fmt.Fprintf(log, "run %d/%d  %-18s on %-8s ... ", r+1, c.Runs, w.Name, c.Labels[t])
 				start := time.Now()
 				ms, err := runOne(ctx, c, w, t, r)
+				if errors.Is(err, errNoEquivalent) {
+					fmt.Fprintf(log, "skipped\n")
+					if r == 0 {
+						c.notef("%s on %s: %v", w.Name, c.Labels[t], err)
+					}
+					continue
+				}
 				if err != nil {
 					fmt.Fprintf(log, "FAILED after %.1fs\n", time.Since(start).Seconds())
 					if ctx.Err() != nil {
@@ -174,6 +203,9 @@ func runAll(ctx context.Context, c *config, log io.Writer) (map[string][][]measu
 						continue
 					}
 					parts = append(parts, fmt.Sprintf("%s %s", fmtNum(m.Value), spec.Metric))
+					if cpu := m.cpuPer1k(); cpu != nil {
+						parts = append(parts, fmt.Sprintf("CPU %s s/1k", fmtNum(*cpu)))
+					}
 					if epp := m.entriesPerPut(); epp != nil && c.Targets[t].SyncUploads {
 						parts = append(parts, fmt.Sprintf("%.1f entries/PUT", *epp))
 					}
@@ -216,18 +248,21 @@ func runOne(ctx context.Context, c *config, w *workload, t, run int) (map[string
 	case w.Memory && v.cluster():
 		return nil, fmt.Errorf("%s runs on single servers only, not on %s", w.Name, c.Labels[t])
 	case w.Failover != nil && !v.cluster():
-		return nil, fmt.Errorf("%s needs a cluster target (netsy-cluster, etcd-cluster), not %s", w.Name, c.Labels[t])
+		return nil, fmt.Errorf("%s needs a cluster target (netsy-cluster, etcd-cluster, t4-cluster), not %s", w.Name, c.Labels[t])
+	}
+	if err := w.runsOn(v.Kind); err != nil {
+		return nil, err
 	}
 	tag := fmt.Sprintf("%s-%s-r%d", safeName(w.Name), safeName(c.Labels[t]), run+1)
 	dir := filepath.Join(c.dataDir, tag)
-	profiling := c.Profile == w.Name && w.tool()
+	profiling := c.profiled(w)
 	d, cleanup, err := deploy(ctx, c, t, dir, tag, profiling)
 	defer cleanup()
 	if err != nil {
 		return nil, err
 	}
 	if w.Memory {
-		return runMemory(ctx, c, d.nodes[0], tag)
+		return runMemory(ctx, c, d, tag)
 	}
 	if w.Failover != nil {
 		m, err := w.Failover(ctx, c, d, c.FailoverRuns)
@@ -246,19 +281,30 @@ func runOne(ctx context.Context, c *config, w *workload, t, run int) (map[string
 		}
 	}
 	if w.Client != nil {
+		meter := startCPU(d, c.minio, v.MinIO)
 		m, err := w.Client(ctx, endpoint, c.total(w))
 		if err != nil {
 			return nil, err
 		}
+		m.Ops = m.Value * m.Secs
+		c.measureCPU(tag, meter, d, &m)
 		return map[string]measurement{w.Name: m}, nil
 	}
 	var profDone chan error
 	if profiling {
+		// In a cluster the leader's profile is the one that shows the
+		// write path: its file name says so.
+		leader := -1
+		if v.cluster() {
+			if leader, err = d.leader(ctx); err != nil {
+				c.notef("%s: no leader to mark among the profiles: %v", tag, err)
+			}
+		}
 		profDone = make(chan error, len(d.nodes))
-		for _, srv := range d.nodes {
+		for i, srv := range d.nodes {
 			path := filepath.Join(c.rawDir, tag+".cpu.pprof")
 			if srv.Name != "" {
-				path = filepath.Join(c.rawDir, tag+"."+srv.Name+".cpu.pprof")
+				path = filepath.Join(c.rawDir, tag+"."+srv.Name+roleSuffix(v.Kind, i == leader)+".cpu.pprof")
 			}
 			go func() {
 				if err := fetchProfile(ctx, srv, c.ProfileSeconds, path); err != nil {
@@ -275,7 +321,9 @@ func runOne(ctx context.Context, c *config, w *workload, t, run int) (map[string
 			c.notef("%s: %v", tag, err)
 		}
 	}
+	meter := startCPU(d, c.minio, v.MinIO)
 	sums, err := runTool(ctx, c, endpoint, w.toolArgs(c.total(w)), filepath.Join(c.rawDir, tag+".txt"))
+	cpu, minioCPU, cpuErr := meter.stop(d)
 	// Each profile fetch reports one line for the notes (a failure or
 	// where the profile is).
 	for range cap(profDone) {
@@ -294,7 +342,17 @@ func runOne(ctx context.Context, c *config, w *workload, t, run int) (map[string
 	if s == nil {
 		return nil, fmt.Errorf("no %q summary in the tool output (see %s)", w.Section, filepath.Join(c.rawDir, tag+".txt"))
 	}
-	m := measurement{Value: s.RPS, Errors: s.ErrorCount(), Secs: s.Total, Summary: s}
+	m := measurement{Value: s.RPS, Errors: s.ErrorCount(), Secs: s.Total, Summary: s, Ops: s.ops()}
+	if w.Combine {
+		m.Ops = 0
+		for _, part := range sums {
+			m.Ops += part.ops()
+		}
+	}
+	if cpuErr != nil {
+		c.notef("%s: no CPU time: %v", tag, cpuErr)
+	}
+	m.CPUSecs, m.MinIOCPUSecs = cpu, minioCPU
 	if v.Kind == kindNetsy && before.ok {
 		if after, err := d.scrapeObjwal(ctx); err != nil {
 			c.notef("%s: %v", tag, err)
@@ -313,6 +371,28 @@ func runOne(ctx context.Context, c *config, w *workload, t, run int) (map[string
 		c.notef("%s on %s: %d failed requests: %v", w.Name, c.Labels[t], m.Errors, s.Errors)
 	}
 	return map[string]measurement{w.Name: m}, nil
+}
+
+// measureCPU stops meter and stores the CPU times in m; a failure is
+// noted and leaves m without them.
+func (c *config) measureCPU(tag string, meter *cpuMeter, d *deployment, m *measurement) {
+	cpu, minioCPU, err := meter.stop(d)
+	if err != nil {
+		c.notef("%s: no CPU time: %v", tag, err)
+	}
+	m.CPUSecs, m.MinIOCPUSecs = cpu, minioCPU
+}
+
+// roleSuffix marks the profile of a cluster's leader: "-primary" for
+// netsy, "-leader" for etcd and t4.
+func roleSuffix(k kind, leader bool) string {
+	switch {
+	case !leader:
+		return ""
+	case k == kindNetsy:
+		return "-primary"
+	}
+	return "-leader"
 }
 
 // scrapeObjwal sums the objwal counters over every node: in a cluster,
@@ -363,16 +443,21 @@ func runTool(ctx context.Context, c *config, endpoint string, args []string, out
 }
 
 // runMemory loads MemKeys keys, reads the server's RSS, restarts it with
-// SIGTERM and times until a Get succeeds, then reads RSS again.
-func runMemory(ctx context.Context, c *config, srv *server, tag string) (map[string]measurement, error) {
+// SIGTERM and times until a Get succeeds, then reads RSS again. The rss
+// row carries the CPU time of the load.
+func runMemory(ctx context.Context, c *config, d *deployment, tag string) (map[string]measurement, error) {
+	srv := d.nodes[0]
 	load := fmt.Sprintf("%s×%s", countLabel(c.MemKeys), sizeLabel(c.MemValSize))
 	n := strconv.Itoa(c.MemKeys)
 	args := []string{"put", "--clients", "64", "--conns", "8", "--key-size", "8", "--sequential-keys",
 		"--val-size", strconv.Itoa(c.MemValSize), "--total", n, "--key-space-size", n}
+	meter := startCPU(d, c.minio, d.v.MinIO)
 	sums, err := runTool(ctx, c, srv.ClientAddr, args, filepath.Join(c.rawDir, tag+".load.txt"))
 	if err != nil {
 		return nil, fmt.Errorf("load: %w", err)
 	}
+	loaded := measurement{Ops: float64(c.MemKeys)}
+	c.measureCPU(tag, meter, d, &loaded)
 	if s := pickSummary(sums, ""); s == nil || s.ErrorCount() > 0 {
 		return nil, fmt.Errorf("load had failed requests (see %s)", filepath.Join(c.rawDir, tag+".load.txt"))
 	}
@@ -385,7 +470,8 @@ func runMemory(ctx context.Context, c *config, srv *server, tag string) (map[str
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]measurement{"rss " + load: {Value: rss, Extra: status}}
+	loaded.Value, loaded.Extra = rss, status
+	out := map[string]measurement{"rss " + load: loaded}
 
 	stopStart := time.Now()
 	if err := srv.Stop(); err != nil {
@@ -510,34 +596,61 @@ type objwalCounters struct {
 
 func scrapeObjwal(ctx context.Context, httpAddr string) (objwalCounters, error) {
 	var c objwalCounters
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+httpAddr+"/metrics", nil)
+	ms, err := scrapeMetrics(ctx, httpAddr)
 	if err != nil {
 		return c, err
 	}
-	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
-	if err != nil {
-		return c, fmt.Errorf("scrape /metrics: %w", err)
-	}
-	defer resp.Body.Close()
 	var gotPuts, gotEntries bool
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		name, val, ok := strings.Cut(sc.Text(), " ")
-		if !ok {
-			continue
-		}
-		switch name {
-		case "netsy_objwal_puts_total":
-			c.puts, err = strconv.ParseFloat(val, 64)
-			gotPuts = err == nil
-		case "netsy_objwal_entries_uploaded_total":
-			c.entries, err = strconv.ParseFloat(val, 64)
-			gotEntries = err == nil
-		}
-	}
+	c.puts, gotPuts = ms["netsy_objwal_puts_total"]
+	c.entries, gotEntries = ms["netsy_objwal_entries_uploaded_total"]
 	if !gotPuts || !gotEntries {
 		return c, errors.New("/metrics has no netsy_objwal_puts_total / netsy_objwal_entries_uploaded_total")
 	}
 	c.ok = true
 	return c, nil
+}
+
+// scrapeMetrics reads a Prometheus text exposition from httpAddr's
+// /metrics (netsy's and t4's).
+func scrapeMetrics(ctx context.Context, httpAddr string) (map[string]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+httpAddr+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("scrape /metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("scrape /metrics: %s", resp.Status)
+	}
+	return parseMetrics(resp.Body)
+}
+
+// parseMetrics maps each sample of a Prometheus text exposition, named
+// by its series as written ("name" or "name{label=\"v\"}"), to its value.
+// Comments and samples whose value does not parse are skipped; label
+// values holding spaces are not expected from the servers scraped here.
+func parseMetrics(r io.Reader) (map[string]float64, error) {
+	out := map[string]float64{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		// "series value [timestamp]"
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		v, err := strconv.ParseFloat(f[1], 64)
+		if err != nil {
+			continue
+		}
+		out[f[0]] = v
+	}
+	return out, sc.Err()
 }

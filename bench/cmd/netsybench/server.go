@@ -26,6 +26,9 @@ type kind string
 const (
 	kindNetsy kind = "netsy"
 	kindEtcd  kind = "etcd"
+	// kindT4 is t4 (github.com/t4db/t4), an S3-backed etcd-compatible
+	// store, run through its binary only (scripts/build-t4.sh).
+	kindT4 kind = "t4"
 )
 
 // variant is one server configuration that can sit in a column of the
@@ -61,6 +64,10 @@ var variants = []variant{
 	{Name: "netsy-cluster", Kind: kindNetsy, Args: []string{"--quorum", "-1"}, MinIO: true, Nodes: 3},
 	// Three etcd members with etcd's defaults.
 	{Name: "etcd-cluster", Kind: kindEtcd, Nodes: 3},
+	// Three t4 nodes on one fresh bucket and prefix of the MinIO (the
+	// leader lock is an object there too); the leader waits for a
+	// quorum of follower acks before it commits.
+	{Name: "t4-cluster", Kind: kindT4, Args: []string{"--follower-wait-mode", "quorum"}, MinIO: true, Nodes: 3},
 }
 
 func lookupVariant(name string) (variant, error) {
@@ -82,6 +89,7 @@ type binaries struct {
 	Netsyctl  string
 	Etcd      string
 	Benchmark string
+	T4        string
 }
 
 // server is one server process started by the harness, with its own data
@@ -90,11 +98,11 @@ type binaries struct {
 type server struct {
 	Variant    variant
 	ClientAddr string // host:port of the etcd v3 API
-	HTTPAddr   string // netsy's health/metrics/pprof listener
-	PeerAddr   string // the peer listener of etcd and netsy
+	HTTPAddr   string // netsy's health/metrics/pprof listener, t4's --metrics-addr
+	PeerAddr   string // the peer listener of etcd, netsy and t4
 	DataDir    string
 	LogPath    string
-	Pprof      bool // etcd: serve /debug/pprof on the client URL
+	Pprof      bool // etcd: serve /debug/pprof on the client URL; t4: on HTTPAddr
 	// Name is netsy's --node-id or etcd's --name; empty for a single
 	// server (netsy: the host name, etcd: "bench").
 	Name string
@@ -161,6 +169,11 @@ func newServer(v variant, bins binaries, dir string, extra []string) (*server, e
 		}
 	case kindEtcd:
 		s.bin = bins.Etcd
+	case kindT4:
+		s.bin = bins.T4
+		if s.HTTPAddr, err = freeAddr(); err != nil {
+			return nil, err
+		}
 	default:
 		return nil, fmt.Errorf("variant %s: unknown kind %q", v.Name, v.Kind)
 	}
@@ -205,6 +218,22 @@ func (s *server) args() []string {
 		if s.Pprof {
 			a = append(a, "--enable-pprof")
 		}
+	case kindT4:
+		// --peer-listen makes it a cluster node; the bucket, prefix and
+		// endpoint come from minioServer.t4Args in extra.
+		a = []string{"run",
+			"--data-dir", s.DataDir,
+			"--listen", s.ClientAddr,
+			"--metrics-addr", s.HTTPAddr,
+			"--peer-listen", s.PeerAddr,
+			"--log-level", "warn",
+		}
+		if s.Name != "" {
+			a = append(a, "--node-id", s.Name)
+		}
+		if s.Pprof {
+			a = append(a, "--pprof")
+		}
 	}
 	a = append(a, s.Variant.Args...)
 	return append(a, s.extra...)
@@ -221,10 +250,10 @@ func (s *server) label() string {
 
 // PprofBase is the URL prefix of the server's net/http/pprof handlers.
 func (s *server) PprofBase() string {
-	if s.Variant.Kind == kindNetsy {
-		return "http://" + s.HTTPAddr + "/debug/pprof"
+	if s.Variant.Kind == kindEtcd {
+		return "http://" + s.ClientAddr + "/debug/pprof"
 	}
-	return "http://" + s.ClientAddr + "/debug/pprof"
+	return "http://" + s.HTTPAddr + "/debug/pprof"
 }
 
 // Launch starts a process without waiting for it to serve.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -70,6 +71,21 @@ type workload struct {
 	Failover func(ctx context.Context, c *config, d *deployment, reps int) (measurement, error)
 	// Desc says what a failover row measures, for the table.
 	Desc string
+	// Skip names the server kinds the workload does not run on, and
+	// why; on such a target it is skipped, with the reason in the notes.
+	Skip map[kind]string
+}
+
+// errNoEquivalent marks a workload skipped on a target (Skip).
+var errNoEquivalent = errors.New("not run")
+
+// runsOn returns nil when the workload runs on kind k, else why not
+// (wrapping errNoEquivalent).
+func (w *workload) runsOn(k kind) error {
+	if why, ok := w.Skip[k]; ok {
+		return fmt.Errorf("%w on %s: %s", errNoEquivalent, k, why)
+	}
+	return nil
 }
 
 const (
@@ -134,7 +150,8 @@ var workloads = []workload{
 		"--streams", strconv.Itoa(notifyStreams), "--watchers-per-stream", strconv.Itoa(notifyPerStream),
 		"--put-rate", strconv.Itoa(notifyRate), "--val-size", strconv.Itoa(notifyValSize)},
 		TotalFlag: "--put-total", Total: 1000, Section: "watch events summary", Latency: "99",
-		Goal: &goal{Metric: "p99", Op: "<=", Bound: 1.0}},
+		Goal: &goal{Metric: "p99", Op: "<=", Bound: 1.0},
+		Skip: map[kind]string{kindT4: t4BinaryKeyWatch}},
 	// The same load, timed from when each put is sent (runWatchNotify).
 	{Name: "watch-notify", Group: "watch", Total: 1000, Latency: "99", Client: runWatchNotify},
 
@@ -143,18 +160,32 @@ var workloads = []workload{
 
 	{Name: "memory", Group: "memory", Memory: true},
 
-	// Cluster targets only (netsy-cluster, etcd-cluster); not in "all".
+	// Cluster targets only (netsy-cluster, etcd-cluster, t4-cluster); not
+	// in "all". t4 has no handoff command: failover-handoff skips it.
 	{Name: "failover-kill", Group: "failover", Failover: failoverKill,
-		Desc: "SIGKILL the Primary (etcd: the leader) → first put acknowledged through a surviving node",
+		Desc: "SIGKILL the Primary (etcd, t4: the leader) → first put acknowledged through a surviving node",
 		Goal: &goal{Metric: "median+max", Op: "<=", Bound: 1.0}},
 	{Name: "failover-kill-load", Group: "failover", Failover: failoverKillLoad,
 		Desc: "SIGKILL the Primary (etcd: the leader) under 2000 puts/s through the survivors → first put acknowledged through each; failed = puts that failed (in flight or sent meanwhile; target 0)"},
 	{Name: "failover-handoff", Group: "failover", Failover: failoverHandoff,
-		Desc: "`netsyctl handoff` (etcd: `move-leader`) → longest stretch without an acknowledged put"},
+		Desc: "`netsyctl handoff` (etcd: `move-leader`) → longest stretch without an acknowledged put",
+		Skip: map[kind]string{kindT4: "t4 has no command that moves its leader"}},
 }
 
+// t4BinaryKeyWatch is why watch-latency does not run on t4. The tool
+// watches one key of random bytes; t4 v1.1.17 drops watch events of a key
+// that is not valid UTF-8 (by hand: 2 of 5 puts to such a key reached a
+// watcher created before them, 5 of 5 for ASCII and valid UTF-8 keys),
+// so the tool waits for events that never come (none of 5000 within
+// 3 minutes, -quick). watch-notify times the same load on an ASCII key.
+const t4BinaryKeyWatch = "the tool watches a random binary key, and t4 v1.1.17 drops watch events of keys that are not valid UTF-8 (the tool would wait forever); watch-notify measures the same load on an ASCII key"
+
+// clusterTargets are the targets -cluster compares by default.
+const clusterTargets = "netsy-cluster,t4-cluster,etcd-cluster"
+
 // clusterWorkloads are the workloads -cluster selects by default.
-const clusterWorkloads = "put-seq,put-64,put-256,range-l,watch-latency,failover"
+// watch-notify gives t4, on which watch-latency does not run, a watch row.
+const clusterWorkloads = "put-seq,put-64,put-256,range-l,watch-latency,watch-notify,failover"
 
 // tool reports whether the workload runs etcd's benchmark tool.
 func (w *workload) tool() bool { return !w.Memory && w.Client == nil && w.Failover == nil }
