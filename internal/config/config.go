@@ -314,6 +314,11 @@ func (c Config) Validate() error {
 	if c.ReadOnlyAt < 0 {
 		return fmt.Errorf("--read-only-at: must be a positive revision (or 0: a normal node), got %d", c.ReadOnlyAt)
 	}
+	if c.ReadOnlyAt > 0 && c.Storage == "" {
+		// The default, file://<data-dir>/objects, is a node's own scratch
+		// store: the past of a cluster is in the bucket it names.
+		return errors.New("--read-only-at: needs --storage, the bucket (or prefix) whose past to serve")
+	}
 	return c.validateTLS()
 }
 

@@ -94,9 +94,20 @@ func startReadOnly(ctx context.Context, cfg config.Config, logger hclog.Logger, 
 	memberID := roles.ClusterIDHash("read-only/" + cfg.NodeID)
 	self := &pb.Member{ID: memberID, Name: cfg.MemberName(), ClientURLs: []string{cfg.AdvertiseClientURL()}}
 	start := clk.Now()
+	rlog := logger.Named("read-only")
+	rlog.Info("rebuilding the state from the bucket", "rev", cfg.ReadOnlyAt, "storage", storageURL)
+	var logged time.Time
 	st, err := backup.OpenAt(ctx, backup.At{
 		From: n.store, FromURL: storageURL, Revision: cfg.ReadOnlyAt, SpillDir: spill,
-		Clock: clk, Logger: logger.Named("read-only"),
+		Clock: clk, Logger: rlog,
+		// A long replay says how far it is, every few seconds.
+		Progress: func(p backup.Progress) {
+			if p.Done || clk.Since(logged) < 5*time.Second {
+				return
+			}
+			logged = clk.Now()
+			rlog.Info("replaying", "from_rev", p.From, "rev", p.Revision, "to_rev", p.To, "entries", p.Entries, "elapsed", p.Elapsed)
+		},
 		ClusterID: roles.ClusterIDHash(cfg.ClusterID), MemberID: memberID,
 		Members: func() []*pb.Member { return []*pb.Member{self} },
 	})
