@@ -241,6 +241,15 @@ func TestReadOnlyAtServesThePastAndNeverWritesTheBucket(t *testing.T) {
 		t.Fatalf("member list: %+v, %v (status leader %x)", ml, err, st.Leader)
 	}
 
+	snap, err := cli.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nb, err := io.Copy(io.Discard, snap); err != nil || nb == 0 {
+		t.Fatalf("snapshot of the state at %d: %d bytes, %v", rev, nb, err)
+	}
+	snap.Close()
+
 	// Watch from revision 2: the history up to R, then a progress report
 	// at R (nothing is pending below it).
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
