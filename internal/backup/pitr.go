@@ -709,6 +709,11 @@ func openReplayed(ctx context.Context, src *source, plan *restorePlan, a At) (*e
 		eng.Close()
 		return nil, 0, fmt.Errorf("replay %s stopped at revision %d, short of %d: the log ends early", src.url, rev, plan.rev)
 	}
+	// The engine holds the state now; the decoded base snapshot would
+	// otherwise stay reachable through the Storage as long as the engine
+	// is open (a read-only node's lifetime), doubling its memory. Nothing
+	// reloads it: this engine is never promoted or resynced.
+	st.plan.base, st.released = nil, true
 	return eng, st.entries, nil
 }
 
@@ -767,6 +772,8 @@ type replayStorage struct {
 	start    time.Time
 	entries  int64
 	last     uint64
+	// released: the replay is over and the base snapshot dropped.
+	released bool
 }
 
 func (r *replayStorage) Attach(onSync func(uint64, error)) {
@@ -775,7 +782,12 @@ func (r *replayStorage) Attach(onSync func(uint64, error)) {
 	}
 }
 
-func (r *replayStorage) LoadSnapshot() (*datafile.Snapshot, error) { return r.plan.base, nil }
+func (r *replayStorage) LoadSnapshot() (*datafile.Snapshot, error) {
+	if r.released {
+		return nil, errors.New("the base snapshot was released after the replay")
+	}
+	return r.plan.base, nil
+}
 
 func (r *replayStorage) Append(*netsyv1.Entry) error {
 	return errors.New("restore: the replay takes no writes")
