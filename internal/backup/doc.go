@@ -36,6 +36,12 @@
 // window in the message (ErrOutsideWindow). A time becomes a revision
 // before RestoreAt is called.
 //
+// OpenAt runs the same replay and hands the engine over opened instead of
+// seeding anything: it writes nothing to the bucket or to disk (beyond the
+// engine's spilled values in a scratch directory the caller names), and
+// its engine, a follower on a Storage that refuses appends, never makes a
+// write durable. A read-only node (--read-only-at) serves from it.
+//
 // Crash safety of RestoreAt. Locally, everything is built in
 // .<data-dir>.restoring next to the data directory (marked by a RESTORING
 // file and locked while in use) and renamed into place as the last step,

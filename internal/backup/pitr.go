@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/netsy-io/netsy/internal/clock"
@@ -614,33 +615,122 @@ func (s *source) snapshot(ctx context.Context, so snapObj) (*datafile.Snapshot, 
 	return snap, nil
 }
 
-// replayTo rebuilds the state at plan.rev with the engine's own replay
-// (engine.Open over a read-only Storage), and returns it as a snapshot.
-// The engine runs on a clock that does not move, so each lease keeps
-// exactly the remaining time the log gives it at plan.rev, however long
-// the replay takes.
-func replayTo(ctx context.Context, src *source, plan *restorePlan, work string, clk clock.Clock, log hclog.Logger,
-	progress func(Progress)) (*datafile.Snapshot, int64, error) {
-	if err := os.MkdirAll(filepath.Join(work, "spill"), 0o755); err != nil {
-		return nil, 0, err
+// At says which state OpenAt rebuilds, and how the engine holding it is
+// set up.
+type At struct {
+	// From is the bucket (or prefix) to read; it is only read. FromURL
+	// names it in messages.
+	From    objstore.Store
+	FromURL string
+	// Revision is the revision to rebuild.
+	Revision int64
+	// SpillDir is scratch space the engine owns for large values (see
+	// engine.Config.SpillDir); empty keeps every value in memory.
+	SpillDir string
+	// Clock times the progress reports (default the real clock). The
+	// engine itself runs on a clock that never moves: see OpenAt.
+	Clock  clock.Clock
+	Logger hclog.Logger
+	// ClusterID, MemberID and Members are the identity the engine reports
+	// (response headers, Status, MemberList).
+	ClusterID, MemberID uint64
+	Members             func() []*pb.Member
+	// Progress, when set, is called now and then during the replay and
+	// once at its end (Done), from the calling goroutine.
+	Progress func(Progress)
+}
+
+// StateAt is the state at a revision, held by an engine that only reads.
+type StateAt struct {
+	// Engine serves the state at Revision and the history it holds below
+	// it. It is a follower on a Storage that refuses every append, so it
+	// makes nothing durable anywhere: its writes fail (ErrNotPrimary).
+	// Close it when done.
+	Engine       *engine.Engine
+	Revision     int64
+	Window       Window
+	BaseRevision int64 // the snapshot replay started from (0: the log's start)
+	Replayed     int64 // entries replayed past it
+}
+
+// OpenAt rebuilds the state at a.Revision from the bucket, as RestoreAt
+// does, and hands it over in an opened engine instead of a data directory:
+// nothing is written to the bucket or to disk (but spilled values in
+// a.SpillDir). A revision outside the window is refused with the window in
+// the message (ErrOutsideWindow). The engine runs on a clock that never
+// moves, so each lease keeps exactly the remaining time the log gives it
+// at the revision, however long the engine stays open.
+func OpenAt(ctx context.Context, a At) (*StateAt, error) {
+	if a.Logger == nil {
+		a.Logger = hclog.NewNullLogger()
 	}
-	st := &replayStorage{ctx: ctx, src: src, plan: plan, clk: clk, progress: progress, start: clk.Now()}
+	if a.Clock == nil {
+		a.Clock = clock.Real()
+	}
+	switch {
+	case a.From == nil:
+		return nil, errors.New("no source store")
+	case a.Revision <= 0:
+		return nil, fmt.Errorf("revision %d: must be positive", a.Revision)
+	}
+	src := &source{store: a.From, url: a.FromURL, log: a.Logger}
+	plan, err := src.plan(ctx, a.Revision)
+	if err != nil {
+		return nil, err
+	}
+	eng, replayed, err := openReplayed(ctx, src, plan, a)
+	if err != nil {
+		return nil, err
+	}
+	return &StateAt{Engine: eng, Revision: plan.rev, Window: plan.window, BaseRevision: plan.baseRev, Replayed: replayed}, nil
+}
+
+// openReplayed opens an engine over the base snapshot and the bucket's
+// entries up to plan.rev, with the engine's own replay (engine.Open over a
+// read-only Storage), so the apply code is the engine's own.
+func openReplayed(ctx context.Context, src *source, plan *restorePlan, a At) (*engine.Engine, int64, error) {
+	st := &replayStorage{ctx: ctx, src: src, plan: plan, clk: a.Clock, progress: a.Progress, start: a.Clock.Now()}
 	eng, err := engine.Open(engine.Config{
-		Storage:  st,
-		Clock:    clock.NewFake(clk.Now()),
-		Logger:   log,
-		Follower: true,
-		SpillDir: filepath.Join(work, "spill"),
-		// Replay only; the state leaves as one snapshot at the end.
+		Storage:   st,
+		Clock:     clock.NewFake(a.Clock.Now()),
+		Logger:    a.Logger,
+		ClusterID: a.ClusterID,
+		MemberID:  a.MemberID,
+		Members:   a.Members,
+		Follower:  true,
+		SpillDir:  a.SpillDir,
+		// Replay only: the state is never saved from here.
 		SnapshotEntries: 1 << 62,
 	})
 	if err != nil {
 		return nil, 0, fmt.Errorf("replay %s up to revision %d: %w", src.url, plan.rev, err)
 	}
-	defer eng.Close()
 	if _, rev, _ := eng.LastAppended(); rev != plan.rev {
+		eng.Close()
 		return nil, 0, fmt.Errorf("replay %s stopped at revision %d, short of %d: the log ends early", src.url, rev, plan.rev)
 	}
+	// The engine holds the state now; the decoded base snapshot would
+	// otherwise stay reachable through the Storage as long as the engine
+	// is open (a read-only node's lifetime), doubling its memory. Nothing
+	// reloads it: this engine is never promoted or resynced.
+	st.plan.base, st.released = nil, true
+	return eng, st.entries, nil
+}
+
+// replayTo rebuilds the state at plan.rev (openReplayed) and returns it as
+// a snapshot.
+func replayTo(ctx context.Context, src *source, plan *restorePlan, work string, clk clock.Clock, log hclog.Logger,
+	progress func(Progress)) (*datafile.Snapshot, int64, error) {
+	if err := os.MkdirAll(filepath.Join(work, "spill"), 0o755); err != nil {
+		return nil, 0, err
+	}
+	eng, replayed, err := openReplayed(ctx, src, plan, At{
+		Clock: clk, Logger: log, Progress: progress, SpillDir: filepath.Join(work, "spill"),
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	defer eng.Close()
 	// Encoded to a file and decoded back: the state is checked by every
 	// CRC of the data-file format before it is seeded anywhere.
 	path := filepath.Join(work, "snapshot")
@@ -663,7 +753,7 @@ func replayTo(ctx context.Context, src *source, plan *restorePlan, work string, 
 	if err != nil {
 		return nil, 0, fmt.Errorf("verify the state at revision %d: %w", plan.rev, err)
 	}
-	return snap, st.entries, nil
+	return snap, replayed, nil
 }
 
 // errReachedTarget stops the replay once the next entry is past the
@@ -682,6 +772,8 @@ type replayStorage struct {
 	start    time.Time
 	entries  int64
 	last     uint64
+	// released: the replay is over and the base snapshot dropped.
+	released bool
 }
 
 func (r *replayStorage) Attach(onSync func(uint64, error)) {
@@ -690,7 +782,12 @@ func (r *replayStorage) Attach(onSync func(uint64, error)) {
 	}
 }
 
-func (r *replayStorage) LoadSnapshot() (*datafile.Snapshot, error) { return r.plan.base, nil }
+func (r *replayStorage) LoadSnapshot() (*datafile.Snapshot, error) {
+	if r.released {
+		return nil, errors.New("the base snapshot was released after the replay")
+	}
+	return r.plan.base, nil
+}
 
 func (r *replayStorage) Append(*netsyv1.Entry) error {
 	return errors.New("restore: the replay takes no writes")

@@ -103,6 +103,12 @@ type Config struct {
 
 	// TLS secures the client and peer ports (tls.go).
 	TLS TLS
+
+	// ReadOnlyAt, when positive, starts a read-only node that serves the
+	// state at this revision, rebuilt from the bucket (package node,
+	// readonly.go): it never writes to the bucket and takes no part in
+	// the cluster. 0 is a normal node.
+	ReadOnlyAt int64
 }
 
 // DefaultQuotaBackendBytes is the space quota when none is set: 2 GiB,
@@ -305,6 +311,14 @@ func (c Config) Validate() error {
 	if _, err := c.AutoCompaction(); err != nil {
 		return err
 	}
+	if c.ReadOnlyAt < 0 {
+		return fmt.Errorf("--read-only-at: must be a positive revision (or 0: a normal node), got %d", c.ReadOnlyAt)
+	}
+	if c.ReadOnlyAt > 0 && c.Storage == "" {
+		// The default, file://<data-dir>/objects, is a node's own scratch
+		// store: the past of a cluster is in the bucket it names.
+		return errors.New("--read-only-at: needs --storage, the bucket (or prefix) whose past to serve")
+	}
 	return c.validateTLS()
 }
 
@@ -412,5 +426,6 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.DurationVar(&c.HeartbeatInterval, "heartbeat-interval", c.HeartbeatInterval, "heartbeat cadence; a node missing two heartbeats is Degraded, and the Primary's lease is two intervals")
 	fs.DurationVar(&c.PrimaryHandshakeTimeout, "primary-handshake-timeout", c.PrimaryHandshakeTimeout, "how long an election waits for an unreachable previous Primary last seen Draining (never less than its lease; an Active one is waited for until its lease runs out)")
 	fs.DurationVar(&c.DeregistrationTimeout, "deregistration-timeout", c.DeregistrationTimeout, "deregister a node Degraded this long (0: never)")
+	fs.Int64Var(&c.ReadOnlyAt, "read-only-at", c.ReadOnlyAt, "serve the state at this revision read-only, rebuilt from --storage, to inspect the past with etcdctl or kubectl: every write is refused, nothing is written to the bucket and the node takes no part in the cluster (0: a normal node)")
 	c.bindTLS(fs)
 }

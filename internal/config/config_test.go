@@ -67,6 +67,10 @@ func TestFlagsEnvAndErrors(t *testing.T) {
 			check: func(c Config) bool { p, _ := c.AutoCompaction(); return p.Revisions == 1000 }},
 		{name: "bad auto-compaction mode", args: []string{"--auto-compaction-mode=daily"}, wantErr: "--auto-compaction-mode"},
 		{name: "bad auto-compaction retention", args: []string{"--auto-compaction-mode=revision", "--auto-compaction-retention=5m"}, wantErr: "--auto-compaction-retention"},
+		{name: "read-only-at without storage", args: []string{"--read-only-at=7"}, wantErr: "--read-only-at: needs --storage"},
+		{name: "read-only-at env", env: map[string]string{"NETSY_READ_ONLY_AT": "42", "NETSY_STORAGE": "s3://b/p"}, check: func(c Config) bool { return c.ReadOnlyAt == 42 }},
+		{name: "read-only-at flag", args: []string{"--read-only-at=7", "--storage=file:///x"}, check: func(c Config) bool { return c.ReadOnlyAt == 7 }},
+		{name: "negative read-only-at", args: []string{"--read-only-at=-1"}, wantErr: "--read-only-at"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

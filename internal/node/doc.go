@@ -29,4 +29,12 @@
 // nothing for them but counters. The object store the node opens is
 // wrapped to count and time every request (storemetrics.go); the wrapper
 // passes results through unchanged.
+//
+// A node started with --read-only-at R (readonly.go) is another start
+// order, not a role: it rebuilds the state at R from the bucket with
+// backup.OpenAt and serves it on the client and HTTP ports only. It must
+// never write to the bucket or take part in the cluster (no s3lect, no
+// registration, no claim of the log, no uploads or GC, no peer port), and
+// refuses every write with FailedPrecondition before it reaches the
+// engine; its data directory is locked and holds only scratch.
 package node

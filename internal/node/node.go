@@ -71,6 +71,10 @@ type Node struct {
 	// the roles exist (a follower's engine then has no Primary to tell).
 	rolesP atomic.Pointer[roles.Roles]
 
+	// scratch is a directory under the data directory that only this run
+	// uses (a read-only node's spilled values), removed at close.
+	scratch string
+
 	wg        sync.WaitGroup
 	closeOnce sync.Once
 	closeErr  error
@@ -108,6 +112,9 @@ func StartWith(ctx context.Context, cfg config.Config, logger hclog.Logger, deps
 	clk := deps.Clock
 	if clk == nil {
 		clk = clock.Real()
+	}
+	if cfg.ReadOnlyAt > 0 {
+		return startReadOnly(ctx, cfg, logger, deps, clk)
 	}
 	n := &Node{cfg: cfg, log: logger, clock: clk}
 	defer func() {
@@ -530,6 +537,9 @@ func (n *Node) shutdown(graceful bool) error {
 		}
 		if n.store != nil && n.ownStore {
 			n.store.Close()
+		}
+		if n.scratch != "" {
+			os.RemoveAll(n.scratch)
 		}
 		if n.lock != nil {
 			n.lock.Close()
