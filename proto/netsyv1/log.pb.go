@@ -99,8 +99,13 @@ type Entry struct {
 	// written before checkpoints existed have none, and a reader that does not
 	// know the field skips it.
 	LeaseCheckpoints []*LeaseCheckpoint `protobuf:"bytes,8,rep,name=lease_checkpoints,json=leaseCheckpoints,proto3" json:"lease_checkpoints,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// commit_time_ms is the writing Primary's wall clock (unix milliseconds)
+	// when it logged the entry, never below the previous entry's: it turns a
+	// time into a revision (objwal.RevisionAt). 0 means unknown (an entry
+	// written before the field existed).
+	CommitTimeMs  int64 `protobuf:"varint,20,opt,name=commit_time_ms,json=commitTimeMs,proto3" json:"commit_time_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Entry) Reset() {
@@ -187,6 +192,13 @@ func (x *Entry) GetLeaseCheckpoints() []*LeaseCheckpoint {
 		return x.LeaseCheckpoints
 	}
 	return nil
+}
+
+func (x *Entry) GetCommitTimeMs() int64 {
+	if x != nil {
+		return x.CommitTimeMs
+	}
+	return 0
 }
 
 type Op struct {
@@ -372,9 +384,13 @@ type SnapshotHeader struct {
 	CompactRevision int64  `protobuf:"varint,3,opt,name=compact_revision,json=compactRevision,proto3" json:"compact_revision,omitempty"`
 	Term            int64  `protobuf:"varint,4,opt,name=term,proto3" json:"term,omitempty"`
 	// wal_seq is the last object-storage WAL chunk the snapshot covers (0 if none).
-	WalSeq        uint64 `protobuf:"varint,5,opt,name=wal_seq,json=walSeq,proto3" json:"wal_seq,omitempty"`
-	KeyVersions   int64  `protobuf:"varint,6,opt,name=key_versions,json=keyVersions,proto3" json:"key_versions,omitempty"`
-	Leases        int64  `protobuf:"varint,7,opt,name=leases,proto3" json:"leases,omitempty"`
+	WalSeq      uint64 `protobuf:"varint,5,opt,name=wal_seq,json=walSeq,proto3" json:"wal_seq,omitempty"`
+	KeyVersions int64  `protobuf:"varint,6,opt,name=key_versions,json=keyVersions,proto3" json:"key_versions,omitempty"`
+	Leases      int64  `protobuf:"varint,7,opt,name=leases,proto3" json:"leases,omitempty"`
+	// commit_time_ms is the commit_time_ms of the entry at index, or 0 if
+	// unknown (a snapshot written before the field existed, or one a node
+	// saved without knowing that entry's stamp).
+	CommitTimeMs  int64 `protobuf:"varint,20,opt,name=commit_time_ms,json=commitTimeMs,proto3" json:"commit_time_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -454,6 +470,13 @@ func (x *SnapshotHeader) GetKeyVersions() int64 {
 func (x *SnapshotHeader) GetLeases() int64 {
 	if x != nil {
 		return x.Leases
+	}
+	return 0
+}
+
+func (x *SnapshotHeader) GetCommitTimeMs() int64 {
+	if x != nil {
+		return x.CommitTimeMs
 	}
 	return 0
 }
@@ -729,7 +752,7 @@ var File_netsy_v1_log_proto protoreflect.FileDescriptor
 
 const file_netsy_v1_log_proto_rawDesc = "" +
 	"\n" +
-	"\x12netsy/v1/log.proto\x12\bnetsy.v1\"\xbe\x02\n" +
+	"\x12netsy/v1/log.proto\x12\bnetsy.v1\"\xe4\x02\n" +
 	"\x05Entry\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12\x12\n" +
@@ -738,7 +761,8 @@ const file_netsy_v1_log_proto_rawDesc = "" +
 	"\flease_grants\x18\x05 \x03(\v2\x14.netsy.v1.LeaseGrantR\vleaseGrants\x12#\n" +
 	"\rlease_revokes\x18\x06 \x03(\x03R\fleaseRevokes\x12)\n" +
 	"\x10compact_revision\x18\a \x01(\x03R\x0fcompactRevision\x12F\n" +
-	"\x11lease_checkpoints\x18\b \x03(\v2\x19.netsy.v1.LeaseCheckpointR\x10leaseCheckpoints\"\x86\x01\n" +
+	"\x11lease_checkpoints\x18\b \x03(\v2\x19.netsy.v1.LeaseCheckpointR\x10leaseCheckpoints\x12$\n" +
+	"\x0ecommit_time_ms\x18\x14 \x01(\x03R\fcommitTimeMs\"\x86\x01\n" +
 	"\x02Op\x12%\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x11.netsy.v1.Op.TypeR\x04type\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x14\n" +
@@ -754,7 +778,7 @@ const file_netsy_v1_log_proto_rawDesc = "" +
 	"\x03ttl\x18\x02 \x01(\x03R\x03ttl\"D\n" +
 	"\x0fLeaseCheckpoint\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12!\n" +
-	"\fremaining_ms\x18\x02 \x01(\x03R\vremainingMs\"\xd5\x01\n" +
+	"\fremaining_ms\x18\x02 \x01(\x03R\vremainingMs\"\xfb\x01\n" +
 	"\x0eSnapshotHeader\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12)\n" +
@@ -762,7 +786,8 @@ const file_netsy_v1_log_proto_rawDesc = "" +
 	"\x04term\x18\x04 \x01(\x03R\x04term\x12\x17\n" +
 	"\awal_seq\x18\x05 \x01(\x04R\x06walSeq\x12!\n" +
 	"\fkey_versions\x18\x06 \x01(\x03R\vkeyVersions\x12\x16\n" +
-	"\x06leases\x18\a \x01(\x03R\x06leases\"\xe0\x01\n" +
+	"\x06leases\x18\a \x01(\x03R\x06leases\x12$\n" +
+	"\x0ecommit_time_ms\x18\x14 \x01(\x03R\fcommitTimeMs\"\xe0\x01\n" +
 	"\n" +
 	"KeyVersion\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x14\n" +
