@@ -119,6 +119,12 @@ func (l *Log) readySnapshot() (s *datafile.Snapshot, walSeq uint64, upload bool)
 // Open takes it as history even where it runs ahead of the checkpoint.
 func (l *Log) saveFollowerSnapshot(s *datafile.Snapshot) {
 	defer s.Release()
+	l.mu.Lock()
+	if s.Header.CommitTimeMs == 0 {
+		s.Header.CommitTimeMs = l.stampAtLocked(s.Header.Index)
+	}
+	l.forgetStampsBeforeLocked(s.Header.Index)
+	l.mu.Unlock()
 	if err := l.wal.SaveSnapshot(s); err != nil {
 		l.log.Error("save snapshot locally", "index", s.Header.Index, "error", err)
 		return
@@ -178,6 +184,12 @@ func (l *Log) publishSnapshot(s *datafile.Snapshot, walSeq uint64) {
 func (l *Log) saveSnapshot(s *datafile.Snapshot, walSeq uint64) *netsyv1.SnapshotHeader {
 	h := proto.Clone(s.Header).(*netsyv1.SnapshotHeader)
 	h.WalSeq = walSeq
+	l.mu.Lock()
+	if h.CommitTimeMs == 0 {
+		h.CommitTimeMs = l.stampAtLocked(h.Index)
+	}
+	l.forgetStampsBeforeLocked(h.Index)
+	l.mu.Unlock()
 	if l.meta.Index < h.Index {
 		m := l.meta.clone()
 		m.Seq, m.Index = walSeq, h.Index

@@ -298,6 +298,14 @@ type Log struct {
 	// a writer it has since replaced.
 	opened time.Time
 	gcSeen map[string]time.Time
+
+	// Commit-time stamps (stamp.go), under mu: stamp is the highest
+	// commit_time_ms the log holds or wrote, stampIdx the newest index
+	// whose stamp it saw, stampRuns recent indices' stamps for snapshot
+	// headers.
+	stamp     int64
+	stampIdx  uint64
+	stampRuns []stampRun
 }
 
 type pendEntry struct {
@@ -366,6 +374,7 @@ func open(ctx context.Context, o Options, h hooks) (*Log, error) {
 	}
 	if l.snap != nil {
 		l.localSnapIdx = l.snap.Header.Index
+		l.observeLocked(l.snap.Header.Index, l.snap.Header.CommitTimeMs)
 	}
 	if o.Follower {
 		err = l.follow(ctx)
@@ -375,6 +384,12 @@ func open(ctx context.Context, o Options, h hooks) (*Log, error) {
 	if err != nil {
 		l.wal.Close()
 		return nil, fmt.Errorf("objwal open: %w", err)
+	}
+	if !o.Follower {
+		if err := l.loadTailStamp(ctx); err != nil {
+			l.wal.Close()
+			return nil, fmt.Errorf("objwal open: %w", err)
+		}
 	}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	l.mu.Lock()
@@ -454,6 +469,9 @@ func (l *Log) Claim(ctx context.Context) error {
 			}
 		}
 		if err := l.reconcile(ctx); err != nil {
+			return fmt.Errorf("objwal claim: %w", err)
+		}
+		if err := l.loadTailStamp(ctx); err != nil {
 			return fmt.Errorf("objwal claim: %w", err)
 		}
 		l.mu.Lock()
@@ -762,6 +780,9 @@ func (l *Log) Append(e *netsyv1.Entry) error {
 		l.mu.Unlock()
 		return err
 	}
+	if l.writer && e.CommitTimeMs == 0 {
+		e.CommitTimeMs = l.stampLocked()
+	}
 	// One framing serves the local log and the upload queue. The wal
 	// checks the index and takes the record first, so a refused entry is
 	// never queued for upload. (The wal never calls back into objwal while
@@ -775,6 +796,9 @@ func (l *Log) Append(e *netsyv1.Entry) error {
 	buf, err := datafile.FrameEntry(l.pendBuf, e)
 	if err == nil {
 		err = l.wal.AppendFramed(e.Index, e.Revision, buf[off:])
+	}
+	if err == nil {
+		l.observeLocked(e.Index, e.CommitTimeMs)
 	}
 	if err != nil || !l.writer {
 		l.pendBuf = buf[:off]
