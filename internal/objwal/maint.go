@@ -166,6 +166,7 @@ func (l *Log) publishSnapshot(s *datafile.Snapshot, walSeq uint64) {
 		}
 		return
 	}
+	l.snapHeads[key] = h
 	m := l.meta.clone()
 	m.addSnapshot(h.Revision, h.WalSeq)
 	if err := writeMetaFS(l.o.FS, l.metaPath, m); err != nil {
@@ -236,8 +237,10 @@ func (l *Log) readSnapshotHeader(key string, size int64) (*netsyv1.SnapshotHeade
 	return h, nil
 }
 
-// gc deletes snapshots beyond the newest SnapshotKeep, then the chunks the
-// oldest kept snapshot makes obsolete — except chunks younger than
+// gc deletes snapshots beyond the newest SnapshotKeep (and, with a
+// Retention, beyond the newest one committed at or before the window's
+// start: see windowAnchor), then the chunks the oldest kept snapshot makes
+// obsolete — except chunks younger than
 // MinWALAge (a deposed writer's delayed PUT must still collide) and the
 // newest chunk this node wrote (a restarting node finds the highest seq by
 // listing, so it must never be able to reuse one).
@@ -265,16 +268,39 @@ func (l *Log) gcOnce() error {
 	if err != nil || len(snaps) == 0 {
 		return err
 	}
-	keep := min(l.o.SnapshotKeep, len(snaps))
-	victims, oldestKept := snaps[:len(snaps)-keep], snaps[len(snaps)-keep]
+	first := len(snaps) - min(l.o.SnapshotKeep, len(snaps))
+	anchored := true
+	if l.o.Retention > 0 {
+		anchor, err := l.windowAnchor(snaps)
+		if err != nil {
+			return err
+		}
+		anchored = anchor >= 0
+		first = min(first, max(anchor, 0))
+	}
+	victims, oldestKept := snaps[:first], snaps[first]
 	if err := l.deleteAll(victims); err != nil {
 		return err
+	}
+	for _, k := range victims {
+		delete(l.snapHeads, k)
 	}
 	if len(victims) > 0 {
 		l.log.Info("deleted old snapshots", "count", len(victims), "oldest_kept", oldestKept)
 	}
+	l.noteRestorable(oldestKept)
+	if !anchored {
+		// The window reaches back past the oldest snapshot: the chunks
+		// before it may be the only way to rebuild revisions in it (a log
+		// kept from seq 1).
+		l.log.Debug("no snapshot precedes the retention window; keeping every chunk", "oldest_kept", oldestKept)
+		return nil
+	}
 
 	cut, ok := l.meta.knownWalSeq(int64(parseNum(oldestKept, snapPrefix)))
+	if h := l.snapHeads[oldestKept]; !ok && h != nil {
+		cut, ok = h.WalSeq, true
+	}
 	if !ok {
 		l.log.Debug("wal_seq of the oldest kept snapshot is unknown; keeping chunks", "key", oldestKept)
 		return nil
@@ -329,6 +355,72 @@ func (l *Log) gcOnce() error {
 		l.log.Info("deleted obsolete wal chunks", "count", len(chunks), "through", chunks[len(chunks)-1], "young_kept", young)
 	}
 	return nil
+}
+
+// windowAnchor returns the position in snaps (oldest first) of the newest
+// snapshot whose last entry was committed before the retention window's
+// start: every revision committed inside the window (at or after its
+// start, to the millisecond) and the state at any time in it are rebuilt
+// from it and the chunks after it. -1 means none is known to be (the
+// window reaches back past every snapshot, or their times are unknown),
+// and then every snapshot, and so every chunk, stays.
+//
+// The window ends at the lower of the wall clock and the wall clock Open
+// saw moved on by the monotonic clock since, so a wall clock stepped
+// forward on this node never shortens it (until a restart); one stepped
+// back only keeps more.
+func (l *Log) windowAnchor(snaps []string) (int, error) {
+	now := l.clk.Wall()
+	if steady := l.openedWall.Add(l.clk.Since(l.opened)); steady.Before(now) {
+		now = steady
+	}
+	start := now.Add(-l.o.Retention).UnixMilli()
+	for i := len(snaps) - 1; i >= 0; i-- {
+		h, err := l.snapshotHead(snaps[i])
+		if isNotFound(err) {
+			continue // deleted by another writer's GC after the listing
+		}
+		if err != nil {
+			return 0, err
+		}
+		if h.CommitTimeMs != 0 && h.CommitTimeMs < start {
+			return i, nil
+		}
+	}
+	return -1, nil
+}
+
+// snapshotHead returns the header of the bucket snapshot at key, read
+// once per process (only the first record is downloaded).
+func (l *Log) snapshotHead(key string) (*netsyv1.SnapshotHeader, error) {
+	if h := l.snapHeads[key]; h != nil {
+		return h, nil
+	}
+	var h *netsyv1.SnapshotHeader
+	err := l.retry(l.ctx, gcAttempts, "read header of "+key, isNotFound, func(ctx context.Context) error {
+		var err error
+		h, err = snapshotHeader(ctx, l.store, key)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	l.snapHeads[key] = h
+	return h, nil
+}
+
+// noteRestorable records the oldest kept snapshot as the oldest point a
+// restore can rebuild, for Stats; a header that cannot be read leaves the
+// previous answer.
+func (l *Log) noteRestorable(key string) {
+	h, err := l.snapshotHead(key)
+	if err != nil {
+		l.log.Debug("read the oldest kept snapshot's header", "key", key, "error", err)
+		return
+	}
+	l.mu.Lock()
+	l.stats.RestoreOldestRevision, l.stats.RestoreOldestTimeMs = h.Revision, h.CommitTimeMs
+	l.mu.Unlock()
 }
 
 // deleteAll deletes keys, deleteWindow at a time.
