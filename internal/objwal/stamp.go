@@ -12,8 +12,9 @@ import (
 // maxStampRuns bounds the in-memory index-to-stamp map: a run starts at the
 // first index carrying a new stamp, so under load there is at most one per
 // millisecond. When snapshots are rare the oldest runs are dropped, and a
-// snapshot whose index fell off takes the next run's stamp: later, never
-// earlier, than its own.
+// snapshot whose index fell off gets no stamp (unknown): garbage
+// collection never takes such a snapshot for one before the retention
+// window, so it keeps more, never less.
 const maxStampRuns = 1 << 16
 
 // stampRun says that entries from first on (up to the next run) carry ms.
