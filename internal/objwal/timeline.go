@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/netsy-io/netsy/internal/datafile"
@@ -272,9 +273,21 @@ func (tl *timeline) revisionAt(ctx context.Context, t time.Time) (Point, error) 
 	if err != nil {
 		return Point{}, err
 	}
-	// The answer is the last stamped entry at or before t: in chunk k
-	// before its first later one, or else in the chunks before k.
-	for i := min(k, len(tl.seqs)-1); i >= 0; i-- {
+	// The answer is the last stamped entry at or before t: in the first
+	// stamped chunk from k on, before its first later one, or else in the
+	// chunks before that.
+	from := len(tl.seqs) - 1
+	for i := k; i < len(tl.seqs); i++ {
+		ents, err := tl.chunk(ctx, i)
+		if err != nil {
+			return Point{}, err
+		}
+		if slices.ContainsFunc(ents, func(e *netsyv1.Entry) bool { return e.CommitTimeMs != 0 }) {
+			from = i
+			break
+		}
+	}
+	for i := from; i >= 0; i-- {
 		ents, err := tl.chunk(ctx, i)
 		if err != nil {
 			return Point{}, err

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/netsy-io/netsy/internal/objstore"
+	netsyv1 "github.com/netsy-io/netsy/proto/netsyv1"
 )
 
 // countingStore counts chunk downloads.
@@ -131,5 +132,38 @@ func TestTimelineStartsAtOldestSnapshot(t *testing.T) {
 	}
 	if _, err := TimeOf(ctx, e.inner, 5); !errors.Is(err, ErrNotRetained) {
 		t.Fatalf("TimeOf(5), collected: %v, want ErrNotRetained", err)
+	}
+}
+
+// Entries written before stamps existed have an unknown time: they are
+// never the answer to RevisionAt, and TimeOf reports a zero time for them.
+func TestTimelineSkipsUnstampedEntries(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	put := func(seq uint64, from, to uint64, stamp func(i uint64) int64) {
+		var ents []*netsyv1.Entry
+		for i := from; i <= to; i++ {
+			ent := entry(i, "a")
+			ent.CommitTimeMs = stamp(i)
+			ents = append(ents, ent)
+		}
+		body, err := encodeEntries(ents)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.inner.PutIfAbsent(ctx, walKey(seq), body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(1, 1, 3, func(uint64) int64 { return 0 })
+	put(2, 4, 6, func(i uint64) int64 { return at(time.Duration(i) * time.Second).UnixMilli() })
+	if p, err := RevisionAt(ctx, e.inner, at(5*time.Second)); err != nil || p.Index != 5 {
+		t.Fatalf("RevisionAt(5 s) = %s, %v; want index 5", p, err)
+	}
+	if _, err := RevisionAt(ctx, e.inner, at(3*time.Second)); !errors.Is(err, ErrNotRetained) {
+		t.Fatalf("RevisionAt before every known stamp: %v, want ErrNotRetained", err)
+	}
+	if p, err := TimeOf(ctx, e.inner, 3); err != nil || p.Index != 2 || !p.Time.IsZero() {
+		t.Fatalf("TimeOf(3) = %s, %v; want index 2 at an unknown time", p, err)
 	}
 }
