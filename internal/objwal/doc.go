@@ -122,7 +122,8 @@
 // window ends at the lower of the wall clock and the wall clock at Open
 // moved on by the monotonic clock, so a forward wall step cannot shorten
 // it. The young-chunk and newest-chunk rules apply on top. Stats reports
-// the oldest kept snapshot as the oldest restorable point.
+// the oldest restorable point: the oldest kept snapshot, or the first
+// entry while the bucket holds the history from index 1.
 //
 // # Commit time
 //

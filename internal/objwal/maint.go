@@ -288,14 +288,17 @@ func (l *Log) gcOnce() error {
 	if len(victims) > 0 {
 		l.log.Info("deleted old snapshots", "count", len(victims), "oldest_kept", oldestKept)
 	}
-	l.noteRestorable(oldestKept)
 	if !anchored {
 		// The window reaches back past the oldest snapshot: the chunks
 		// before it may be the only way to rebuild revisions in it (a log
 		// kept from seq 1).
 		l.log.Debug("no snapshot precedes the retention window; keeping every chunk", "oldest_kept", oldestKept)
+		if !l.noteFirstEntry() {
+			l.noteRestorable(oldestKept)
+		}
 		return nil
 	}
+	l.noteRestorable(oldestKept)
 
 	cut, ok := l.meta.knownWalSeq(int64(parseNum(oldestKept, snapPrefix)))
 	if h := l.snapHeads[oldestKept]; !ok && h != nil {
@@ -421,6 +424,38 @@ func (l *Log) noteRestorable(key string) {
 	l.mu.Lock()
 	l.stats.RestoreOldestRevision, l.stats.RestoreOldestTimeMs = h.Revision, h.CommitTimeMs
 	l.mu.Unlock()
+}
+
+// noteFirstEntry records the first entry of the history as the oldest
+// restorable point when the bucket still holds the chunks from index 1 (a
+// young cluster under a retention window), and says whether it does. Only
+// the first chunks are read (claims are empty), once per process.
+func (l *Log) noteFirstEntry() bool {
+	if l.firstEntry == nil {
+		for seq := uint64(1); ; seq++ {
+			var body []byte
+			err := l.retry(l.ctx, gcAttempts, "get "+walKey(seq), isNotFound, func(ctx context.Context) error {
+				var err error
+				body, _, err = l.store.Get(ctx, walKey(seq))
+				return err
+			})
+			if err != nil {
+				return false // gone (collected, or never there) or unreadable
+			}
+			ents, _, err := datafile.DecodeChunk(walKey(seq), body)
+			if err != nil || (len(ents) > 0 && ents[0].Index != 1) {
+				return false // a seeded bucket starts at a snapshot
+			}
+			if len(ents) > 0 {
+				l.firstEntry = ents[0]
+				break
+			}
+		}
+	}
+	l.mu.Lock()
+	l.stats.RestoreOldestRevision, l.stats.RestoreOldestTimeMs = l.firstEntry.Revision, l.firstEntry.CommitTimeMs
+	l.mu.Unlock()
+	return true
 }
 
 // deleteAll deletes keys, deleteWindow at a time.

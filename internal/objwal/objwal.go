@@ -214,7 +214,8 @@ type Stats struct {
 	// fsync'd locally; Reported the highest reported durable.
 	Uploaded, Synced, Reported uint64
 	// RestoreOldestRevision is the oldest revision a restore from the
-	// bucket can rebuild (the oldest snapshot garbage collection kept),
+	// bucket can rebuild (the oldest snapshot garbage collection kept, or
+	// the first entry while the bucket holds the history from index 1),
 	// RestoreOldestTimeMs its commit time in unix ms (0 if unknown). Both
 	// are 0 until this node, as the writer, collected garbage once.
 	RestoreOldestRevision, RestoreOldestTimeMs int64
@@ -314,6 +315,9 @@ type Log struct {
 	// snapHeads caches bucket snapshot headers for garbage collection
 	// (maintenance goroutine only).
 	snapHeads map[string]*netsyv1.SnapshotHeader
+	// firstEntry is the history's first entry while the bucket holds it
+	// (maintenance goroutine only; see noteFirstEntry).
+	firstEntry *netsyv1.Entry
 
 	// Commit-time stamps (stamp.go), under mu: stamp is the highest
 	// commit_time_ms the log holds or wrote, stampIdx the newest index

@@ -89,6 +89,10 @@ func TestRetentionWithoutAnAnchorKeepsEveryChunk(t *testing.T) {
 	if _, seqs := history(t, e.inner); seqs[0] != 1 {
 		t.Fatalf("oldest chunk left is %d, want 1: no snapshot precedes the window", seqs[0])
 	}
+	// The whole history is restorable, from its first entry.
+	if st := n.l.Stats(); st.RestoreOldestRevision != 2 || st.RestoreOldestTimeMs != epoch.UnixMilli() {
+		t.Fatalf("oldest restorable revision %d at %d, want the first entry's 2 at %d", st.RestoreOldestRevision, st.RestoreOldestTimeMs, epoch.UnixMilli())
+	}
 	n.close()
 }
 
