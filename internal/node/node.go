@@ -513,7 +513,7 @@ func (c objwalCollector) Collect(ch chan<- prometheus.Metric) {
 type restoreCollector struct{ l *objwal.Log }
 
 var (
-	restoreOldestRevDesc  = prometheus.NewDesc("netsy_restore_oldest_revision", "Oldest revision a restore from object storage can rebuild (the oldest snapshot kept by --retention and --snapshot-keep), as of this node's last garbage collection as the Primary.", nil, nil)
+	restoreOldestRevDesc  = prometheus.NewDesc("netsy_restore_oldest_revision", "Oldest revision a restore from object storage can rebuild (the oldest snapshot --retention and --snapshot-keep kept, or the first entry while the bucket holds the whole history), as of this node's last garbage collection as the Primary.", nil, nil)
 	restoreOldestTimeDesc = prometheus.NewDesc("netsy_restore_oldest_time_seconds", "Commit time (unix seconds) of netsy_restore_oldest_revision; absent while unknown.", nil, nil)
 )
 
