@@ -27,6 +27,9 @@ func WriteTable(out io.Writer, v View, events bool) error {
 		fmt.Fprintf(tw, "Quorum:\t%s\n", quorumLine(rp))
 		fmt.Fprintf(tw, "Fallbacks:\t%d\n", rp.Fallbacks)
 	}
+	if rs := v.Restore; rs != nil {
+		fmt.Fprintf(tw, "Restorable from:\trevision %d (%s)\n", rs.OldestRevision, dash(rs.OldestTime))
+	}
 	if v.ViaNode != "" {
 		fmt.Fprintf(tw, "Via node:\t%s\n", v.ViaNode)
 	}

@@ -73,6 +73,9 @@ type NodeRow struct {
 	known bool // a heartbeat or the node's own state was seen
 	// repl is the node's report as the Primary.
 	repl *netsyv1.Replication
+	// restoreRev and restoreMs are its report of the oldest restorable
+	// point, as the Primary.
+	restoreRev, restoreMs int64
 }
 
 // ReplicaView is what the Primary reports of one replica.
@@ -100,6 +103,16 @@ type ReplicationView struct {
 	// Fallbacks counts the times the Primary fell back since it became
 	// Active.
 	Fallbacks uint64 `json:"fallbacks"`
+}
+
+// RestoreView is the oldest point a restore from object storage can
+// rebuild, as the Primary's last garbage collection (--retention,
+// --snapshot-keep) left the bucket.
+type RestoreView struct {
+	OldestRevision int64 `json:"oldest_revision"`
+	// OldestTime is its commit time, RFC 3339 in UTC with milliseconds;
+	// empty when unknown.
+	OldestTime string `json:"oldest_time,omitempty"`
 }
 
 // EventRow is one logged role change.
@@ -134,6 +147,9 @@ type View struct {
 	// Replication is the Primary's account of quorum commit, from its last
 	// heartbeat; nil when none is known.
 	Replication *ReplicationView `json:"replication,omitempty"`
+	// Restore is the oldest point a restore from object storage can
+	// rebuild, from the Primary's last heartbeat; nil when none is known.
+	Restore *RestoreView `json:"restore,omitempty"`
 	// Version counts the Elector's changes within its term.
 	Version uint64    `json:"version"`
 	Nodes   []NodeRow `json:"nodes"`
@@ -212,6 +228,12 @@ func FromProto(cs *netsyv1.ClusterState, self *netsyv1.NodeState) View {
 					}
 				}
 			}
+		}
+	}
+	if primary != nil && primary.restoreRev > 0 {
+		v.Restore = &RestoreView{OldestRevision: primary.restoreRev}
+		if primary.restoreMs != 0 {
+			v.Restore.OldestTime = FormatTime(primary.restoreMs * int64(time.Millisecond))
 		}
 	}
 	if primary != nil && primary.known {
@@ -295,6 +317,7 @@ func fillFromHeartbeat(r *NodeRow, hb *netsyv1.Heartbeat) {
 	r.SeenPrimaryID = hb.GetPrimaryId()
 	r.SeenPrimaryTerm = hb.GetPrimaryTerm()
 	r.repl = hb.GetReplication()
+	r.restoreRev, r.restoreMs = hb.GetRestoreOldestRevision(), hb.GetRestoreOldestTimeMs()
 }
 
 func mergeEvents(lists ...[]*netsyv1.Event) []EventRow {

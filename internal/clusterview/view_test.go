@@ -338,3 +338,40 @@ func TestDeregistrationWaitShown(t *testing.T) {
 		t.Fatalf("the table does not say why n3 stays counted:\n%s", b.String())
 	}
 }
+
+// The Primary's report of the oldest restorable point reaches the JSON and
+// the table; nothing is shown while it reports none.
+func TestRestoreWindowShown(t *testing.T) {
+	cs, self := fixture()
+	var b bytes.Buffer
+	if err := WriteTable(&b, FromProto(cs, self), false); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "Restorable from") {
+		t.Fatalf("a restore line while the Primary reported none:\n%s", b.String())
+	}
+	for _, ns := range cs.Nodes {
+		if ns.GetInfo().GetNodeId() == "n2" {
+			ns.Last.RestoreOldestRevision = 4200
+			ns.Last.RestoreOldestTimeMs = t0/int64(time.Millisecond) - 86_400_000
+		}
+	}
+	v := FromProto(cs, self)
+	if v.Restore == nil || v.Restore.OldestRevision != 4200 || v.Restore.OldestTime != "2026-02-28T10:00:00.000Z" {
+		t.Fatalf("Restore = %+v, want revision 4200 at 2026-02-28T10:00:00.000Z", v.Restore)
+	}
+	j, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(j), `"restore":{"oldest_revision":4200,"oldest_time":"2026-02-28T10:00:00.000Z"}`) {
+		t.Fatalf("JSON lacks the restore window: %s", j)
+	}
+	b.Reset()
+	if err := WriteTable(&b, v, false); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "Restorable from:") || !strings.Contains(b.String(), "revision 4200 (2026-02-28T10:00:00.000Z)") {
+		t.Fatalf("table lacks the restore line:\n%s", b.String())
+	}
+}

@@ -57,6 +57,10 @@ type Config struct {
 	SnapshotEveryRevisions int64
 	// SnapshotKeep is how many snapshots object storage keeps.
 	SnapshotKeep int
+	// Retention keeps, on top of the newest SnapshotKeep snapshots, every
+	// snapshot and WAL chunk a restore of any revision committed within
+	// this long needs; 0 keeps only the newest snapshots.
+	Retention time.Duration
 	// ValueSpillMin is the smallest value kept in files under
 	// <data-dir>/values instead of in memory; 0 keeps every value in
 	// memory.
@@ -151,6 +155,7 @@ func Default() Config {
 		LogFormat:               "text",
 		SnapshotEveryRevisions:  100000,
 		SnapshotKeep:            3,
+		Retention:               24 * time.Hour,
 		ValueSpillMin:           mvcc.DefaultSpillMin,
 		MaxRequestBytes:         etcdapi.DefaultMaxRequestBytes,
 		AutoCompactionMode:      compactor.ModePeriodic,
@@ -299,6 +304,9 @@ func (c Config) Validate() error {
 	if c.SnapshotKeep < 1 {
 		return fmt.Errorf("--snapshot-keep: must be at least 1, got %d", c.SnapshotKeep)
 	}
+	if c.Retention < 0 {
+		return fmt.Errorf("--retention: must be 0 (keep only the newest snapshots) or a duration, got %s", c.Retention)
+	}
 	if c.ValueSpillMin < 0 {
 		return fmt.Errorf("--value-spill-min: must be 0 (keep values in memory) or a size in bytes, got %d", c.ValueSpillMin)
 	}
@@ -410,6 +418,7 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.IntVar(&c.Quorum, "quorum", c.Quorum, "replication quorum: 0 = acknowledge once in object storage, N = N replicas (a node without replicas acknowledges as 0, with a warning), -1 = majority")
 	fs.Int64Var(&c.SnapshotEveryRevisions, "snapshot-every-revisions", c.SnapshotEveryRevisions, "log entries between snapshots")
 	fs.IntVar(&c.SnapshotKeep, "snapshot-keep", c.SnapshotKeep, "snapshots kept in object storage")
+	fs.DurationVar(&c.Retention, "retention", c.Retention, "keep every object in storage that a restore of a revision committed this long ago needs (0: only the newest --snapshot-keep snapshots)")
 	fs.IntVar(&c.ValueSpillMin, "value-spill-min", c.ValueSpillMin, "values of at least this many bytes are read from files under <data-dir>/values instead of held in memory (0: hold every value in memory)")
 	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", c.MaxRequestBytes, "largest client write request in bytes, as etcd's flag: 1.5 MiB by default, at most 32 MiB")
 	fs.Int64Var(&c.QuotaBackendBytes, "quota-backend-bytes", c.QuotaBackendBytes, "space quota in bytes, as etcd's flag (0: 2 GiB): measured on what the store holds, keys, values and per-version bookkeeping, in memory and spilled (not the bucket); a write past it raises the NOSPACE alarm and writes that add data are refused until it is disarmed. 2 GiB keeps a full node near 5 GiB of memory, restarts included")

@@ -192,6 +192,7 @@ func StartWith(ctx context.Context, cfg config.Config, logger hclog.Logger, deps
 		AckOnFsync:   ackOnFsync,
 		CutDamage:    !ackOnFsync,
 		SnapshotKeep: cfg.SnapshotKeep,
+		Retention:    cfg.Retention,
 		Clock:        clk,
 		Logger:       logger.Named("objwal"),
 	})
@@ -399,6 +400,7 @@ func (n *Node) httpHandler() http.Handler {
 	reg.MustRegister(n.api.Collectors()...)
 	reg.MustRegister(n.api.SpaceCollector())
 	reg.MustRegister(objwalCollector{n.objlog})
+	reg.MustRegister(restoreCollector{n.objlog})
 	reg.MustRegister(n.tls.collector())
 	reg.MustRegister(n.roles.Collectors()...)
 	reg.MustRegister(n.etcdCollectors()...)
@@ -583,4 +585,31 @@ func (c objwalCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstHistogram(walFsyncDesc, ws.Syncs, ws.Time.Seconds(), buckets)
 	ch <- prometheus.MustNewConstMetric(walEntriesDesc, prometheus.CounterValue, float64(ws.Entries))
+}
+
+// restoreCollector exports the oldest point a restore from object storage
+// can rebuild, as the last garbage collection this node ran as the Primary
+// left the bucket; nothing before its first one (and never on a node that
+// was not the Primary).
+type restoreCollector struct{ l *objwal.Log }
+
+var (
+	restoreOldestRevDesc  = prometheus.NewDesc("netsy_restore_oldest_revision", "Oldest revision a restore from object storage can rebuild (the oldest snapshot --retention and --snapshot-keep kept, or the first entry while the bucket holds the whole history), as of this node's last garbage collection as the Primary.", nil, nil)
+	restoreOldestTimeDesc = prometheus.NewDesc("netsy_restore_oldest_time_seconds", "Commit time (unix seconds) of netsy_restore_oldest_revision; absent while unknown.", nil, nil)
+)
+
+func (c restoreCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- restoreOldestRevDesc
+	ch <- restoreOldestTimeDesc
+}
+
+func (c restoreCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.l.Stats()
+	if st.RestoreOldestRevision == 0 {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(restoreOldestRevDesc, prometheus.GaugeValue, float64(st.RestoreOldestRevision))
+	if st.RestoreOldestTimeMs != 0 {
+		ch <- prometheus.MustNewConstMetric(restoreOldestTimeDesc, prometheus.GaugeValue, float64(st.RestoreOldestTimeMs)/1000)
+	}
 }

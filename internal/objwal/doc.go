@@ -112,7 +112,32 @@
 // hole, damaged object or out-of-order entry stops Open with an error
 // naming the object: a state with a hole is never served.
 //
-// objwal never evaluates or changes entries, never acknowledges an entry
+// # Retention
+//
+// With Options.Retention, garbage collection also keeps the newest
+// snapshot whose last entry was committed before the window's start (the
+// anchor), every snapshot after it and every chunk after its wal_seq, so
+// every revision committed inside the window can be rebuilt; while no
+// snapshot of known time precedes the window, it deletes no chunk. The
+// window ends at the lower of the wall clock and the wall clock at Open
+// moved on by the monotonic clock, so a forward wall step cannot shorten
+// it. The young-chunk and newest-chunk rules apply on top. Stats reports
+// the oldest restorable point: the oldest kept snapshot, or the first
+// entry while the bucket holds the history from index 1.
+//
+// # Commit time
+//
+// The writer stamps each entry it is given with commit_time_ms, its wall
+// clock in unix ms but never below the newest stamp the log holds (a new
+// writer reads that stamp from its log first), before the entry is framed
+// for the local log and the chunk; the engine hands the same entry to the
+// replicas afterwards, so they hold the stamp too. A follower keeps the
+// stamps it is given. Snapshot headers carry their last entry's stamp.
+// RevisionAt, TimeOf and Window read the bucket alone and binary-search
+// the chunks (timeline.go).
+//
+// objwal never evaluates or changes entries (beyond stamping the commit
+// time of the ones it writes), never acknowledges an entry
 // that a deposed writer could have lost, never deletes an object on the
 // write path, and never retries a seq with different bytes.
 package objwal

@@ -119,6 +119,12 @@ func (l *Log) readySnapshot() (s *datafile.Snapshot, walSeq uint64, upload bool)
 // Open takes it as history even where it runs ahead of the checkpoint.
 func (l *Log) saveFollowerSnapshot(s *datafile.Snapshot) {
 	defer s.Release()
+	l.mu.Lock()
+	if s.Header.CommitTimeMs == 0 {
+		s.Header.CommitTimeMs = l.stampAtLocked(s.Header.Index)
+	}
+	l.forgetStampsBeforeLocked(s.Header.Index)
+	l.mu.Unlock()
 	if err := l.wal.SaveSnapshot(s); err != nil {
 		l.log.Error("save snapshot locally", "index", s.Header.Index, "error", err)
 		return
@@ -160,6 +166,7 @@ func (l *Log) publishSnapshot(s *datafile.Snapshot, walSeq uint64) {
 		}
 		return
 	}
+	l.snapHeads[key] = h
 	m := l.meta.clone()
 	m.addSnapshot(h.Revision, h.WalSeq)
 	if err := writeMetaFS(l.o.FS, l.metaPath, m); err != nil {
@@ -178,6 +185,12 @@ func (l *Log) publishSnapshot(s *datafile.Snapshot, walSeq uint64) {
 func (l *Log) saveSnapshot(s *datafile.Snapshot, walSeq uint64) *netsyv1.SnapshotHeader {
 	h := proto.Clone(s.Header).(*netsyv1.SnapshotHeader)
 	h.WalSeq = walSeq
+	l.mu.Lock()
+	if h.CommitTimeMs == 0 {
+		h.CommitTimeMs = l.stampAtLocked(h.Index)
+	}
+	l.forgetStampsBeforeLocked(h.Index)
+	l.mu.Unlock()
 	if l.meta.Index < h.Index {
 		m := l.meta.clone()
 		m.Seq, m.Index = walSeq, h.Index
@@ -224,8 +237,10 @@ func (l *Log) readSnapshotHeader(key string, size int64) (*netsyv1.SnapshotHeade
 	return h, nil
 }
 
-// gc deletes snapshots beyond the newest SnapshotKeep, then the chunks the
-// oldest kept snapshot makes obsolete — except chunks younger than
+// gc deletes snapshots beyond the newest SnapshotKeep (and, with a
+// Retention, beyond the newest one committed at or before the window's
+// start: see windowAnchor), then the chunks the oldest kept snapshot makes
+// obsolete — except chunks younger than
 // MinWALAge (a deposed writer's delayed PUT must still collide) and the
 // newest chunk this node wrote (a restarting node finds the highest seq by
 // listing, so it must never be able to reuse one).
@@ -253,16 +268,42 @@ func (l *Log) gcOnce() error {
 	if err != nil || len(snaps) == 0 {
 		return err
 	}
-	keep := min(l.o.SnapshotKeep, len(snaps))
-	victims, oldestKept := snaps[:len(snaps)-keep], snaps[len(snaps)-keep]
+	first := len(snaps) - min(l.o.SnapshotKeep, len(snaps))
+	anchored := true
+	if l.o.Retention > 0 {
+		anchor, err := l.windowAnchor(snaps)
+		if err != nil {
+			return err
+		}
+		anchored = anchor >= 0
+		first = min(first, max(anchor, 0))
+	}
+	victims, oldestKept := snaps[:first], snaps[first]
 	if err := l.deleteAll(victims); err != nil {
 		return err
+	}
+	for _, k := range victims {
+		delete(l.snapHeads, k)
 	}
 	if len(victims) > 0 {
 		l.log.Info("deleted old snapshots", "count", len(victims), "oldest_kept", oldestKept)
 	}
+	if !anchored {
+		// The window reaches back past the oldest snapshot: the chunks
+		// before it may be the only way to rebuild revisions in it (a log
+		// kept from seq 1).
+		l.log.Debug("no snapshot precedes the retention window; keeping every chunk", "oldest_kept", oldestKept)
+		if !l.noteFirstEntry() {
+			l.noteRestorable(oldestKept)
+		}
+		return nil
+	}
+	l.noteRestorable(oldestKept)
 
 	cut, ok := l.meta.knownWalSeq(int64(parseNum(oldestKept, snapPrefix)))
+	if h := l.snapHeads[oldestKept]; !ok && h != nil {
+		cut, ok = h.WalSeq, true
+	}
 	if !ok {
 		l.log.Debug("wal_seq of the oldest kept snapshot is unknown; keeping chunks", "key", oldestKept)
 		return nil
@@ -317,6 +358,104 @@ func (l *Log) gcOnce() error {
 		l.log.Info("deleted obsolete wal chunks", "count", len(chunks), "through", chunks[len(chunks)-1], "young_kept", young)
 	}
 	return nil
+}
+
+// windowAnchor returns the position in snaps (oldest first) of the newest
+// snapshot whose last entry was committed before the retention window's
+// start: every revision committed inside the window (at or after its
+// start, to the millisecond) and the state at any time in it are rebuilt
+// from it and the chunks after it. -1 means none is known to be (the
+// window reaches back past every snapshot, or their times are unknown),
+// and then every snapshot, and so every chunk, stays.
+//
+// The window ends at the lower of the wall clock and the wall clock Open
+// saw moved on by the monotonic clock since, so a wall clock stepped
+// forward on this node never shortens it (until a restart); one stepped
+// back only keeps more.
+func (l *Log) windowAnchor(snaps []string) (int, error) {
+	now := l.clk.Wall()
+	if steady := l.openedWall.Add(l.clk.Since(l.opened)); steady.Before(now) {
+		now = steady
+	}
+	start := now.Add(-l.o.Retention).UnixMilli()
+	for i := len(snaps) - 1; i >= 0; i-- {
+		h, err := l.snapshotHead(snaps[i])
+		if isNotFound(err) {
+			continue // deleted by another writer's GC after the listing
+		}
+		if err != nil {
+			return 0, err
+		}
+		if h.CommitTimeMs != 0 && h.CommitTimeMs < start {
+			return i, nil
+		}
+	}
+	return -1, nil
+}
+
+// snapshotHead returns the header of the bucket snapshot at key, read
+// once per process (only the first record is downloaded).
+func (l *Log) snapshotHead(key string) (*netsyv1.SnapshotHeader, error) {
+	if h := l.snapHeads[key]; h != nil {
+		return h, nil
+	}
+	var h *netsyv1.SnapshotHeader
+	err := l.retry(l.ctx, gcAttempts, "read header of "+key, isNotFound, func(ctx context.Context) error {
+		var err error
+		h, err = snapshotHeader(ctx, l.store, key)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	l.snapHeads[key] = h
+	return h, nil
+}
+
+// noteRestorable records the oldest kept snapshot as the oldest point a
+// restore can rebuild, for Stats; a header that cannot be read leaves the
+// previous answer.
+func (l *Log) noteRestorable(key string) {
+	h, err := l.snapshotHead(key)
+	if err != nil {
+		l.log.Debug("read the oldest kept snapshot's header", "key", key, "error", err)
+		return
+	}
+	l.mu.Lock()
+	l.stats.RestoreOldestRevision, l.stats.RestoreOldestTimeMs = h.Revision, h.CommitTimeMs
+	l.mu.Unlock()
+}
+
+// noteFirstEntry records the first entry of the history as the oldest
+// restorable point when the bucket still holds the chunks from index 1 (a
+// young cluster under a retention window), and says whether it does. Only
+// the first chunks are read (claims are empty), once per process.
+func (l *Log) noteFirstEntry() bool {
+	if l.firstEntry == nil {
+		for seq := uint64(1); ; seq++ {
+			var body []byte
+			err := l.retry(l.ctx, gcAttempts, "get "+walKey(seq), isNotFound, func(ctx context.Context) error {
+				var err error
+				body, _, err = l.store.Get(ctx, walKey(seq))
+				return err
+			})
+			if err != nil {
+				return false // gone (collected, or never there) or unreadable
+			}
+			ents, _, err := datafile.DecodeChunk(walKey(seq), body)
+			if err != nil || (len(ents) > 0 && ents[0].Index != 1) {
+				return false // a seeded bucket starts at a snapshot
+			}
+			if len(ents) > 0 {
+				l.firstEntry = ents[0]
+				break
+			}
+		}
+	}
+	l.mu.Lock()
+	l.stats.RestoreOldestRevision, l.stats.RestoreOldestTimeMs = l.firstEntry.Revision, l.firstEntry.CommitTimeMs
+	l.mu.Unlock()
+	return true
 }
 
 // deleteAll deletes keys, deleteWindow at a time.

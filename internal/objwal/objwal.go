@@ -143,6 +143,11 @@ type Options struct {
 	SnapshotKeep int
 	// MinWALAge protects young chunks from garbage collection (default 1 h).
 	MinWALAge time.Duration
+	// Retention keeps, besides the newest SnapshotKeep snapshots, every
+	// snapshot and chunk a restore of a revision committed within this
+	// long of now needs (see windowAnchor); 0 keeps only the newest
+	// snapshots and the chunks after them.
+	Retention time.Duration
 	// MaxBacklogBytes is how many bytes may wait for object storage before
 	// Backpressure refuses writes (default 64 MiB).
 	MaxBacklogBytes int64
@@ -160,7 +165,7 @@ func (o *Options) setDefaults() error {
 		return errors.New("objwal: Options.WALDir is empty")
 	case o.Mode != ModeSync && o.Mode != ModeAsync && o.Mode != ModeQuorum:
 		return fmt.Errorf("objwal: Options.Mode %d is not ModeSync, ModeAsync or ModeQuorum", int(o.Mode))
-	case o.ChunkMaxBytes < 0, o.ChunkMaxAge < 0, o.SnapshotKeep < 0, o.MinWALAge < 0, o.MaxBacklogBytes < 0:
+	case o.ChunkMaxBytes < 0, o.ChunkMaxAge < 0, o.SnapshotKeep < 0, o.MinWALAge < 0, o.MaxBacklogBytes < 0, o.Retention < 0:
 		return errors.New("objwal: Options has a negative size, age or count")
 	}
 	o.FS = vfs.OrOS(o.FS)
@@ -208,6 +213,12 @@ type Stats struct {
 	// Uploaded is the highest index in the bucket; Synced the highest
 	// fsync'd locally; Reported the highest reported durable.
 	Uploaded, Synced, Reported uint64
+	// RestoreOldestRevision is the oldest revision a restore from the
+	// bucket can rebuild (the oldest snapshot garbage collection kept, or
+	// the first entry while the bucket holds the history from index 1),
+	// RestoreOldestTimeMs its commit time in unix ms (0 if unknown). Both
+	// are 0 until this node, as the writer, collected garbage once.
+	RestoreOldestRevision, RestoreOldestTimeMs int64
 }
 
 // Log is object-storage-backed durable storage for the engine: it
@@ -298,6 +309,23 @@ type Log struct {
 	// a writer it has since replaced.
 	opened time.Time
 	gcSeen map[string]time.Time
+	// openedWall is the wall clock when Open began: with opened it gives
+	// the retention window an end a forward wall step cannot move.
+	openedWall time.Time
+	// snapHeads caches bucket snapshot headers for garbage collection
+	// (maintenance goroutine only).
+	snapHeads map[string]*netsyv1.SnapshotHeader
+	// firstEntry is the history's first entry while the bucket holds it
+	// (maintenance goroutine only; see noteFirstEntry).
+	firstEntry *netsyv1.Entry
+
+	// Commit-time stamps (stamp.go), under mu: stamp is the highest
+	// commit_time_ms the log holds or wrote, stampIdx the newest index
+	// whose stamp it saw, stampRuns recent indices' stamps for snapshot
+	// headers.
+	stamp     int64
+	stampIdx  uint64
+	stampRuns []stampRun
 }
 
 type pendEntry struct {
@@ -336,20 +364,22 @@ func open(ctx context.Context, o Options, h hooks) (*Log, error) {
 		return nil, err
 	}
 	l := &Log{
-		o:         o,
-		store:     o.Store,
-		clk:       o.Clock,
-		log:       o.Logger,
-		metaPath:  filepath.Join(o.WALDir, metaFileName),
-		hooks:     h,
-		opened:    o.Clock.Now(),
-		gcSeen:    make(map[string]time.Time),
-		upKick:    make(chan struct{}, 1),
-		maintKick: make(chan struct{}, 1),
-		closingCh: make(chan struct{}),
-		jobs:      make(chan func()),
-		upDone:    closedChan(),
-		upIdle:    make(chan struct{}),
+		o:          o,
+		store:      o.Store,
+		clk:        o.Clock,
+		log:        o.Logger,
+		metaPath:   filepath.Join(o.WALDir, metaFileName),
+		hooks:      h,
+		opened:     o.Clock.Now(),
+		openedWall: o.Clock.Wall(),
+		gcSeen:     make(map[string]time.Time),
+		snapHeads:  make(map[string]*netsyv1.SnapshotHeader),
+		upKick:     make(chan struct{}, 1),
+		maintKick:  make(chan struct{}, 1),
+		closingCh:  make(chan struct{}),
+		jobs:       make(chan func()),
+		upDone:     closedChan(),
+		upIdle:     make(chan struct{}),
 	}
 	l.curMode.Store(int32(o.Mode))
 	l.pendBuf = l.newPendBuf()
@@ -366,6 +396,7 @@ func open(ctx context.Context, o Options, h hooks) (*Log, error) {
 	}
 	if l.snap != nil {
 		l.localSnapIdx = l.snap.Header.Index
+		l.observeLocked(l.snap.Header.Index, l.snap.Header.CommitTimeMs)
 	}
 	if o.Follower {
 		err = l.follow(ctx)
@@ -375,6 +406,12 @@ func open(ctx context.Context, o Options, h hooks) (*Log, error) {
 	if err != nil {
 		l.wal.Close()
 		return nil, fmt.Errorf("objwal open: %w", err)
+	}
+	if !o.Follower {
+		if err := l.loadTailStamp(ctx); err != nil {
+			l.wal.Close()
+			return nil, fmt.Errorf("objwal open: %w", err)
+		}
 	}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	l.mu.Lock()
@@ -454,6 +491,9 @@ func (l *Log) Claim(ctx context.Context) error {
 			}
 		}
 		if err := l.reconcile(ctx); err != nil {
+			return fmt.Errorf("objwal claim: %w", err)
+		}
+		if err := l.loadTailStamp(ctx); err != nil {
 			return fmt.Errorf("objwal claim: %w", err)
 		}
 		l.mu.Lock()
@@ -762,6 +802,9 @@ func (l *Log) Append(e *netsyv1.Entry) error {
 		l.mu.Unlock()
 		return err
 	}
+	if l.writer && e.CommitTimeMs == 0 {
+		e.CommitTimeMs = l.stampLocked()
+	}
 	// One framing serves the local log and the upload queue. The wal
 	// checks the index and takes the record first, so a refused entry is
 	// never queued for upload. (The wal never calls back into objwal while
@@ -775,6 +818,9 @@ func (l *Log) Append(e *netsyv1.Entry) error {
 	buf, err := datafile.FrameEntry(l.pendBuf, e)
 	if err == nil {
 		err = l.wal.AppendFramed(e.Index, e.Revision, buf[off:])
+	}
+	if err == nil {
+		l.observeLocked(e.Index, e.CommitTimeMs)
 	}
 	if err != nil || !l.writer {
 		l.pendBuf = buf[:off]

@@ -296,6 +296,9 @@ func (l *Log) installSnapshot(snap *datafile.Snapshot) error {
 		return fmt.Errorf("save snapshot %s locally: %w", snapKey(h.Revision), err)
 	}
 	l.snap, l.localSnapIdx = snap, h.Index
+	l.mu.Lock()
+	l.observeLocked(h.Index, h.CommitTimeMs)
+	l.mu.Unlock()
 	m := l.meta.clone()
 	m.Seq, m.Index = h.WalSeq, h.Index
 	m.addSnapshot(h.Revision, h.WalSeq)
@@ -396,6 +399,9 @@ func (l *Log) applyChunks(ctx context.Context, baseSeq uint64, seqs []uint64, sk
 			if err := l.wal.Append(e); err != nil {
 				return fmt.Errorf("chunk %s: append entry %d locally: %w", key, e.Index, err)
 			}
+			l.mu.Lock()
+			l.observeLocked(e.Index, e.CommitTimeMs)
+			l.mu.Unlock()
 			last, lastAppended = e.Index, e.Index
 			v.bucketLast = e.Index
 			appended++

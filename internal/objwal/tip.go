@@ -121,23 +121,33 @@ func firstSnapshotHeader(key string, dr *datafile.Reader) (*netsyv1.SnapshotHead
 // snapshotIndex reads the header record of the snapshot at key, and no
 // more, and returns its log index.
 func snapshotIndex(ctx context.Context, store objstore.Store, key string) (uint64, error) {
+	h, err := snapshotHeader(ctx, store, key)
+	if err != nil {
+		return 0, err
+	}
+	return h.Index, nil
+}
+
+// snapshotHeader reads the header record of the snapshot at key, and no
+// more: the rest of the body is abandoned unread (and unverified).
+func snapshotHeader(ctx context.Context, store objstore.Store, key string) (*netsyv1.SnapshotHeader, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // abandons the rest of the body
 	rc, _, err := store.GetReader(ctx, key)
 	if err != nil {
-		return 0, fmt.Errorf("get %s: %w", key, err)
+		return nil, fmt.Errorf("get %s: %w", key, err)
 	}
 	defer rc.Close()
 	dr, err := datafile.NewReader(key, rc)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	h, err := firstSnapshotHeader(key, dr)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	if snapKey(h.Revision) != key {
-		return 0, fmt.Errorf("snapshot %s: header says revision %d", key, h.Revision)
+		return nil, fmt.Errorf("snapshot %s: header says revision %d", key, h.Revision)
 	}
-	return h.Index, nil
+	return h, nil
 }

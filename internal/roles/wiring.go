@@ -119,7 +119,21 @@ func (r *Roles) state() *netsyv1.Heartbeat {
 		hb.LatestTerm = t
 	}
 	hb.Replication = r.prim.Replication()
+	if ps == netsyv1.PrimaryState_ACTIVE {
+		hb.RestoreOldestRevision, hb.RestoreOldestTimeMs = r.restoreOldest()
+	}
 	return hb
+}
+
+// restoreOldest is the oldest point a restore from the bucket can rebuild,
+// as the log's last garbage collection (the Primary's) left it; zeros
+// while unknown or when the log does not say.
+func (r *Roles) restoreOldest() (rev, timeMs int64) {
+	if l, ok := r.cfg.Log.(interface{ Stats() objwal.Stats }); ok {
+		st := l.Stats()
+		return st.RestoreOldestRevision, st.RestoreOldestTimeMs
+	}
+	return 0, 0
 }
 
 // register registers this node with the Elector and learns its member id.

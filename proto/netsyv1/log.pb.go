@@ -113,7 +113,12 @@ type Entry struct {
 	// ran took its success branch (1) or its failure branch (0), depth
 	// first in execution order: with the ops it lets the forwarding node
 	// rebuild the response without evaluating the request again.
-	TxnPath       []byte `protobuf:"bytes,22,opt,name=txn_path,json=txnPath,proto3" json:"txn_path,omitempty"`
+	TxnPath []byte `protobuf:"bytes,22,opt,name=txn_path,json=txnPath,proto3" json:"txn_path,omitempty"`
+	// commit_time_ms is the writing Primary's wall clock (unix milliseconds)
+	// when it logged the entry, never below the previous entry's: it turns a
+	// time into a revision (objwal.RevisionAt). 0 means unknown (an entry
+	// written before the field existed).
+	CommitTimeMs  int64 `protobuf:"varint,23,opt,name=commit_time_ms,json=commitTimeMs,proto3" json:"commit_time_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -223,6 +228,13 @@ func (x *Entry) GetTxnPath() []byte {
 		return x.TxnPath
 	}
 	return nil
+}
+
+func (x *Entry) GetCommitTimeMs() int64 {
+	if x != nil {
+		return x.CommitTimeMs
+	}
+	return 0
 }
 
 // AlarmChange raises (activate) or clears one alarm, as etcd's AlarmRequest:
@@ -584,7 +596,11 @@ type SnapshotHeader struct {
 	KeyVersions int64  `protobuf:"varint,6,opt,name=key_versions,json=keyVersions,proto3" json:"key_versions,omitempty"`
 	Leases      int64  `protobuf:"varint,7,opt,name=leases,proto3" json:"leases,omitempty"`
 	// alarms active at index (see Entry.alarm).
-	Alarms        []*Alarm `protobuf:"bytes,20,rep,name=alarms,proto3" json:"alarms,omitempty"`
+	Alarms []*Alarm `protobuf:"bytes,20,rep,name=alarms,proto3" json:"alarms,omitempty"`
+	// commit_time_ms is the commit_time_ms of the entry at index, or 0 if
+	// unknown (a snapshot written before the field existed, or one a node
+	// saved without knowing that entry's stamp).
+	CommitTimeMs  int64 `protobuf:"varint,21,opt,name=commit_time_ms,json=commitTimeMs,proto3" json:"commit_time_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -673,6 +689,13 @@ func (x *SnapshotHeader) GetAlarms() []*Alarm {
 		return x.Alarms
 	}
 	return nil
+}
+
+func (x *SnapshotHeader) GetCommitTimeMs() int64 {
+	if x != nil {
+		return x.CommitTimeMs
+	}
+	return 0
 }
 
 // KeyVersion is one version of one key kept in a snapshot: every version above
@@ -946,7 +969,7 @@ var File_netsy_v1_log_proto protoreflect.FileDescriptor
 
 const file_netsy_v1_log_proto_rawDesc = "" +
 	"\n" +
-	"\x12netsy/v1/log.proto\x12\bnetsy.v1\"\xba\x03\n" +
+	"\x12netsy/v1/log.proto\x12\bnetsy.v1\"\xe0\x03\n" +
 	"\x05Entry\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12\x12\n" +
@@ -959,7 +982,8 @@ const file_netsy_v1_log_proto_rawDesc = "" +
 	"\x05alarm\x18\x14 \x01(\v2\x15.netsy.v1.AlarmChangeR\x05alarm\x122\n" +
 	"\n" +
 	"request_id\x18\x15 \x01(\v2\x13.netsy.v1.RequestIDR\trequestId\x12\x19\n" +
-	"\btxn_path\x18\x16 \x01(\fR\atxnPath\"Z\n" +
+	"\btxn_path\x18\x16 \x01(\fR\atxnPath\x12$\n" +
+	"\x0ecommit_time_ms\x18\x17 \x01(\x03R\fcommitTimeMs\"Z\n" +
 	"\vAlarmChange\x12\x1a\n" +
 	"\bactivate\x18\x01 \x01(\bR\bactivate\x12\x1b\n" +
 	"\tmember_id\x18\x02 \x01(\x04R\bmemberId\x12\x12\n" +
@@ -985,7 +1009,7 @@ const file_netsy_v1_log_proto_rawDesc = "" +
 	"\x03ttl\x18\x02 \x01(\x03R\x03ttl\"D\n" +
 	"\x0fLeaseCheckpoint\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12!\n" +
-	"\fremaining_ms\x18\x02 \x01(\x03R\vremainingMs\"\xfe\x01\n" +
+	"\fremaining_ms\x18\x02 \x01(\x03R\vremainingMs\"\xa4\x02\n" +
 	"\x0eSnapshotHeader\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12)\n" +
@@ -994,7 +1018,8 @@ const file_netsy_v1_log_proto_rawDesc = "" +
 	"\awal_seq\x18\x05 \x01(\x04R\x06walSeq\x12!\n" +
 	"\fkey_versions\x18\x06 \x01(\x03R\vkeyVersions\x12\x16\n" +
 	"\x06leases\x18\a \x01(\x03R\x06leases\x12'\n" +
-	"\x06alarms\x18\x14 \x03(\v2\x0f.netsy.v1.AlarmR\x06alarms\"\xe0\x01\n" +
+	"\x06alarms\x18\x14 \x03(\v2\x0f.netsy.v1.AlarmR\x06alarms\x12$\n" +
+	"\x0ecommit_time_ms\x18\x15 \x01(\x03R\fcommitTimeMs\"\xe0\x01\n" +
 	"\n" +
 	"KeyVersion\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x14\n" +

@@ -267,9 +267,14 @@ type Heartbeat struct {
 	LatestTerm int64 `protobuf:"varint,15,opt,name=latest_term,json=latestTerm,proto3" json:"latest_term,omitempty"`
 	// replication is set only by an Active Primary: what it knows of its
 	// replicas (for cluster-state and the Elector's view of lag).
-	Replication   *Replication `protobuf:"bytes,16,opt,name=replication,proto3" json:"replication,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Replication *Replication `protobuf:"bytes,16,opt,name=replication,proto3" json:"replication,omitempty"`
+	// restore_oldest_* is set only by the Primary, after its first garbage
+	// collection: the oldest revision a restore from object storage can
+	// rebuild, and its commit time (unix ms, 0 if unknown).
+	RestoreOldestRevision int64 `protobuf:"varint,20,opt,name=restore_oldest_revision,json=restoreOldestRevision,proto3" json:"restore_oldest_revision,omitempty"`
+	RestoreOldestTimeMs   int64 `protobuf:"varint,21,opt,name=restore_oldest_time_ms,json=restoreOldestTimeMs,proto3" json:"restore_oldest_time_ms,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *Heartbeat) Reset() {
@@ -412,6 +417,20 @@ func (x *Heartbeat) GetReplication() *Replication {
 		return x.Replication
 	}
 	return nil
+}
+
+func (x *Heartbeat) GetRestoreOldestRevision() int64 {
+	if x != nil {
+		return x.RestoreOldestRevision
+	}
+	return 0
+}
+
+func (x *Heartbeat) GetRestoreOldestTimeMs() int64 {
+	if x != nil {
+		return x.RestoreOldestTimeMs
+	}
+	return 0
 }
 
 // Replication is an Active Primary's account of quorum commit.
@@ -2430,7 +2449,7 @@ const file_netsy_v1_peer_proto_rawDesc = "" +
 	"\vclient_urls\x18\x04 \x03(\tR\n" +
 	"clientUrls\x12\x1b\n" +
 	"\thttp_addr\x18\x05 \x01(\tR\bhttpAddr\x12\x12\n" +
-	"\x04name\x18\x06 \x01(\tR\x04name\"\xfc\x04\n" +
+	"\x04name\x18\x06 \x01(\tR\x04name\"\xe9\x05\n" +
 	"\tHeartbeat\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12-\n" +
 	"\x06health\x18\x02 \x01(\x0e2\x15.netsy.v1.HealthStateR\x06health\x12;\n" +
@@ -2450,7 +2469,9 @@ const file_netsy_v1_peer_proto_rawDesc = "" +
 	"\x0fprimary_refused\x18\x0e \x01(\bR\x0eprimaryRefused\x12\x1f\n" +
 	"\vlatest_term\x18\x0f \x01(\x03R\n" +
 	"latestTerm\x127\n" +
-	"\vreplication\x18\x10 \x01(\v2\x15.netsy.v1.ReplicationR\vreplication\"\xe6\x01\n" +
+	"\vreplication\x18\x10 \x01(\v2\x15.netsy.v1.ReplicationR\vreplication\x126\n" +
+	"\x17restore_oldest_revision\x18\x14 \x01(\x03R\x15restoreOldestRevision\x123\n" +
+	"\x16restore_oldest_time_ms\x18\x15 \x01(\x03R\x13restoreOldestTimeMs\"\xe6\x01\n" +
 	"\vReplication\x12\x16\n" +
 	"\x06quorum\x18\x01 \x01(\x05R\x06quorum\x12'\n" +
 	"\x0freplicas_needed\x18\x02 \x01(\rR\x0ereplicasNeeded\x12\x1a\n" +
