@@ -78,6 +78,12 @@ type MaintenanceBackend interface {
 	// number of bytes written.
 	Snapshot(ctx context.Context, w io.Writer) (int64, error)
 	MemberList(ctx context.Context) (*pb.MemberListResponse, error)
+	// MemberRemove takes the member out of the cluster and lists the
+	// members left.
+	MemberRemove(ctx context.Context, memberID uint64) (*pb.MemberRemoveResponse, error)
+	// MoveLeader hands the Primary role to the member and returns once it
+	// serves as the Primary.
+	MoveLeader(ctx context.Context, memberID uint64) error
 	// Identity returns the values for response headers.
 	Identity() (clusterID, memberID, raftTerm uint64)
 }

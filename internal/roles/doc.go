@@ -49,6 +49,13 @@
 //     state twice.
 //   - A deposition ends once the Elector names a Primary at a later term:
 //     another node, or this one Active again at a later term.
+//   - etcd's cluster RPCs act through the Elector (members.go): MoveLeader
+//     is a handoff to the member named, refused (nothing asked of the
+//     Elector but its state) for an unknown member or one the Elector
+//     judges Degraded, and over only once the new Primary answers it is
+//     Active at the new term; MemberRemove deregisters a member without
+//     force, and refuses one the Elector judges Healthy (it would register
+//     again at its next heartbeat).
 //
 // It must never open listeners, set up TLS or serve HTTP (internal/node
 // does), nor touch the data directory except through what it is handed
