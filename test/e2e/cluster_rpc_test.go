@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/netsy-io/netsy/internal/clusterview"
 	"github.com/netsy-io/netsy/internal/testutil/miniotest"
 	"github.com/netsy-io/netsy/internal/testutil/procutil"
 )
@@ -16,7 +17,8 @@ import (
 // MinIO, with the real etcdctl given every node's endpoint. move-leader to
 // an unknown member fails and moves nothing; move-leader to a replica makes
 // it the leader every endpoint reports; member add answers how nodes join;
-// member remove of a SIGKILLed node deregisters it.
+// move-leader to a SIGKILLed (Degraded) node fails and moves nothing, and
+// member remove deregisters it.
 func TestEtcdctlClusterRPCs(t *testing.T) {
 	skipUnlessNetsy(t)
 	srv := miniotest.Start(t)
@@ -26,18 +28,33 @@ func TestEtcdctlClusterRPCs(t *testing.T) {
 	for _, id := range c.running() {
 		eps = append(eps, c.nodes[id].Endpoint)
 	}
-	ctl := &ctl{t: t, bin: procutil.EtcdctlPath(t), endpoint: strings.Join(eps, ",")}
+	etcdctl := &ctl{t: t, bin: procutil.EtcdctlPath(t), endpoint: strings.Join(eps, ",")}
 
+	// Membership reaches every node with the Elector's next push or
+	// heartbeat answer.
 	members := map[string]uint64{} // node id -> member id
-	ml, err := c.client(c.running()...).MemberList(opCtx(t))
-	if err != nil {
-		t.Fatal(err)
+	cli := c.client(c.running()...)
+	for start := time.Now(); len(members) != 3; time.Sleep(20 * time.Millisecond) {
+		ml, err := cli.MemberList(opCtx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		clear(members)
+		for _, m := range ml.Members {
+			members[m.Name] = m.ID
+		}
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("member list: %v", ml.Members)
+		}
 	}
-	for _, m := range ml.Members {
-		members[m.Name] = m.ID
-	}
-	if len(members) != 3 {
-		t.Fatalf("member list: %v", ml.Members)
+	// liveCtl is etcdctl given the running nodes only: move-leader and
+	// endpoint status fail on an endpoint that does not answer.
+	liveCtl := func() *ctl {
+		var live []string
+		for _, id := range c.running() {
+			live = append(live, c.nodes[id].Endpoint)
+		}
+		return &ctl{t: t, bin: etcdctl.bin, endpoint: strings.Join(live, ",")}
 	}
 	leaderOf := func() map[string]uint64 {
 		var status []struct {
@@ -46,7 +63,7 @@ func TestEtcdctlClusterRPCs(t *testing.T) {
 				Leader uint64 `json:"leader"`
 			}
 		}
-		ctl.okJSON(&status, "endpoint", "status")
+		liveCtl().okJSON(&status, "endpoint", "status")
 		out := map[string]uint64{}
 		for _, st := range status {
 			out[st.Endpoint] = st.Status.Leader
@@ -54,7 +71,7 @@ func TestEtcdctlClusterRPCs(t *testing.T) {
 		return out
 	}
 
-	ctl.fails("no registered node has member id 99", "move-leader", "99")
+	etcdctl.fails("no registered node has member id 99", "move-leader", "99")
 	for ep, l := range leaderOf() {
 		if l != members[primary] {
 			t.Fatalf("after a refused move-leader, %s reports leader %x, want the Primary %s (%x)", ep, l, primary, members[primary])
@@ -64,7 +81,7 @@ func TestEtcdctlClusterRPCs(t *testing.T) {
 	to := c.other(primary, elector)
 	start := time.Now()
 	want := fmt.Sprintf("Leadership transferred from %x to %x\n", members[primary], members[to])
-	if got := ctl.ok("move-leader", fmt.Sprintf("%x", members[to])); got != want {
+	if got := etcdctl.ok("move-leader", fmt.Sprintf("%x", members[to])); got != want {
 		t.Fatalf("move-leader: %q, want %q", got, want)
 	}
 	t.Logf("move-leader to %s took %v", to, time.Since(start))
@@ -86,7 +103,7 @@ func TestEtcdctlClusterRPCs(t *testing.T) {
 	}
 	mustPut(t, c.client(primary), "after-move", "v")
 
-	ctl.fails("a node joins by starting with the cluster's bucket", "member", "add", "n4", "--peer-urls=http://127.0.0.1:1")
+	etcdctl.fails("a node joins by starting with the cluster's bucket", "member", "add", "n4", "--peer-urls=http://127.0.0.1:1")
 
 	// A node killed (not stopped: a graceful stop deregisters itself) stays
 	// registered until it is removed; the Elector lets it go once it has
@@ -96,9 +113,25 @@ func TestEtcdctlClusterRPCs(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := fmt.Sprintf("%x", members[gone])
+	// Once the Elector judges it Degraded, move-leader to it is refused
+	// and moves nothing.
+	c.waitState(10*time.Second, func(v clusterview.View) bool {
+		for _, n := range v.Nodes {
+			if n.NodeID == gone {
+				return n.Health == "Degraded"
+			}
+		}
+		return false
+	})
+	liveCtl().fails("is DEGRADED to the Elector, so it cannot take the Primary role", "move-leader", id)
+	for _, l := range leaderOf() {
+		if l != members[to] {
+			t.Fatalf("a refused move-leader to a Degraded member moved the leader to %x", l)
+		}
+	}
 	deadline = time.Now().Add(15 * time.Second)
 	for {
-		out, errOut, err := ctl.run("", "member", "remove", id)
+		out, errOut, err := liveCtl().run("", "member", "remove", id)
 		if err == nil {
 			if !strings.HasPrefix(out, "Member "+id+" removed from cluster ") {
 				t.Fatalf("member remove: %q", out)
@@ -117,7 +150,7 @@ func TestEtcdctlClusterRPCs(t *testing.T) {
 			Name string `json:"name"`
 		} `json:"members"`
 	}
-	ctl.okJSON(&list, "member", "list")
+	liveCtl().okJSON(&list, "member", "list")
 	for _, m := range list.Members {
 		if m.Name == gone {
 			t.Fatalf("member list still lists %s: %+v", gone, list.Members)
