@@ -18,7 +18,8 @@ import (
 // an unknown member fails and moves nothing; move-leader to a replica makes
 // it the leader every endpoint reports; member add answers how nodes join;
 // move-leader to a SIGKILLed (Degraded) node fails and moves nothing, and
-// member remove deregisters it.
+// member remove deregisters it; two netsyctl handoffs back to back both
+// work.
 func TestEtcdctlClusterRPCs(t *testing.T) {
 	skipUnlessNetsy(t)
 	srv := miniotest.Start(t)
@@ -159,4 +160,19 @@ func TestEtcdctlClusterRPCs(t *testing.T) {
 	if len(list.Members) != 2 {
 		t.Fatalf("member list: %+v", list.Members)
 	}
+
+	// netsyctl handoff returns once the new Primary is Active, so a
+	// second one right after moves the role again (and back here).
+	var live []string
+	for _, id := range c.running() {
+		live = append(live, c.nodes[id].ClientAddr)
+	}
+	for range 2 {
+		out := netsyctlOK(t, nil, "handoff", "--endpoints", strings.Join(live, ","), "-o", "json")
+		if !strings.Contains(out, `"primary"`) {
+			t.Fatalf("handoff: %s", out)
+		}
+		t.Logf("handoff: %s", strings.Join(strings.Fields(out), " "))
+	}
+	mustPut(t, c.client(c.running()...), "after-handoffs", "v")
 }
