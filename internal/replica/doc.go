@@ -53,6 +53,9 @@
 //     Primary itself the lease (or the seq check) stands in for it.
 //   - Watches read the local committed log, so they carry only committed
 //     entries on every node.
+//   - etcd's MoveLeader and MemberRemove go to the roles (Roles.MoveLeader,
+//     Roles.RemoveMember), which act through the Elector from any node;
+//     their refusals are status errors the client gets as they are.
 //
 // It must never apply an entry the Primary has not committed, append to
 // the log while this node's Primary role holds it, answer a linearizable
