@@ -36,8 +36,9 @@ type dataDirWatch struct {
 	lock *os.File
 	fs   vfs.FS // holds <data-dir>/wal
 	clk  clock.Clock
-	// lost is called once, with why, when the directory is gone.
-	lost func(error)
+	// lost is called once, with why, when the directory is gone; ctx ends
+	// when the watch is stopped.
+	lost func(ctx context.Context, err error)
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -71,7 +72,8 @@ func (w *dataDirWatch) check() error {
 }
 
 // start checks every dataDirCheckInterval until the directory is gone
-// (then calls lost once and stops) or stop.
+// (then calls lost once and stops) or stop, which also ends what lost
+// does (a Primary's step-down on a node that is shutting down anyway).
 func (w *dataDirWatch) start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	w.cancel = cancel
@@ -87,7 +89,7 @@ func (w *dataDirWatch) start() {
 			case <-t.C():
 			}
 			if err := w.check(); err != nil {
-				w.lost(err)
+				w.lost(ctx, err)
 				return
 			}
 		}
@@ -110,10 +112,10 @@ func (w *dataDirWatch) stop() {
 // Elector elects another node instead of waiting on one that cannot
 // write. The node keeps serving serializable reads and its HTTP port;
 // restart it on a data directory that exists.
-func dataDirLost(log hclog.Logger, fail func(error), stepDown func(context.Context) error, clk clock.Clock, err error) {
+func dataDirLost(ctx context.Context, log hclog.Logger, fail func(error), stepDown func(context.Context) error, clk clock.Clock, err error) {
 	log.Error("DATA DIRECTORY LOST: refusing writes and acknowledgements; an Active Primary steps down; restart the node", "error", err)
 	fail(err)
-	ctx, cancel := clock.WithTimeout(context.Background(), clk, leaveTimeout)
+	ctx, cancel := clock.WithTimeout(ctx, clk, leaveTimeout)
 	defer cancel()
 	if serr := stepDown(ctx); serr != nil {
 		log.Warn("stepping down after the data directory was lost", "error", serr)

@@ -31,7 +31,7 @@ func newWatchedDir(t *testing.T) (string, *dataDirWatch, *clock.Fake, chan error
 	t.Cleanup(func() { lock.Close() })
 	clk := clock.NewFake(time.Unix(1_000_000, 0))
 	lost := make(chan error, 1)
-	return dir, &dataDirWatch{dir: dir, lock: lock, fs: vfs.OS(), clk: clk, lost: func(err error) { lost <- err }}, clk, lost
+	return dir, &dataDirWatch{dir: dir, lock: lock, fs: vfs.OS(), clk: clk, lost: func(_ context.Context, err error) { lost <- err }}, clk, lost
 }
 
 // The check finds a data directory deleted, replaced by another one of

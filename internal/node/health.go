@@ -2,7 +2,9 @@ package node
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -11,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/netsy-io/netsy/internal/config"
+	"github.com/netsy-io/netsy/internal/objwal"
 	"github.com/netsy-io/netsy/internal/vfs"
 )
 
@@ -58,7 +61,10 @@ func (n *Node) unhealthy() error {
 	if err := n.roles.DepositionReason(); err != nil {
 		return err
 	}
-	if err := n.objlog.Backpressure(); err != nil {
+	// A fence is a deposition, which the roles report (with what the node
+	// does about it) once they have heard of it; the log forgets it when
+	// it releases the writer role.
+	if err := n.objlog.Backpressure(); err != nil && !errors.Is(err, objwal.ErrFenced) {
 		return fmt.Errorf("writes fail: %w", err)
 	}
 	return nil
@@ -69,8 +75,8 @@ func (n *Node) unhealthy() error {
 func (n *Node) watchDataDir(fsys vfs.FS) {
 	n.dirWatch = &dataDirWatch{
 		dir: n.cfg.DataDir, lock: n.lock, fs: vfs.OrOS(fsys), clk: n.clock,
-		lost: func(err error) {
-			dataDirLost(n.log, func(err error) { n.eng.OnSync(0, err) }, n.roles.LogLost, n.clock, err)
+		lost: func(ctx context.Context, err error) {
+			dataDirLost(ctx, n.log, func(err error) { n.eng.OnSync(0, err) }, n.roles.LogLost, n.clock, err)
 		},
 	}
 	n.dirWatch.start()
