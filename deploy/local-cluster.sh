@@ -8,6 +8,11 @@
 #                             cluster-state shows one Elector and one Primary,
 #                             print how to reach them
 #   local-cluster.sh status   the recorded processes and netsyctl cluster-state
+#   local-cluster.sh restart NODE
+#                             stop node NODE (n1, n2 or n3; SIGTERM: a Primary
+#                             hands its role off first) and start it again with
+#                             the same flags and data, waiting until its /readyz
+#                             is 200
 #   local-cluster.sh stop     stop exactly the processes start recorded (SIGTERM,
 #                             SIGKILL after 30 s); the data is kept
 #   local-cluster.sh clean    remove the data (refused while anything runs)
@@ -19,13 +24,27 @@
 #   NETSY_CLUSTER_DIR        data, logs and PIDs (default <repo>/.cache/local-cluster,
 #                            git-ignored)
 #   NETSY_CLUSTER_PORT_BASE  first port (default 24000): MinIO BASE, its console
-#                            BASE+1, node i client BASE+10i, peer +1, HTTP +2
-#   NETSY_CLUSTER_ARGS       extra flags for every node (space-separated)
+#                            BASE+1, node i client BASE+10i, peer +1, HTTP +2.
+#                            start writes it to NETSY_CLUSTER_DIR/port-base;
+#                            status, restart and stop use the one written there,
+#                            and a later start reuses it unless this is set
+#   NETSY_CLUSTER_ARGS       extra flags for every node (space-separated; start
+#                            writes them to NETSY_CLUSTER_DIR/args for restart)
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 dir="${NETSY_CLUSTER_DIR:-$root/.cache/local-cluster}"
-base="${NETSY_CLUSTER_PORT_BASE:-24000}"
+# The port base the cluster was started with is what status, restart and
+# stop must reach it at, whatever the environment says now.
+recorded_base="$(cat "$dir/port-base" 2>/dev/null || true)"
+if [[ "${1:-}" == start ]]; then
+	base="${NETSY_CLUSTER_PORT_BASE:-${recorded_base:-24000}}"
+else
+	base="${recorded_base:-${NETSY_CLUSTER_PORT_BASE:-24000}}"
+	if [[ -n "$recorded_base" && -n "${NETSY_CLUSTER_PORT_BASE:-}" && "$NETSY_CLUSTER_PORT_BASE" != "$recorded_base" ]]; then
+		echo "local-cluster.sh: using port base $recorded_base, which start recorded in $dir/port-base (not NETSY_CLUSTER_PORT_BASE=$NETSY_CLUSTER_PORT_BASE)" >&2
+	fi
+fi
 nodes=(n1 n2 n3)
 bucket=netsy
 prefix=local
@@ -107,6 +126,29 @@ roles() {
 		(.elector.node_id // "-"), (.primary.node_id // "-")] | @tsv' <<<"$out"
 }
 
+# start_node I starts node nI with the flags start gives it (and the extra
+# flags start recorded) and records it.
+start_node() {
+	local i="$1" id="n$1" extra=()
+	read -r -a extra <"$dir/args" || true
+	mkdir -p "$dir/$id"
+	(
+		cd "$dir/$id"
+		# setsid: the node outlives this script and the terminal's ^C;
+		# it is not a group leader here, so setsid execs without forking
+		# and $! below is the node's own PID.
+		AWS_ACCESS_KEY_ID=$minio_user AWS_SECRET_ACCESS_KEY=$minio_password exec setsid "$netsy" \
+			--node-id "$id" \
+			--data-dir "$dir/$id/data" \
+			--client-addr "127.0.0.1:$(client_port "$i")" \
+			--peer-addr "127.0.0.1:$(peer_port "$i")" \
+			--http-addr "127.0.0.1:$(http_port "$i")" \
+			--storage "s3://$bucket/$prefix" --s3-endpoint "http://127.0.0.1:$minio_port" --s3-path-style --s3-region "$region" \
+			"${extra[@]}"
+	) >>"$dir/$id/netsy.log" 2>&1 </dev/null &
+	record "$id" $!
+}
+
 cmd_start() {
 	command -v jq >/dev/null || die "jq is needed (apt-get install -y jq)"
 	command -v curl >/dev/null || die "curl is needed"
@@ -136,26 +178,10 @@ cmd_start() {
 		curl -fsS -o /dev/null -X PUT "${sig[@]}" "$s3/$bucket" || die "cannot create bucket $bucket on $s3"
 	fi
 
-	local extra=()
-	read -r -a extra <<<"${NETSY_CLUSTER_ARGS:-}"
+	echo "$base" >"$dir/port-base"
+	printf '%s\n' "${NETSY_CLUSTER_ARGS:-}" >"$dir/args"
 	for i in 1 2 3; do
-		local id="n$i"
-		mkdir -p "$dir/$id"
-		(
-			cd "$dir/$id"
-			# setsid: the node outlives this script and the terminal's ^C;
-			# it is not a group leader here, so setsid execs without forking
-			# and $! below is the node's own PID.
-			AWS_ACCESS_KEY_ID=$minio_user AWS_SECRET_ACCESS_KEY=$minio_password exec setsid "$netsy" \
-				--node-id "$id" \
-				--data-dir "$dir/$id/data" \
-				--client-addr "127.0.0.1:$(client_port "$i")" \
-				--peer-addr "127.0.0.1:$(peer_port "$i")" \
-				--http-addr "127.0.0.1:$(http_port "$i")" \
-				--storage "s3://$bucket/$prefix" --s3-endpoint "$s3" --s3-path-style --s3-region "$region" \
-				"${extra[@]}"
-		) >>"$dir/$id/netsy.log" 2>&1 </dev/null &
-		record "$id" $!
+		start_node "$i"
 	done
 
 	echo -n "local-cluster.sh: waiting for one Elector and one Primary" >&2
@@ -261,6 +287,40 @@ cmd_status() {
 	"$netsyctl" cluster-state --endpoints "$(endpoints)"
 }
 
+# cmd_restart NODE stops one recorded node and starts it again.
+cmd_restart() {
+	local node="${1:-}" i
+	[[ "$node" =~ ^n([123])$ ]] || die "usage: local-cluster.sh restart n1|n2|n3"
+	i="${BASH_REMATCH[1]}"
+	[[ -f "$pids" ]] || die "not started (no $pids)"
+	local name pid st found=""
+	while read -r name pid st; do
+		[[ "$name" == "$node" ]] && found="$name $pid $st"
+	done <"$pids"
+	[[ -n "$found" ]] || die "$node is not recorded in $pids"
+	# shellcheck disable=SC2086
+	stop_one $found
+	grep -v "^$node " "$pids" >"$pids.new" || true
+	mv "$pids.new" "$pids"
+	start_node "$i"
+	echo -n "local-cluster.sh: waiting for $node to be ready" >&2
+	local deadline=$((SECONDS + 60))
+	while ((SECONDS < deadline)); do
+		while read -r name pid st; do
+			[[ "$name" == "$node" ]] && ! alive "$name" "$pid" "$st" && { echo >&2; tail -n 20 "$dir/$node/netsy.log" >&2; die "$node (pid $pid) exited; log tail above"; }
+		done <"$pids"
+		if curl -fsS -o /dev/null --max-time 1 "http://127.0.0.1:$(http_port "$i")/readyz" 2>/dev/null; then
+			echo >&2
+			echo "local-cluster.sh: restarted $node (pid $(awk -v n="$node" '$1 == n {print $2}' "$pids"))"
+			return 0
+		fi
+		echo -n . >&2
+		sleep 0.5
+	done
+	echo >&2
+	die "$node not ready after 60 s; log in $dir/$node/netsy.log"
+}
+
 cmd_clean() {
 	running_any && die "still running; stop it first: bash deploy/local-cluster.sh stop"
 	rm -rf "$dir"
@@ -271,6 +331,7 @@ case "${1:-}" in
 start) cmd_start ;;
 stop) cmd_stop ;;
 status) cmd_status ;;
+restart) cmd_restart "${2:-}" ;;
 clean) cmd_clean ;;
-*) die "usage: local-cluster.sh start | status | stop | clean" ;;
+*) die "usage: local-cluster.sh start | status | restart NODE | stop | clean" ;;
 esac

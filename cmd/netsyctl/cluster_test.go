@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"go.uber.org/goleak"
 
@@ -40,6 +41,13 @@ type fakePeer struct {
 	// (or an empty answer).
 	deregErr  error
 	deregResp *netsyv1.DeregisterNodeResponse
+
+	// onHandoff, when set, runs on every Handoff with the answer's state
+	// (the new Primary's own state follows it there).
+	onHandoff func(cs *netsyv1.ClusterState)
+	// startingFor, when set, is how many more GetNodeState answers say
+	// Starting before the node says Active at the term it was given.
+	startingFor int
 
 	nodeStateCalls int
 	stateReqs      []*netsyv1.GetClusterStateRequest
@@ -84,7 +92,23 @@ func (f *fakePeer) GetNodeState(context.Context, *netsyv1.GetNodeStateRequest) (
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.nodeStateCalls++
+	if f.startingFor > 0 {
+		f.startingFor--
+		st := proto.Clone(f.self).(*netsyv1.NodeState)
+		st.State.PrimaryState = netsyv1.PrimaryState_STARTING
+		return st, nil
+	}
 	return f.self, nil
+}
+
+// becomePrimary makes the node answer that it is the Active Primary at
+// term.
+func (f *fakePeer) becomePrimary(term uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	st := proto.Clone(f.self).(*netsyv1.NodeState)
+	st.State.PrimaryState, st.State.PrimaryTerm = netsyv1.PrimaryState_ACTIVE, term
+	f.self = st
 }
 
 func (f *fakePeer) notElector() error {
@@ -126,6 +150,9 @@ func (f *fakePeer) Handoff(_ context.Context, req *netsyv1.HandoffRequest) (*net
 	}
 	cs := &netsyv1.ClusterState{ClusterId: f.state.ClusterId, Elector: f.state.Elector, ElectorTerm: f.state.ElectorTerm,
 		Primary: f.handoffTo, PrimaryTerm: f.state.PrimaryTerm + 1}
+	if f.onHandoff != nil {
+		f.onHandoff(cs)
+	}
 	return &netsyv1.HandoffResponse{ClusterState: cs}, nil
 }
 
@@ -154,6 +181,15 @@ func startCluster(t *testing.T) *cluster {
 			status(c.n3, netsyv1.HealthState_DEGRADED, netsyv1.PrimaryState_REPLICA, 93),
 		},
 		Events: []*netsyv1.Event{{TimeUnixNano: 1_700_000_000_000_000_000, Kind: "primary_elected", NodeId: "n2", ElectorTerm: 4, PrimaryTerm: 9, Reporter: "n1"}},
+	}
+	// The node a handoff names becomes the Active Primary at the new
+	// term (called with n1's lock held: n1 itself is never named).
+	c.n1.onHandoff = func(cs *netsyv1.ClusterState) {
+		for _, n := range []*fakePeer{c.n2, c.n3} {
+			if n.addr == cs.GetPrimary().GetPeerAddr() {
+				n.becomePrimary(cs.PrimaryTerm)
+			}
+		}
 	}
 	return c
 }
@@ -341,6 +377,23 @@ func TestHandoff(t *testing.T) {
 	_, errOut, code = run(t, "handoff", "--peer-endpoints", c.n2.addr)
 	if code == 0 || !strings.Contains(errOut, "answered after") || !strings.Contains(errOut, "with no Primary elected") {
 		t.Errorf("no Primary: exit %d: %s", code, errOut)
+	}
+}
+
+// handoff returns only once the new Primary answers it is Active at the
+// new term: a Primary that is still Starting is asked again.
+func TestHandoffReturnsOnceTheNewPrimaryIsActive(t *testing.T) {
+	c := startCluster(t)
+	c.n1.handoffTo = c.n3.info()
+	c.n3.startingFor = 3
+	out, errOut, code := run(t, "handoff", "--peer-endpoints", c.n2.addr, "--to", "n3")
+	if code != 0 || !strings.HasPrefix(out, "Primary is now n3") {
+		t.Fatalf("exit %d: %q %s", code, out, errOut)
+	}
+	c.n3.mu.Lock()
+	defer c.n3.mu.Unlock()
+	if c.n3.startingFor != 0 || c.n3.nodeStateCalls != 4 {
+		t.Fatalf("returned after asking n3 %d times (%d Starting answers left); want 4 (3 Starting, then Active)", c.n3.nodeStateCalls, c.n3.startingFor)
 	}
 }
 

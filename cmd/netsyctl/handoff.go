@@ -74,11 +74,20 @@ func runHandoff(ctx context.Context, args []string, stdout io.Writer) error {
 		resp, err = ec.Handoff(ctx, &netsyv1.HandoffRequest{To: *to})
 		return err
 	})
-	took := clk.Since(start)
 	if err != nil {
 		return err
 	}
 	cs := resp.GetClusterState()
+	if cs.GetPrimary() != nil {
+		// The Elector answers once it has named the new Primary; that
+		// node serves only after its Starting step. A handoff is over
+		// when it is Active, so the next command (another handoff, a
+		// stop of the old Primary) finds it serving.
+		if err := waitActive(ctx, p, clk, cs.GetPrimary(), cs.GetPrimaryTerm()); err != nil {
+			return err
+		}
+	}
+	took := clk.Since(start)
 	out := handedOff{
 		Primary:             clusterview.Ref(cs.GetPrimary()),
 		PrimaryTerm:         cs.GetPrimaryTerm(),
@@ -105,4 +114,29 @@ func runHandoff(ctx context.Context, args []string, stdout io.Writer) error {
 		fmt.Fprintf(stdout, "note: asked for %s; the Elector chose %s\n", *to, out.Primary.NodeID)
 	}
 	return nil
+}
+
+// waitActive asks the node p until it answers that it is the Active
+// Primary at term or a later one.
+func waitActive(ctx context.Context, p *peers, clk clock.Clock, primary *netsyv1.NodeInfo, term uint64) error {
+	var last string
+	for {
+		cc, err := p.conn(primary.GetPeerAddr())
+		if err != nil {
+			return err
+		}
+		ns, err := netsyv1.NewNodeClient(cc).GetNodeState(ctx, &netsyv1.GetNodeStateRequest{})
+		if err == nil {
+			st := ns.GetState()
+			if st.GetPrimaryState() == netsyv1.PrimaryState_ACTIVE && st.GetPrimaryTerm() >= term {
+				return nil
+			}
+			last = fmt.Sprintf("it is %s at primary term %d", st.GetPrimaryState(), st.GetPrimaryTerm())
+		} else {
+			last = p.explain(primary.GetPeerAddr(), err)
+		}
+		if err := clk.Sleep(ctx, 20*time.Millisecond); err != nil {
+			return fmt.Errorf("the Elector named %s Primary at term %d, but it is not Active yet (%s): %w", primary.GetNodeId(), term, last, err)
+		}
+	}
 }

@@ -27,7 +27,7 @@ func newQuotaEnv(t *testing.T, quota int64) *testEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = eng.Close() })
-	srv, addr := serveBackend(t, eng, nil, nil)
+	srv, addr := serveBackend(t, engineBackend{eng}, nil, nil)
 	return &testEnv{t: t, srv: srv, addr: addr}
 }
 

@@ -8,8 +8,9 @@ import (
 )
 
 // authServer presents Netsy as an etcd whose auth is disabled. Netsy has
-// no access control of its own today (SPEC §9 plans the mTLS client
-// identity); whoever reaches the client port may do anything.
+// no users, roles or passwords: who may connect is decided by TLS client
+// certificates (--client-cert-auth, internal/tlsconf), and a client that
+// is let in may do anything.
 //
 // Authenticate answers etcd's "authentication is not enabled" instead of
 // Unimplemented because that is what client/v3 expects from an etcd without

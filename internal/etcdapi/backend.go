@@ -81,6 +81,12 @@ type MaintenanceBackend interface {
 	// Alarm lists (GET, from this node's state), raises or clears
 	// (ACTIVATE, DEACTIVATE, made where writes are) the cluster's alarms.
 	Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.AlarmResponse, error)
+	// MemberRemove takes the member out of the cluster and lists the
+	// members left.
+	MemberRemove(ctx context.Context, memberID uint64) (*pb.MemberRemoveResponse, error)
+	// MoveLeader hands the Primary role to the member and returns once it
+	// serves as the Primary.
+	MoveLeader(ctx context.Context, memberID uint64) error
 	// Identity returns the values for response headers.
 	Identity() (clusterID, memberID, raftTerm uint64)
 }

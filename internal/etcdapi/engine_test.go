@@ -1,6 +1,7 @@
 package etcdapi
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -8,10 +9,13 @@ import (
 	"testing"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/snapshot"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/netsy-io/netsy/internal/clock"
 	"github.com/netsy-io/netsy/internal/engine"
@@ -32,8 +36,20 @@ func newEngineEnv(t *testing.T, mod func(*Config)) (*testEnv, *engine.Engine) {
 	}
 	// Registered first, so it runs after the server has stopped.
 	t.Cleanup(func() { _ = eng.Close() })
-	srv, addr := serveBackend(t, eng, mod, nil)
+	srv, addr := serveBackend(t, engineBackend{eng}, mod, nil)
 	return &testEnv{t: t, srv: srv, addr: addr}, eng
+}
+
+// engineBackend is the engine alone as a Backend: membership is the
+// cluster roles' (internal/replica's Backend), which a lone engine has not.
+type engineBackend struct{ *engine.Engine }
+
+func (engineBackend) MemberRemove(context.Context, uint64) (*pb.MemberRemoveResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "no cluster roles in this test")
+}
+
+func (engineBackend) MoveLeader(context.Context, uint64) error {
+	return status.Error(codes.Unimplemented, "no cluster roles in this test")
 }
 
 func TestEngineKVLeaseAndWatch(t *testing.T) {

@@ -72,15 +72,22 @@ func toGRPCError(err error) error {
 }
 
 // Unimplemented answers for the parts of the etcd API that Netsy does not
-// offer. Each says what is true today, never a tool or feature that does
-// not exist yet.
+// offer. Each says what is true today and names what does the job instead,
+// never a tool or feature that does not exist yet.
 var (
-	errMembership = status.Error(codes.Unimplemented,
-		"netsy: members cannot be added, removed or changed through the etcd API: a netsy cluster is a single node today (netsyctl members lists it)")
-	errMoveLeader = status.Error(codes.Unimplemented,
-		"netsy: move-leader is not supported: a netsy cluster is a single node today, and that node is always the Primary")
+	errMemberAdd = status.Error(codes.Unimplemented,
+		"netsy: members are not added through the etcd API: a node joins by starting with the cluster's bucket "+
+			"(the same --storage, and --s3-endpoint for S3, and the same --cluster-id) and its own --node-id and --peer-addr; "+
+			"it registers itself, and etcdctl member list or netsyctl members then lists it")
+	errMemberUpdate = status.Error(codes.Unimplemented,
+		"netsy: members are not updated through the etcd API: a node's addresses are what it registers when it starts; "+
+			"restart it with the new --advertise-peer or --advertise-client (netsyctl members lists what is registered)")
+	errMemberPromote = status.Error(codes.Unimplemented,
+		"netsy: netsy has no learners to promote: every node that starts with the cluster's bucket is a full member; "+
+			"netsyctl handoff --to NODE (or etcdctl move-leader) makes one the Primary")
 	errDowngrade = status.Error(codes.Unimplemented,
-		"netsy: cluster downgrade is not supported")
+		"netsy: cluster downgrade is not supported: netsy keeps no cluster version for etcd's downgrade to lower")
 	errAuth = status.Error(codes.Unimplemented,
-		"netsy: etcd auth is not supported: netsy has no users, roles or client authentication; limit who can reach --client-addr")
+		"netsy: etcd auth (users, roles, passwords) is not supported: client identities come from TLS client certificates "+
+			"(--client-cert-auth with --trusted-ca-file; see docs/security.md), and a client whose certificate is accepted may use the whole keyspace")
 )

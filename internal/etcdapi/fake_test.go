@@ -37,6 +37,10 @@ type fakeBackend struct {
 	eventsCalls int
 	// watchErr is what WatchErr returns.
 	watchErr error
+	// moved and removed record MoveLeader and MemberRemove targets;
+	// memberErr, when set, is what both return.
+	moved, removed []uint64
+	memberErr      error
 }
 
 const (
@@ -532,6 +536,23 @@ func (f *fakeBackend) MemberList(context.Context) (*pb.MemberListResponse, error
 		ID: testMemberID, Name: "n1",
 		PeerURLs: []string{"https://127.0.0.1:2380"}, ClientURLs: []string{"http://127.0.0.1:2379"},
 	}}}, nil
+}
+
+func (f *fakeBackend) MemberRemove(_ context.Context, id uint64) (*pb.MemberRemoveResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.removed = append(f.removed, id)
+	if f.memberErr != nil {
+		return nil, f.memberErr
+	}
+	return &pb.MemberRemoveResponse{Members: []*pb.Member{{ID: testMemberID, Name: "n1"}}}, nil
+}
+
+func (f *fakeBackend) MoveLeader(_ context.Context, id uint64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.moved = append(f.moved, id)
+	return f.memberErr
 }
 
 func (f *fakeBackend) Identity() (uint64, uint64, uint64) {

@@ -71,8 +71,18 @@ func (m *maintenanceServer) HashKV(ctx context.Context, r *pb.HashKVRequest) (*p
 	return resp, nil
 }
 
-func (m *maintenanceServer) MoveLeader(context.Context, *pb.MoveLeaderRequest) (*pb.MoveLeaderResponse, error) {
-	return nil, errMoveLeader
+// MoveLeader hands the Primary role to the target member, as `netsyctl
+// handoff --to` does, and answers once it serves as the Primary. Any node
+// takes it, not only the Primary (etcdctl sends it to the leader's
+// endpoint).
+func (m *maintenanceServer) MoveLeader(ctx context.Context, r *pb.MoveLeaderRequest) (*pb.MoveLeaderResponse, error) {
+	if r.TargetID == 0 {
+		return nil, status.Error(codes.InvalidArgument, "netsy: move-leader needs the target's member id (etcdctl member list shows them, in hex)")
+	}
+	if err := m.s.b.MoveLeader(ctx, r.TargetID); err != nil {
+		return nil, toGRPCError(err)
+	}
+	return &pb.MoveLeaderResponse{Header: m.s.header(nil)}, nil
 }
 
 func (m *maintenanceServer) Downgrade(context.Context, *pb.DowngradeRequest) (*pb.DowngradeResponse, error) {

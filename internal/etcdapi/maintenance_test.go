@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -50,9 +51,6 @@ func TestMaintenance(t *testing.T) {
 	if h, err := mc.Hash(ctx, &pb.HashRequest{}); err != nil || h.Hash != 42 {
 		t.Fatalf("hash %+v %v", h, err)
 	}
-	if _, err := cli.MoveLeader(ctx, 2); status.Code(err) != codes.Unimplemented {
-		t.Fatalf("move leader: %v", err)
-	}
 	if _, err := cli.Downgrade(ctx, clientv3.DowngradeValidate, "3.5.0"); status.Code(err) != codes.Unimplemented {
 		t.Fatalf("downgrade: %v", err)
 	}
@@ -67,17 +65,48 @@ func TestCluster(t *testing.T) {
 		t.Fatalf("member list %+v %v", ml, err)
 	}
 	_, err = cli.MemberAdd(ctx, []string{"http://127.0.0.1:2380"})
-	if s := status.Convert(err); s.Code() != codes.Unimplemented || s.Message() != status.Convert(errMembership).Message() {
+	if s := status.Convert(err); s.Code() != codes.Unimplemented || s.Message() != status.Convert(errMemberAdd).Message() {
 		t.Fatalf("member add: %v", err)
-	}
-	if _, err := cli.MemberRemove(ctx, 1); status.Code(err) != codes.Unimplemented {
-		t.Fatalf("member remove: %v", err)
 	}
 	if _, err := cli.MemberUpdate(ctx, 1, []string{"http://127.0.0.1:2380"}); status.Code(err) != codes.Unimplemented {
 		t.Fatalf("member update: %v", err)
 	}
 	if _, err := cli.MemberPromote(ctx, 1); status.Code(err) != codes.Unimplemented {
 		t.Fatalf("member promote: %v", err)
+	}
+}
+
+// MemberRemove and MoveLeader reach the Backend with the member id the
+// client named, and the Backend's refusal reaches the client as it is.
+func TestMemberRemoveAndMoveLeaderReachTheBackend(t *testing.T) {
+	e := newEnv(t, nil)
+	cli := e.client()
+	ctx := testCtx(t)
+	rm, err := cli.MemberRemove(ctx, 0xb2)
+	if err != nil || len(rm.Members) != 1 || rm.Members[0].ID != testMemberID || rm.Header.MemberId != testMemberID {
+		t.Fatalf("member remove: %+v %v", rm, err)
+	}
+	ml, err := cli.MoveLeader(ctx, 0xc3)
+	if err != nil || ml.Header.MemberId != testMemberID {
+		t.Fatalf("move leader: %+v %v", ml, err)
+	}
+	if _, err := cli.MoveLeader(ctx, 0); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("move leader to member 0: %v", err)
+	}
+	refusal := status.Error(codes.FailedPrecondition, "netsy: member remove: member b2 stays: why")
+	e.b.mu.Lock()
+	e.b.memberErr = refusal
+	e.b.mu.Unlock()
+	if _, err := cli.MemberRemove(ctx, 0xb2); status.Code(err) != codes.FailedPrecondition || status.Convert(err).Message() != status.Convert(refusal).Message() {
+		t.Fatalf("refused member remove: %v", err)
+	}
+	if _, err := cli.MoveLeader(ctx, 0xc3); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("refused move leader: %v", err)
+	}
+	e.b.mu.Lock()
+	defer e.b.mu.Unlock()
+	if !slices.Equal(e.b.removed, []uint64{0xb2, 0xb2}) || !slices.Equal(e.b.moved, []uint64{0xc3, 0xc3}) {
+		t.Fatalf("backend saw removes %x, moves %x", e.b.removed, e.b.moved)
 	}
 }
 
@@ -106,32 +135,50 @@ func TestAuth(t *testing.T) {
 }
 
 // TestUnsupportedSaysWhatIsTrue pins the refusals of what Netsy does not
-// offer: each says what is true of a node today and points to nothing that
-// does not exist (no handoff command, no mTLS identity, no registration).
+// offer: none says a cluster is a single node, each names what does the
+// job instead (a netsyctl command or a flag), and auth points at client
+// certificates.
 func TestUnsupportedSaysWhatIsTrue(t *testing.T) {
 	e := newEnv(t, nil)
 	cli := e.client()
 	ctx := testCtx(t)
-	_, memberErr := cli.MemberAdd(ctx, []string{"http://127.0.0.1:2380"})
-	_, leaderErr := cli.MoveLeader(ctx, 2)
-	_, authErr := cli.UserAdd(ctx, "u", "p")
+	_, addErr := cli.MemberAdd(ctx, []string{"http://127.0.0.1:2380"})
+	_, updateErr := cli.MemberUpdate(ctx, 1, []string{"http://127.0.0.1:2380"})
+	_, promoteErr := cli.MemberPromote(ctx, 1)
+	_, userErr := cli.UserAdd(ctx, "u", "p")
+	_, enableErr := cli.AuthEnable(ctx)
 	for _, tc := range []struct {
-		call string
-		err  error
-		want string
+		call  string
+		err   error
+		names []string
 	}{
-		{"member add", memberErr, "netsy: members cannot be added, removed or changed through the etcd API: a netsy cluster is a single node today (netsyctl members lists it)"},
-		{"move leader", leaderErr, "netsy: move-leader is not supported: a netsy cluster is a single node today, and that node is always the Primary"},
-		{"user add", authErr, "netsy: etcd auth is not supported: netsy has no users, roles or client authentication; limit who can reach --client-addr"},
+		{"member add", addErr, []string{"--storage", "--cluster-id", "--node-id", "--peer-addr", "netsyctl members"}},
+		{"member update", updateErr, []string{"--advertise-peer", "--advertise-client", "netsyctl members"}},
+		{"member promote", promoteErr, []string{"netsyctl handoff", "move-leader"}},
+		{"user add", userErr, []string{"--client-cert-auth", "certificates"}},
+		{"auth enable", enableErr, []string{"--client-cert-auth", "certificates"}},
 	} {
 		s := status.Convert(tc.err)
-		if s.Code() != codes.Unimplemented || s.Message() != tc.want {
-			t.Errorf("%s: %v, want Unimplemented %q", tc.call, tc.err, tc.want)
+		if s.Code() != codes.Unimplemented {
+			t.Errorf("%s: %v, want Unimplemented", tc.call, tc.err)
 		}
-		for _, absent := range []string{"handoff", "mTLS", "registration", "elector"} {
-			if strings.Contains(s.Message(), absent) {
-				t.Errorf("%s: %q points to %q, which does not exist", tc.call, s.Message(), absent)
+		for _, want := range tc.names {
+			if !strings.Contains(s.Message(), want) {
+				t.Errorf("%s: %q does not name %q", tc.call, s.Message(), want)
 			}
+		}
+		if strings.Contains(s.Message(), "single node") {
+			t.Errorf("%s: %q says the cluster is a single node", tc.call, s.Message())
+		}
+	}
+}
+
+// Every refusal text in the package is true today: none says a cluster
+// is one node, and each Unimplemented one names what to use instead.
+func TestNoRefusalSaysTheClusterIsOneNode(t *testing.T) {
+	for _, err := range []error{errMemberAdd, errMemberUpdate, errMemberPromote, errDowngrade, errAuth} {
+		if m := status.Convert(err).Message(); strings.Contains(m, "single node") || strings.Contains(m, "one node") {
+			t.Errorf("%q", m)
 		}
 	}
 }

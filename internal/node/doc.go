@@ -10,6 +10,13 @@
 // /readyz, /cluster/* and the metrics. It decides nothing about roles
 // itself: no lease rule, no deposition rule, no local-or-remote choice.
 //
+// It watches the data directory it locked (datadir.go): a directory
+// deleted or replaced under the running process fails the engine for good
+// (the open files would go on taking fsyncs no restart can find), and the
+// roles are told so that a Primary steps down. /healthz (health.go) is 503
+// while the engine failed, the node is deposed, or the log refuses writes
+// because object storage does not take them.
+//
 // It also puts the TLS that internal/tlsconf builds on the ports (tls.go):
 // the client port accepts client identities, the peer port and every
 // connection to a peer peer identities of this cluster. A request that a

@@ -2,7 +2,10 @@ package node
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -10,6 +13,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/netsy-io/netsy/internal/config"
+	"github.com/netsy-io/netsy/internal/objwal"
+	"github.com/netsy-io/netsy/internal/vfs"
 )
 
 // addProbes registers the probes that need nothing but the process and
@@ -40,6 +45,41 @@ func addProbes(mux *http.ServeMux) {
 		w.WriteHeader(code)
 		json.NewEncoder(w).Encode(resp)
 	})
+}
+
+// unhealthy says why /healthz (and etcd's /health) is 503, or nil: the
+// local log failed for good (an fsync failure, the data directory
+// deleted), the node was deposed as Primary, or writes fail now because
+// object storage does not take them (the log refuses new entries once the
+// oldest one has waited for upload too long: the bucket is unreachable
+// under --quorum 0, or in a fallback to it, or too slow). The last clears
+// by itself once the backlog is uploaded.
+func (n *Node) unhealthy() error {
+	if err := n.eng.Failed(); err != nil {
+		return err
+	}
+	if err := n.roles.DepositionReason(); err != nil {
+		return err
+	}
+	// A fence is a deposition, which the roles report (with what the node
+	// does about it) once they have heard of it; the log forgets it when
+	// it releases the writer role.
+	if err := n.objlog.Backpressure(); err != nil && !errors.Is(err, objwal.ErrFenced) {
+		return fmt.Errorf("writes fail: %w", err)
+	}
+	return nil
+}
+
+// watchDataDir starts checking that the data directory is still the one
+// this process opened (dataDirWatch); fsys holds its wal directory.
+func (n *Node) watchDataDir(fsys vfs.FS) {
+	n.dirWatch = &dataDirWatch{
+		dir: n.cfg.DataDir, lock: n.lock, fs: vfs.OrOS(fsys), clk: n.clock,
+		lost: func(ctx context.Context, err error) {
+			dataDirLost(ctx, n.log, func(err error) { n.eng.OnSync(0, err) }, n.roles.LogLost, n.clock, err)
+		},
+	}
+	n.dirWatch.start()
 }
 
 // etcdHealth is the body of etcd's /health.

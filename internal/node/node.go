@@ -70,6 +70,8 @@ type Node struct {
 	// rolesP is roles for the engine's OnDeposed, which may run before
 	// the roles exist (a follower's engine then has no Primary to tell).
 	rolesP atomic.Pointer[roles.Roles]
+	// dirWatch notices the data directory deleted under the node.
+	dirWatch *dataDirWatch
 
 	// scratch is a directory under the data directory that only this run
 	// uses (a read-only node's spilled values), removed at close.
@@ -315,6 +317,7 @@ func StartWith(ctx context.Context, cfg config.Config, logger hclog.Logger, deps
 			n.log.Error("http server stopped", "error", err)
 		}
 	}()
+	n.watchDataDir(deps.FS)
 	n.ready.Store(true)
 	n.log.Info("serving", "node_id", cfg.NodeID, "cluster_id", cfg.ClusterID, "client_addr", n.client.Addr().String(),
 		"peer_addr", n.peerL.Addr().String(), "http_addr", n.httpL.Addr().String(),
@@ -415,11 +418,7 @@ func (n *Node) httpHandler() http.Handler {
 	mux.Handle("/cluster/state", clusterview.StateHandler(n.clusterState))
 	mux.Handle("/cluster/leader", clusterview.LeaderHandler(n.clusterState))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
-		err := n.eng.Failed()
-		if err == nil {
-			err = n.roles.DepositionReason()
-		}
-		if err != nil {
+		if err := n.unhealthy(); err != nil {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprintf(w, "unhealthy: %v\n", err)
 			return
@@ -456,6 +455,8 @@ func (n *Node) notReady() error {
 		return errors.New("starting or stopping")
 	case n.eng.Deposed() != nil:
 		return n.eng.Deposed()
+	case n.eng.Failed() != nil:
+		return n.eng.Failed()
 	}
 	return n.roles.Ready()
 }
@@ -485,6 +486,9 @@ func (n *Node) Close() error { return n.shutdown(true) }
 func (n *Node) shutdown(graceful bool) error {
 	n.closeOnce.Do(func() {
 		n.ready.Store(false)
+		if n.dirWatch != nil {
+			n.dirWatch.stop()
+		}
 		if graceful && n.roles != nil && n.peerServing != nil {
 			n.leave()
 		}

@@ -227,3 +227,13 @@ func (b readOnlyBackend) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.Ala
 	}
 	return b.Engine.Alarm(ctx, r)
 }
+
+// MemberRemove and MoveLeader change the cluster, which a read-only node
+// is not part of.
+func (b readOnlyBackend) MemberRemove(context.Context, uint64) (*pb.MemberRemoveResponse, error) {
+	return nil, b.refuse()
+}
+
+func (b readOnlyBackend) MoveLeader(context.Context, uint64) error {
+	return b.refuse()
+}

@@ -67,6 +67,12 @@ type Roles interface {
 	Members() []*netsyv1.NodeInfo
 	// Identity is the header identity: cluster id, this node's member id.
 	Identity() (clusterID, memberID uint64)
+	// MoveLeader hands the Primary role to the node with memberID and
+	// returns once it is Active; RemoveMember deregisters the node with
+	// memberID and returns the members left. Their errors are gRPC status
+	// errors for the client.
+	MoveLeader(ctx context.Context, memberID uint64) error
+	RemoveMember(ctx context.Context, memberID uint64) ([]*netsyv1.NodeInfo, error)
 }
 
 // BackendConfig configures a Backend.
@@ -564,19 +570,44 @@ func (b *Backend) Snapshot(ctx context.Context, w io.Writer) (int64, error) {
 // --name, else its node id) and URLs.
 func (b *Backend) MemberList(context.Context) (*pb.MemberListResponse, error) {
 	resp := &pb.MemberListResponse{Header: &pb.ResponseHeader{Revision: b.l.CurrentRevision()}}
-	for _, m := range b.cfg.Roles.Members() {
+	resp.Members = etcdMembers(b.cfg.Roles.Members())
+	return resp, nil
+}
+
+// MoveLeader hands the Primary role to the member (Roles.MoveLeader).
+func (b *Backend) MoveLeader(ctx context.Context, memberID uint64) error {
+	return b.cfg.Roles.MoveLeader(ctx, memberID)
+}
+
+// MemberRemove deregisters the member (Roles.RemoveMember) and lists the
+// members left.
+func (b *Backend) MemberRemove(ctx context.Context, memberID uint64) (*pb.MemberRemoveResponse, error) {
+	left, err := b.cfg.Roles.RemoveMember(ctx, memberID)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.MemberRemoveResponse{
+		Header:  &pb.ResponseHeader{Revision: b.l.CurrentRevision()},
+		Members: etcdMembers(left),
+	}, nil
+}
+
+// etcdMembers is nodes as etcd's MemberList shows members.
+func etcdMembers(nodes []*netsyv1.NodeInfo) []*pb.Member {
+	var out []*pb.Member
+	for _, m := range nodes {
 		name := m.Name
 		if name == "" {
 			name = m.NodeId
 		}
-		resp.Members = append(resp.Members, &pb.Member{
+		out = append(out, &pb.Member{
 			ID:         m.MemberId,
 			Name:       name,
 			PeerURLs:   []string{"http://" + m.PeerAddr},
 			ClientURLs: m.ClientUrls,
 		})
 	}
-	return resp, nil
+	return out
 }
 
 // Identity is the header identity; the raft term is the primary term.

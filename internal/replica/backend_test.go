@@ -67,6 +67,11 @@ func (r *fakeRoles) ConfirmLinearizable(context.Context) error { return engine.E
 func (r *fakeRoles) Members() []*netsyv1.NodeInfo              { return nil }
 func (r *fakeRoles) Identity() (uint64, uint64)                { return 1, 2 }
 
+func (r *fakeRoles) MoveLeader(context.Context, uint64) error { return nil }
+func (r *fakeRoles) RemoveMember(context.Context, uint64) ([]*netsyv1.NodeInfo, error) {
+	return nil, nil
+}
+
 // fakePrimary is a Primary's peer port: Node.ReadIndex and the etcd KV
 // service answer through the funcs the test sets (nil: Unimplemented),
 // and every call to any method is counted before it is answered.

@@ -74,6 +74,9 @@
 //     engine), so every node tells about the same remaining time.
 //   - Watches read the local committed log, so they carry only committed
 //     entries on every node.
+//   - etcd's MoveLeader and MemberRemove go to the roles (Roles.MoveLeader,
+//     Roles.RemoveMember), which act through the Elector from any node;
+//     their refusals are status errors the client gets as they are.
 //
 // It must never apply an entry the Primary has not committed, append to
 // the log while this node's Primary role holds it, answer a linearizable

@@ -52,6 +52,19 @@
 //     state, and each Active term starts its schedule afresh.
 //   - A deposition ends once the Elector names a Primary at a later term:
 //     another node, or this one Active again at a later term.
+//   - A node whose log failed for good (the engine's Failed: an fsync
+//     failure, its data directory lost) reports Degraded in every
+//     heartbeat and receipt, so no quorum counts on it and no election
+//     picks it; told so (LogLost), an Active Primary drains and becomes a
+//     Replica, so the Elector does not defer to a Primary that cannot
+//     write.
+//   - etcd's cluster RPCs act through the Elector (members.go): MoveLeader
+//     is a handoff to the member named, refused (nothing asked of the
+//     Elector but its state) for an unknown member or one the Elector
+//     judges Degraded, and over only once the new Primary answers it is
+//     Active at the new term; MemberRemove deregisters a member without
+//     force, and refuses one the Elector judges Healthy (it would register
+//     again at its next heartbeat).
 //
 // It must never open listeners, set up TLS or serve HTTP (internal/node
 // does), nor touch the data directory except through what it is handed

@@ -71,6 +71,10 @@ type fakeElector struct {
 	// refuse, when set, answers Register and Heartbeat.
 	refuse error
 	cs     *netsyv1.ClusterState
+	// handoff, when set, answers Handoff.
+	handoff func(to string) (*netsyv1.ClusterState, error)
+	// deregister, when set, answers Deregister.
+	deregister func(nodeID string) error
 }
 
 var _ ElectorAPI = (*fakeElector)(nil)
@@ -110,6 +114,12 @@ func (e *fakeElector) Register(_ context.Context, info *netsyv1.NodeInfo, _ stri
 
 func (e *fakeElector) Deregister(_ context.Context, nodeID string) error {
 	e.calls.add("deregister " + nodeID)
+	e.mu.Lock()
+	f := e.deregister
+	e.mu.Unlock()
+	if f != nil {
+		return f(nodeID)
+	}
 	return nil
 }
 
@@ -125,13 +135,22 @@ func (e *fakeElector) ClusterState(context.Context, bool) (*netsyv1.ClusterState
 	return e.state(), nil
 }
 
-func (e *fakeElector) Handoff(context.Context, string) (*netsyv1.ClusterState, error) {
-	e.calls.add("handoff")
+func (e *fakeElector) Handoff(_ context.Context, to string) (*netsyv1.ClusterState, error) {
+	e.calls.add("handoff " + to)
+	e.mu.Lock()
+	f := e.handoff
+	e.mu.Unlock()
+	if f != nil {
+		return f(to)
+	}
 	return e.state(), nil
 }
 
-// fakeTransport reaches only the fake Elector.
-type fakeTransport struct{ el *fakeElector }
+// fakeTransport reaches the fake Elector, and the nodes in nodes.
+type fakeTransport struct {
+	el    *fakeElector
+	nodes *sync.Map // node id -> NodeAPI
+}
 
 func (t fakeTransport) Elector(addr string) (ElectorAPI, error) {
 	if addr != "el:2380" {
@@ -141,6 +160,9 @@ func (t fakeTransport) Elector(addr string) (ElectorAPI, error) {
 }
 
 func (t fakeTransport) Node(info *netsyv1.NodeInfo) (NodeAPI, error) {
+	if n, ok := t.nodes.Load(info.NodeId); ok {
+		return n.(NodeAPI), nil
+	}
 	return nil, fmt.Errorf("no node %s in this test", info.NodeId)
 }
 
@@ -228,6 +250,9 @@ type testNode struct {
 	store objstore.Store
 	// gate holds reads of members.json while shut.
 	gate *gate
+	// nodes are the other nodes the Transport reaches (node id ->
+	// NodeAPI).
+	nodes *sync.Map
 }
 
 // refuse, when not nil, is the Elector's answer to Register and
@@ -239,6 +264,7 @@ func newTestNode(t *testing.T, refuse error) *testNode {
 	c := newCalls()
 	el := newFakeElector(c)
 	el.setRefuse(refuse)
+	nodes := &sync.Map{}
 	cfg := config.Default()
 	cfg.NodeID, cfg.PeerAddr, cfg.DataDir = "n1", "n1:2380", t.TempDir()
 	store := recStore{Store: mem.New(clk), calls: c, gate: &gate{}}
@@ -263,7 +289,7 @@ func newTestNode(t *testing.T, refuse error) *testNode {
 			c.add("conn " + addr)
 			return nil, errors.New("no network in this test")
 		},
-		Transport: fakeTransport{el},
+		Transport: fakeTransport{el: el, nodes: nodes},
 	})
 	if err != nil {
 		eng.Close()
@@ -286,7 +312,7 @@ func newTestNode(t *testing.T, refuse error) *testNode {
 		}
 	}
 	r.hb.Now()
-	return &testNode{r: r, clk: clk, el: el, calls: c, store: store, gate: store.gate}
+	return &testNode{r: r, clk: clk, el: el, calls: c, store: store, gate: store.gate, nodes: nodes}
 }
 
 // beat advances the clock by one heartbeat interval.

@@ -453,9 +453,12 @@ func (r *Roles) MemberID() uint64 { return r.snap().memberID }
 // Registered reports whether the Elector this node knows registered it.
 func (r *Roles) Registered() bool { return r.snap().registered }
 
-// Healthy reports this node's own judgement: its heartbeats get through
-// and it is not leaving.
-func (r *Roles) Healthy() bool { s := r.snap(); return s.healthy && !s.leaving }
+// Healthy reports this node's own judgement: its heartbeats get through,
+// it is not leaving and its log has not failed.
+func (r *Roles) Healthy() bool {
+	s := r.snap()
+	return s.healthy && !s.leaving && r.eng.Failed() == nil
+}
 
 // PrimaryState is this node's primary state and the term it holds or
 // last held.
@@ -485,6 +488,18 @@ func (r *Roles) Handoff(ctx context.Context, to string) (*netsyv1.ClusterState, 
 		return nil, err
 	}
 	return el.Handoff(ctx, to)
+}
+
+// LogLost is told that this node's local log failed for good (the engine
+// refuses writes and Follow already): an Active Primary drains what it
+// can to object storage and becomes a Replica, so that the Elector, which
+// hears this node Degraded from now on, elects another node instead of
+// deferring to a Primary that cannot write.
+func (r *Roles) LogLost(ctx context.Context) error {
+	if !r.prim.Active() {
+		return nil
+	}
+	return r.prim.Drain(ctx)
 }
 
 // EngineDeposed is the engine's OnDeposed: object storage fenced it.

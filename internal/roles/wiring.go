@@ -103,6 +103,11 @@ func (r *Roles) state() *netsyv1.Heartbeat {
 		ElectorTerm:       r.view.ElectorTerm(),
 		PrimaryRefused:    s.primaryRefused,
 	}
+	if r.eng.Failed() != nil {
+		// A node whose log failed for good acknowledges nothing: no
+		// quorum may count on it, and no election may pick it.
+		hb.Health = netsyv1.HealthState_DEGRADED
+	}
 	if cs := r.view.Current(); cs != nil {
 		hb.PrimaryTerm = cs.PrimaryTerm
 		hb.PrimaryId = cs.GetPrimary().GetNodeId()

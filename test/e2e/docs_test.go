@@ -5,6 +5,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -182,4 +183,59 @@ func TestOperationsDocRebuildWAL(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dataDir, "wal.damaged")); err != nil {
 		t.Errorf("the damaged log was not kept aside: %v", err)
 	}
+}
+
+// TestOperationsDocUnreachableBucket checks the Storage failures claim of
+// docs/operations.md that start-up against an --s3-endpoint where nothing
+// listens fails within a few seconds, after 3 attempts, with the bucket's
+// error: the node exits non-zero within 10 s and logs what the guide
+// quotes.
+func TestOperationsDocUnreachableBucket(t *testing.T) {
+	skipUnlessNetsy(t)
+	root, err := procutil.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile(filepath.Join(root, "docs", "operations.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	quoted := []string{"within a few seconds when nothing", "exceeded maximum number of attempts, 3", "connect: connection refused"}
+	flat := strings.Join(strings.Fields(string(doc)), " ")
+	for _, q := range quoted {
+		if !strings.Contains(flat, q) {
+			t.Fatalf("docs/operations.md no longer says %q", q)
+		}
+	}
+	bin, err := procutil.NetsyBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	free := func() string { return fmt.Sprintf("127.0.0.1:%d", procutil.FreePort(t)) }
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "--node-id", "n1", "--data-dir", filepath.Join(t.TempDir(), "data"),
+		"--client-addr", free(), "--peer-addr", free(), "--http-addr", free(),
+		"--storage", "s3://netsy/p", "--s3-endpoint", "http://"+free(), "--s3-path-style", "--s3-region", "us-east-1")
+	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID=netsy", "AWS_SECRET_ACCESS_KEY=netsysecret")
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	took := time.Since(start)
+	if err == nil {
+		t.Fatalf("netsy started against an endpoint where nothing listens:\n%s", out)
+	}
+	t.Logf("exited after %v: %s", took.Round(10*time.Millisecond), lastLine(string(out)))
+	if took > 10*time.Second {
+		t.Errorf("start-up took %v to fail; the guide says a few seconds", took)
+	}
+	for _, q := range append(quoted[1:], `register node n1 in s3://netsy/p: load members.json`) {
+		if !strings.Contains(string(out), q) {
+			t.Errorf("the log lacks %q:\n%s", q, out)
+		}
+	}
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
 }

@@ -6,7 +6,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -19,6 +22,26 @@ import (
 	"github.com/netsy-io/netsy/internal/testutil/procutil"
 )
 
+// waitHealthz polls GET /healthz on s until it answers want or within
+// runs out, and returns the last answer.
+func waitHealthz(s *procutil.Server, want int, within time.Duration) (int, string) {
+	deadline := time.Now().Add(within)
+	for {
+		code, body := 0, ""
+		if resp, err := http.Get("http://" + s.HTTPAddr + "/healthz"); err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			code, body = resp.StatusCode, string(b)
+		} else {
+			body = err.Error()
+		}
+		if code == want || time.Now().After(deadline) {
+			return code, body
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 // outageWrite is one attempted write.
 type outageWrite struct {
 	key, value string
@@ -30,7 +53,8 @@ type outageWrite struct {
 // TestObjstoreMinIOOutage freezes MinIO (SIGSTOP: requests hang, as on a
 // dead network path) for 10 s under a steady sync-mode write load. Writes
 // must fail (Unavailable once the backlog is stale) rather than be
-// acknowledged without reaching storage, resume once MinIO is back, and
+// acknowledged without reaching storage, /healthz must be 503 saying so
+// meanwhile and 200 again after, writes resume once MinIO is back, and
 // nothing acknowledged may be lost — checked on the live server and again
 // after a restore from the bucket onto an empty data directory.
 func TestObjstoreMinIOOutage(t *testing.T) {
@@ -85,12 +109,22 @@ func TestObjstoreMinIOOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	frozen := time.Now()
-	time.Sleep(outage)
+	// While writes fail, /healthz says so (once the oldest entry has
+	// waited 5 s for upload).
+	code, body := waitHealthz(s, http.StatusServiceUnavailable, outage-time.Second)
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "writes fail: object storage unavailable") {
+		t.Errorf("/healthz during the outage: %d %q", code, body)
+	}
+	t.Logf("/healthz %v into the outage: %d %s", time.Since(frozen).Round(100*time.Millisecond), code, strings.TrimSpace(body))
+	time.Sleep(time.Until(frozen.Add(outage)))
 	if err := syscall.Kill(srv.PID, syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 	thawed := time.Now()
 	time.Sleep(5 * time.Second)
+	if code, body := waitHealthz(s, http.StatusOK, 10*time.Second); code != http.StatusOK {
+		t.Errorf("/healthz after the outage: %d %q", code, body)
+	}
 	stop()
 	wg.Wait()
 
