@@ -17,12 +17,21 @@ import (
 	"github.com/netsy-io/netsy/internal/vfs"
 )
 
-// addProbes registers the probes that need nothing but the process and
-// /healthz: /livez, and etcd's /health for tools written against etcd.
-func addProbes(mux *http.ServeMux) {
-	// /livez answers as long as the process serves HTTP at all: a liveness
-	// probe must not restart a node that is merely waiting for its bucket.
+// addProbes registers the probes that need nothing but the process,
+// failed and /healthz: /livez, and etcd's /health for tools written
+// against etcd. failed says why the node's log failed for good, or nil.
+func addProbes(mux *http.ServeMux, failed func() error) {
+	// /livez is what a liveness probe asks: 503 only when the local log
+	// failed for good (an fsync failure, the data directory deleted),
+	// which a restart mends by rebuilding from object storage. A node
+	// merely waiting for its bucket, or deposed, stays alive: restarting
+	// it would not bring the bucket back and costs its cached state.
 	mux.HandleFunc("/livez", func(w http.ResponseWriter, r *http.Request) {
+		if err := failed(); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, "failed: %v\n", err)
+			return
+		}
 		w.Write([]byte("ok\n"))
 	})
 	// /health is /healthz in etcd's shape, so it follows whatever

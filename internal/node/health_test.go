@@ -1,6 +1,7 @@
 package node
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -31,7 +32,7 @@ func TestEtcdHealthFollowsHealthz(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			mux := http.NewServeMux()
 			mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { tc.healthz(w) })
-			addProbes(mux)
+			addProbes(mux, func() error { return nil })
 			for _, p := range []struct {
 				path string
 				code int
@@ -44,6 +45,30 @@ func TestEtcdHealthFollowsHealthz(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestLivezFailsOnlyWhenTheLogFailedForGood: a liveness probe restarts a
+// node whose log failed for good, and nothing else.
+func TestLivezFailsOnlyWhenTheLogFailedForGood(t *testing.T) {
+	var failed error
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintln(w, "unhealthy: writes fail: object storage unavailable")
+	})
+	addProbes(mux, func() error { return failed })
+	get := func() (int, string) {
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/livez", nil))
+		return rec.Code, rec.Body.String()
+	}
+	if code, body := get(); code != 200 {
+		t.Fatalf("/livez while only /healthz fails: %d %q, want 200", code, body)
+	}
+	failed = errors.New("data directory deleted")
+	if code, body := get(); code != 503 || body != "failed: data directory deleted\n" {
+		t.Fatalf("/livez after the log failed: %d %q, want 503", code, body)
 	}
 }
 

@@ -414,7 +414,7 @@ func (n *Node) httpHandler() http.Handler {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	addProbes(mux)
+	addProbes(mux, n.eng.Failed)
 	mux.Handle("/cluster/state", clusterview.StateHandler(n.clusterState))
 	mux.Handle("/cluster/leader", clusterview.LeaderHandler(n.clusterState))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {

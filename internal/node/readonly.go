@@ -168,6 +168,7 @@ func (n *Node) readOnlyHTTPHandler() http.Handler {
 	}
 	mux.HandleFunc("/healthz", ok)
 	mux.HandleFunc("/readyz", ok)
+	mux.HandleFunc("/livez", ok)
 	return mux
 }
 
