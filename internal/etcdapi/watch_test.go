@@ -651,3 +651,60 @@ func TestWatchMetrics(t *testing.T) {
 		t.Fatalf("metrics %v, want %v", got, want)
 	}
 }
+
+// TestWatchBusyStreamGetsRevisionsTogether pins the pacing of busy
+// streams: once the responses sent need more of the server's response
+// budget than the time that passed, revisions committed meanwhile wait for
+// the hold and go out in one response per watcher, with nothing lost or
+// repeated; a progress request asked during the hold is answered only
+// after them; once the budget has caught up, a commit goes out at once.
+func TestWatchBusyStreamGetsRevisionsTogether(t *testing.T) {
+	const cost = time.Millisecond
+	fc := clock.NewFake(time.Unix(1000, 0))
+	e := newEnv(t, func(c *Config) { c.Clock = fc; c.WatchResponseCost = cost })
+	ctx := testCtx(t)
+	ws := e.rawWatch(ctx)
+	mustSend(t, ws, createReq(&pb.WatchCreateRequest{Key: []byte("k")}))
+	if r := mustRecv(t, ws); !r.Created {
+		t.Fatalf("create: %+v", r)
+	}
+	revs := func(r *pb.WatchResponse) []int64 {
+		var out []int64
+		for _, ev := range r.Events {
+			out = append(out, ev.Kv.ModRevision)
+		}
+		return out
+	}
+	want := func(r *pb.WatchResponse, revs0 ...int64) {
+		t.Helper()
+		if got := revs(r); fmt.Sprint(got) != fmt.Sprint(revs0) {
+			t.Fatalf("events at %v, want %v (%+v)", got, revs0, r)
+		}
+	}
+
+	// The first pass has no previous one to measure against; the second
+	// sent one response in no time, which needs 1 ms of budget.
+	e.put("k", "1")
+	want(mustRecv(t, ws), 1)
+	e.put("k", "2")
+	want(mustRecv(t, ws), 2)
+
+	e.put("k", "3")
+	// The loop arms its hold timer (next to the progress ticker) instead
+	// of sending revision 3.
+	if err := fc.BlockUntil(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	e.put("k", "4")
+	mustSend(t, ws, progressReq())
+	fc.Advance(cost)
+	want(mustRecv(t, ws), 3, 4)
+	if r := mustRecv(t, ws); r.WatchId != invalidWatchID || len(r.Events) != 0 || r.Header.Revision != 4 {
+		t.Fatalf("progress after the held events: %+v", r)
+	}
+
+	// That pass sent one response 1 ms after the previous one: within
+	// budget, so the next commit goes out without advancing the clock.
+	e.put("k", "5")
+	want(mustRecv(t, ws), 5)
+}
