@@ -29,8 +29,9 @@
 //   - Pacing: each response is a gRPC message the client decodes and
 //     dispatches, which costs more than the events it carries, so the
 //     server budgets one event response per WatchResponseCost over all
-//     streams. A stream whose last pass left the server over that budget
-//     holds for the difference (at most 50 ms); revisions committed
+//     streams. Each stream keeps an account (time paid in, every stream's
+//     responses charged, at most 10 ms saved); while it is in debt it
+//     holds for the debt (at most 50 ms) and revisions committed
 //     meanwhile go out together, one response per watcher. Cursors are
 //     untouched, so a hold delays events but never drops, splits or
 //     repeats them, and a held stream is not caught up (no progress).

@@ -117,6 +117,8 @@ type watchStream struct {
 	// and Server.watchResponses then.
 	lastPass  time.Time
 	lastTotal int64
+	// debt is the budget this stream's account owes (negative: saved).
+	debt      time.Duration
 	holdTimer clock.Timer
 	holdArmed bool
 
@@ -321,9 +323,14 @@ func (ws *watchStream) remove(w *watcher) {
 	}
 }
 
-// maxWatchHold bounds the pacing hold: it is the longest an event waits
-// behind the previous response of its stream.
-const maxWatchHold = 50 * time.Millisecond
+// Pacing bounds: maxWatchHold is the longest an event waits behind the
+// previous response of its stream (and the most budget debt a stream
+// carries), maxWatchCredit the budget a stream may save while under it,
+// so commits bunched by chance are not held.
+const (
+	maxWatchHold   = 50 * time.Millisecond
+	maxWatchCredit = 10 * time.Millisecond
+)
 
 // lagging reports whether a watcher has not been sent revision ws.cur.
 func (ws *watchStream) lagging() bool {
@@ -338,12 +345,13 @@ func (ws *watchStream) lagging() bool {
 // startHold ends a pass that sent ws.responses event responses. Every
 // response is a gRPC message its client decodes and dispatches, which
 // costs more than the events in it, so the server as a whole budgets one
-// response per WatchResponseCost. When the responses all streams sent
-// since this stream's previous pass needed more of that budget than the
-// time that passed, the stream holds for the difference (at most
-// maxWatchHold): revisions committed meanwhile wait and go out together,
-// one response per watcher, as etcd's watchers get batches once its send
-// queues overflow. Below the budget nothing is ever held.
+// response per WatchResponseCost. Each stream keeps an account of it: the
+// time since its previous pass is paid in, the responses every stream
+// sent meanwhile are charged. While the account is in debt, the stream
+// holds for the debt (at most maxWatchHold): revisions committed
+// meanwhile wait and go out together, one response per watcher, as
+// etcd's watchers get batches once its send queues overflow. A server
+// within its budget never holds a stream.
 func (ws *watchStream) startHold() {
 	n := int64(ws.responses)
 	ws.responses = 0
@@ -358,8 +366,10 @@ func (ws *watchStream) startHold() {
 	if cost <= 0 || last.IsZero() {
 		return
 	}
-	if hold := time.Duration(since)*cost - now.Sub(last); hold > 0 {
-		ws.holdUntil = now.Add(min(hold, maxWatchHold))
+	debt := max(ws.debt-now.Sub(last), -maxWatchCredit) + time.Duration(since)*cost
+	ws.debt = min(debt, maxWatchHold)
+	if ws.debt > 0 {
+		ws.holdUntil = now.Add(ws.debt)
 	}
 }
 

@@ -703,8 +703,36 @@ func TestWatchBusyStreamGetsRevisionsTogether(t *testing.T) {
 		t.Fatalf("progress after the held events: %+v", r)
 	}
 
-	// That pass sent one response 1 ms after the previous one: within
-	// budget, so the next commit goes out without advancing the clock.
+	// That pass paid 1 ms in and was charged 1 ms for its response: the
+	// 1 ms debt holds the stream until the clock has moved past it, and
+	// then a commit goes out at once.
+	fc.Advance(2 * cost)
 	e.put("k", "5")
 	want(mustRecv(t, ws), 5)
+}
+
+// TestWatchQuietStreamNotHeldForBunchedCommits checks a stream saves up
+// budget while within it: a few commits that happen to land together
+// after a quiet spell go out at once, each in its own response, so
+// pacing adds no latency to a server that is not overloaded.
+func TestWatchQuietStreamNotHeldForBunchedCommits(t *testing.T) {
+	const cost = time.Millisecond
+	fc := clock.NewFake(time.Unix(1000, 0))
+	e := newEnv(t, func(c *Config) { c.Clock = fc; c.WatchResponseCost = cost })
+	ctx := testCtx(t)
+	ws := e.rawWatch(ctx)
+	mustSend(t, ws, createReq(&pb.WatchCreateRequest{Key: []byte("k")}))
+	if r := mustRecv(t, ws); !r.Created {
+		t.Fatalf("create: %+v", r)
+	}
+	for i := range 4 {
+		if i == 1 {
+			fc.Advance(time.Second) // a quiet spell: credit saved, up to its cap
+		}
+		rev := e.put("k", "v")
+		r := mustRecv(t, ws)
+		if len(r.Events) != 1 || r.Events[0].Kv.ModRevision != rev {
+			t.Fatalf("commit %d at %d: got %+v", i, rev, r)
+		}
+	}
 }
