@@ -31,7 +31,7 @@
 //     server budgets one event response per WatchResponseCost over all
 //     streams. Each stream keeps an account (time paid in, every stream's
 //     responses charged, at most 10 ms saved); while it is in debt it
-//     holds for the debt (at most 50 ms) and revisions committed
+//     holds for the debt (at most 20 ms) and revisions committed
 //     meanwhile go out together, one response per watcher. Cursors are
 //     untouched, so a hold delays events but never drops, splits or
 //     repeats them, and a held stream is not caught up (no progress).

@@ -328,7 +328,7 @@ func (ws *watchStream) remove(w *watcher) {
 // carries), maxWatchCredit the budget a stream may save while under it,
 // so commits bunched by chance are not held.
 const (
-	maxWatchHold   = 50 * time.Millisecond
+	maxWatchHold   = 20 * time.Millisecond
 	maxWatchCredit = 10 * time.Millisecond
 )
 
