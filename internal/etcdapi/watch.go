@@ -366,8 +366,11 @@ func (ws *watchStream) startHold() {
 	if cost <= 0 || last.IsZero() {
 		return
 	}
-	debt := max(ws.debt-now.Sub(last), -maxWatchCredit) + time.Duration(since)*cost
-	ws.debt = min(debt, maxWatchHold)
+	// Charge and payment cover the same interval and are settled together:
+	// a long quiet spell on a server within budget leaves credit, however
+	// many responses other streams sent meanwhile.
+	debt := ws.debt + time.Duration(since)*cost - now.Sub(last)
+	ws.debt = min(max(debt, -maxWatchCredit), maxWatchHold)
 	if ws.debt > 0 {
 		ws.holdUntil = now.Add(ws.debt)
 	}

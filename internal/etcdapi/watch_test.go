@@ -736,3 +736,38 @@ func TestWatchQuietStreamNotHeldForBunchedCommits(t *testing.T) {
 		}
 	}
 }
+
+// TestWatchQuietStreamNotChargedForBusyNeighbours checks the budget
+// account weighs the responses of other streams against the whole time
+// they took: a stream that was quiet while another kept the server busy
+// but within budget is not held after its own next event.
+func TestWatchQuietStreamNotChargedForBusyNeighbours(t *testing.T) {
+	const cost = time.Millisecond
+	fc := clock.NewFake(time.Unix(1000, 0))
+	e := newEnv(t, func(c *Config) { c.Clock = fc; c.WatchResponseCost = cost })
+	ctx := testCtx(t)
+	open := func(key string) pb.Watch_WatchClient {
+		ws := e.rawWatch(ctx)
+		mustSend(t, ws, createReq(&pb.WatchCreateRequest{Key: []byte(key)}))
+		if r := mustRecv(t, ws); !r.Created {
+			t.Fatalf("create: %+v", r)
+		}
+		return ws
+	}
+	quiet, busy := open("a"), open("b")
+	putRecv := func(ws pb.Watch_WatchClient, key string) {
+		t.Helper()
+		rev := e.put(key, "v")
+		if r := mustRecv(t, ws); len(r.Events) != 1 || r.Events[0].Kv.ModRevision != rev {
+			t.Fatalf("%s at %d: got %+v", key, rev, r)
+		}
+	}
+	putRecv(quiet, "a")
+	// One response per 2 ms: half the budget, for 40 ms.
+	for range 20 {
+		fc.Advance(2 * cost)
+		putRecv(busy, "b")
+	}
+	putRecv(quiet, "a")
+	putRecv(quiet, "a") // not held: nothing is owed
+}
