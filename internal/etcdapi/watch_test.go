@@ -711,6 +711,18 @@ func TestWatchBusyStreamGetsRevisionsTogether(t *testing.T) {
 	want(mustRecv(t, ws), 5)
 }
 
+// settle waits until the stream's loop has closed the account of the pass
+// whose response was just received: a progress request is answered in a
+// later step of the loop, so a fake clock moved afterwards does not count
+// into that pass.
+func settle(t *testing.T, ws pb.Watch_WatchClient) {
+	t.Helper()
+	mustSend(t, ws, progressReq())
+	if r := mustRecv(t, ws); r.WatchId != invalidWatchID || len(r.Events) != 0 {
+		t.Fatalf("want a progress response, got %+v", r)
+	}
+}
+
 // TestWatchQuietStreamNotHeldForBunchedCommits checks a stream saves up
 // budget while within it: a few commits that happen to land together
 // after a quiet spell go out at once, each in its own response, so
@@ -727,6 +739,7 @@ func TestWatchQuietStreamNotHeldForBunchedCommits(t *testing.T) {
 	}
 	for i := range 4 {
 		if i == 1 {
+			settle(t, ws)
 			fc.Advance(time.Second) // a quiet spell: credit saved, up to its cap
 		}
 		rev := e.put("k", "v")
@@ -763,10 +776,12 @@ func TestWatchQuietStreamNotChargedForBusyNeighbours(t *testing.T) {
 		}
 	}
 	putRecv(quiet, "a")
+	settle(t, quiet)
 	// One response per 2 ms: half the budget, for 40 ms.
 	for range 20 {
 		fc.Advance(2 * cost)
 		putRecv(busy, "b")
+		settle(t, busy)
 	}
 	putRecv(quiet, "a")
 	putRecv(quiet, "a") // not held: nothing is owed
