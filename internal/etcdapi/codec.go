@@ -41,11 +41,12 @@ func (c *codec) Marshal(v any) (mem.BufferSlice, error) {
 	}
 	size := m.Size()
 	if mem.IsBelowBufferPoolingThreshold(size) {
-		buf := make([]byte, size)
-		if err := marshalInto(m, buf); err != nil {
+		sb := &smallBuffer{buf: make([]byte, size)}
+		if err := marshalInto(m, sb.buf); err != nil {
 			return nil, err
 		}
-		return mem.BufferSlice{mem.SliceBuffer(buf)}, nil
+		sb.slice[0] = &sb.buf
+		return sb.slice[:], nil
 	}
 	pool := mem.DefaultBufferPool()
 	buf := pool.Get(size)
@@ -54,6 +55,14 @@ func (c *codec) Marshal(v any) (mem.BufferSlice, error) {
 		return nil, err
 	}
 	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
+}
+
+// smallBuffer holds an unpooled message and the one-element BufferSlice
+// pointing at it in one allocation, where the slice and the boxed
+// SliceBuffer would be two more: every watch response is one of these.
+type smallBuffer struct {
+	buf   mem.SliceBuffer
+	slice [1]mem.Buffer
 }
 
 // marshalInto fills buf, which is exactly m.Size() long. Generated code

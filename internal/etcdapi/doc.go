@@ -26,6 +26,15 @@
 //   - Every response built in one iteration carries that iteration's
 //     committed revision in its header, so header revisions on a stream never
 //     go backwards and are always >= the revisions of the events they carry.
+//   - Pacing: each response is a gRPC message the client decodes and
+//     dispatches, which costs more than the events it carries, so the
+//     server budgets one event response per WatchResponseCost over all
+//     streams. Each stream keeps an account (time paid in, every stream's
+//     responses charged, at most 10 ms saved); while it is in debt it
+//     holds for the debt (at most 20 ms) and revisions committed
+//     meanwhile go out together, one response per watcher. Cursors are
+//     untouched, so a hold delays events but never drops, splits or
+//     repeats them, and a held stream is not caught up (no progress).
 //   - A progress response for revision R (RequestProgress or progress_notify)
 //     is only sent once the watchers it speaks for have been sent every event
 //     <= R, so it never overtakes an event.

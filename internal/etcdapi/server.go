@@ -23,6 +23,7 @@ const (
 	DefaultMaxRequestBytes        = 1536 * 1024 // etcd --max-request-bytes
 	DefaultMaxTxnOps              = 128         // etcd --max-txn-ops
 	DefaultWatchBatchEvents       = 1000
+	DefaultWatchResponseCost      = 20 * time.Microsecond
 
 	// grpcOverheadBytes is the room etcd leaves above MaxRequestBytes for the
 	// gRPC frame, so a request right at the limit is rejected with etcd's
@@ -51,6 +52,11 @@ type Config struct {
 	// (whole revisions, so a batch may exceed it), capping the memory a
 	// catching-up watcher holds.
 	WatchBatchEvents int
+	// WatchResponseCost paces busy watch streams (see startHold): the
+	// server budgets one event response per WatchResponseCost, and streams
+	// that keep it busier wait briefly so that several revisions go out in
+	// one response per watcher. Negative disables pacing.
+	WatchResponseCost time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -72,6 +78,9 @@ func (c *Config) setDefaults() {
 	if c.WatchBatchEvents <= 0 {
 		c.WatchBatchEvents = DefaultWatchBatchEvents
 	}
+	if c.WatchResponseCost == 0 {
+		c.WatchResponseCost = DefaultWatchResponseCost
+	}
 }
 
 // Server holds the etcd API services. It is safe for concurrent use.
@@ -89,6 +98,7 @@ type Server struct {
 	watchStreams     atomic.Int64
 	watchers         atomic.Int64
 	watchEventsSent  atomic.Int64
+	watchResponses   atomic.Int64 // event responses, for watch pacing
 	keepAliveStreams atomic.Int64
 	ops              opCounts
 

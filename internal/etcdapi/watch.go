@@ -5,12 +5,14 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/netsy-io/netsy/internal/clock"
 	"github.com/netsy-io/netsy/internal/mvcc"
 )
 
@@ -106,6 +108,20 @@ type watchStream struct {
 	cur int64
 	hdr *pb.ResponseHeader
 
+	// Pacing (Config.WatchResponseCost, startHold): responses counts the
+	// event responses of the current pass; until holdUntil, newer
+	// revisions wait for the hold timer and go out together.
+	responses int
+	holdUntil time.Time
+	// lastPass and lastTotal are when this stream's previous pass ended
+	// and Server.watchResponses then.
+	lastPass  time.Time
+	lastTotal int64
+	// debt is the budget this stream's account owes (negative: saved).
+	debt      time.Duration
+	holdTimer clock.Timer
+	holdArmed bool
+
 	cursors []int64    // scratch for sync
 	sel     []eventSel // scratch for deliver
 	enc     watchEncoder
@@ -117,6 +133,11 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 func (ws *watchStream) run(ctx context.Context, reqc <-chan *pb.WatchRequest, errc <-chan error) error {
 	ticker := ws.s.cfg.Clock.NewTicker(ws.s.cfg.ProgressNotifyInterval)
 	defer ticker.Stop()
+	defer func() {
+		if ws.holdTimer != nil {
+			ws.holdTimer.Stop()
+		}
+	}()
 	for {
 		// CommitNotify before CurrentRevision: a commit between the two
 		// closes the channel we hold, so it is never missed.
@@ -135,9 +156,18 @@ func (ws *watchStream) run(ctx context.Context, reqc <-chan *pb.WatchRequest, er
 		}
 		ws.pending = ws.pending[:0]
 
-		synced, err := ws.sync()
-		if err != nil {
-			return err
+		synced, held := true, false
+		if ws.lagging() {
+			if d := ws.holdUntil.Sub(ws.s.cfg.Clock.Now()); d > 0 {
+				synced, held = false, true
+				ws.armHold(d)
+			} else {
+				var err error
+				if synced, err = ws.sync(); err != nil {
+					return err
+				}
+				ws.startHold()
+			}
 		}
 		if synced && ws.progressAll {
 			ws.progressAll = false
@@ -159,11 +189,18 @@ func (ws *watchStream) run(ctx context.Context, reqc <-chan *pb.WatchRequest, er
 		}
 
 		wake := notify
-		if !synced {
+		var holdC <-chan time.Time
+		switch {
+		case held:
+			// The hold timer wakes the loop; commits until then wait.
+			wake, holdC = nil, ws.holdTimer.C()
+		case !synced:
 			wake = closedChan
 		}
 		select {
 		case <-wake:
+		case <-holdC:
+			ws.holdArmed = false
 		case req, ok := <-reqc:
 			if !ok {
 				// The client closed its side; keep delivering events
@@ -286,6 +323,72 @@ func (ws *watchStream) remove(w *watcher) {
 	}
 }
 
+// Pacing bounds: maxWatchHold is the longest an event waits behind the
+// previous response of its stream (and the most budget debt a stream
+// carries), maxWatchCredit the budget a stream may save while under it,
+// so commits bunched by chance are not held.
+const (
+	maxWatchHold   = 20 * time.Millisecond
+	maxWatchCredit = 10 * time.Millisecond
+)
+
+// lagging reports whether a watcher has not been sent revision ws.cur.
+func (ws *watchStream) lagging() bool {
+	for _, w := range ws.order {
+		if w.next <= ws.cur {
+			return true
+		}
+	}
+	return false
+}
+
+// startHold ends a pass that sent ws.responses event responses. Every
+// response is a gRPC message its client decodes and dispatches, which
+// costs more than the events in it, so the server as a whole budgets one
+// response per WatchResponseCost. Each stream keeps an account of it: the
+// time since its previous pass is paid in, the responses every stream
+// sent meanwhile are charged. While the account is in debt, the stream
+// holds for the debt (at most maxWatchHold): revisions committed
+// meanwhile wait and go out together, one response per watcher, as
+// etcd's watchers get batches once its send queues overflow. A server
+// within its budget never holds a stream.
+func (ws *watchStream) startHold() {
+	n := int64(ws.responses)
+	ws.responses = 0
+	if n == 0 {
+		return
+	}
+	now := ws.s.cfg.Clock.Now()
+	total := ws.s.watchResponses.Add(n)
+	since, last := total-ws.lastTotal, ws.lastPass
+	ws.lastTotal, ws.lastPass = total, now
+	cost := ws.s.cfg.WatchResponseCost
+	if cost <= 0 || last.IsZero() {
+		return
+	}
+	// Charge and payment cover the same interval and are settled together:
+	// a long quiet spell on a server within budget leaves credit, however
+	// many responses other streams sent meanwhile.
+	debt := ws.debt + time.Duration(since)*cost - now.Sub(last)
+	ws.debt = min(max(debt, -maxWatchCredit), maxWatchHold)
+	if ws.debt > 0 {
+		ws.holdUntil = now.Add(ws.debt)
+	}
+}
+
+// armHold makes the hold timer fire in d, unless it is already armed.
+func (ws *watchStream) armHold(d time.Duration) {
+	switch {
+	case ws.holdArmed:
+		return
+	case ws.holdTimer == nil:
+		ws.holdTimer = ws.s.cfg.Clock.NewTimer(d)
+	default:
+		ws.holdTimer.Reset(d)
+	}
+	ws.holdArmed = true
+}
+
 // sync sends every watcher its events up to ws.cur, at most one Events read
 // per distinct cursor, and reports whether all watchers are caught up.
 func (ws *watchStream) sync() (bool, error) {
@@ -378,6 +481,7 @@ func (ws *watchStream) deliver(w *watcher, evs []*mvccpb.Event) error {
 		return nil
 	}
 	w.sent = true
+	ws.responses++
 	ws.s.watchEventsSent.Add(int64(len(sel)))
 	if !w.fragment {
 		resp, err := ws.enc.response(ws.hdr, w.id, evs, sel)

@@ -651,3 +651,138 @@ func TestWatchMetrics(t *testing.T) {
 		t.Fatalf("metrics %v, want %v", got, want)
 	}
 }
+
+// TestWatchBusyStreamGetsRevisionsTogether pins the pacing of busy
+// streams: once the responses sent need more of the server's response
+// budget than the time that passed, revisions committed meanwhile wait for
+// the hold and go out in one response per watcher, with nothing lost or
+// repeated; a progress request asked during the hold is answered only
+// after them; once the budget has caught up, a commit goes out at once.
+func TestWatchBusyStreamGetsRevisionsTogether(t *testing.T) {
+	const cost = time.Millisecond
+	fc := clock.NewFake(time.Unix(1000, 0))
+	e := newEnv(t, func(c *Config) { c.Clock = fc; c.WatchResponseCost = cost })
+	ctx := testCtx(t)
+	ws := e.rawWatch(ctx)
+	mustSend(t, ws, createReq(&pb.WatchCreateRequest{Key: []byte("k")}))
+	if r := mustRecv(t, ws); !r.Created {
+		t.Fatalf("create: %+v", r)
+	}
+	revs := func(r *pb.WatchResponse) []int64 {
+		var out []int64
+		for _, ev := range r.Events {
+			out = append(out, ev.Kv.ModRevision)
+		}
+		return out
+	}
+	want := func(r *pb.WatchResponse, revs0 ...int64) {
+		t.Helper()
+		if got := revs(r); fmt.Sprint(got) != fmt.Sprint(revs0) {
+			t.Fatalf("events at %v, want %v (%+v)", got, revs0, r)
+		}
+	}
+
+	// The first pass has no previous one to measure against; the second
+	// sent one response in no time, which needs 1 ms of budget.
+	e.put("k", "1")
+	want(mustRecv(t, ws), 1)
+	e.put("k", "2")
+	want(mustRecv(t, ws), 2)
+
+	e.put("k", "3")
+	// The loop arms its hold timer (next to the progress ticker) instead
+	// of sending revision 3.
+	if err := fc.BlockUntil(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	e.put("k", "4")
+	mustSend(t, ws, progressReq())
+	fc.Advance(cost)
+	want(mustRecv(t, ws), 3, 4)
+	if r := mustRecv(t, ws); r.WatchId != invalidWatchID || len(r.Events) != 0 || r.Header.Revision != 4 {
+		t.Fatalf("progress after the held events: %+v", r)
+	}
+
+	// That pass paid 1 ms in and was charged 1 ms for its response: the
+	// 1 ms debt holds the stream until the clock has moved past it, and
+	// then a commit goes out at once.
+	fc.Advance(2 * cost)
+	e.put("k", "5")
+	want(mustRecv(t, ws), 5)
+}
+
+// settle waits until the stream's loop has closed the account of the pass
+// whose response was just received: a progress request is answered in a
+// later step of the loop, so a fake clock moved afterwards does not count
+// into that pass.
+func settle(t *testing.T, ws pb.Watch_WatchClient) {
+	t.Helper()
+	mustSend(t, ws, progressReq())
+	if r := mustRecv(t, ws); r.WatchId != invalidWatchID || len(r.Events) != 0 {
+		t.Fatalf("want a progress response, got %+v", r)
+	}
+}
+
+// TestWatchQuietStreamNotHeldForBunchedCommits checks a stream saves up
+// budget while within it: a few commits that happen to land together
+// after a quiet spell go out at once, each in its own response, so
+// pacing adds no latency to a server that is not overloaded.
+func TestWatchQuietStreamNotHeldForBunchedCommits(t *testing.T) {
+	const cost = time.Millisecond
+	fc := clock.NewFake(time.Unix(1000, 0))
+	e := newEnv(t, func(c *Config) { c.Clock = fc; c.WatchResponseCost = cost })
+	ctx := testCtx(t)
+	ws := e.rawWatch(ctx)
+	mustSend(t, ws, createReq(&pb.WatchCreateRequest{Key: []byte("k")}))
+	if r := mustRecv(t, ws); !r.Created {
+		t.Fatalf("create: %+v", r)
+	}
+	for i := range 4 {
+		if i == 1 {
+			settle(t, ws)
+			fc.Advance(time.Second) // a quiet spell: credit saved, up to its cap
+		}
+		rev := e.put("k", "v")
+		r := mustRecv(t, ws)
+		if len(r.Events) != 1 || r.Events[0].Kv.ModRevision != rev {
+			t.Fatalf("commit %d at %d: got %+v", i, rev, r)
+		}
+	}
+}
+
+// TestWatchQuietStreamNotChargedForBusyNeighbours checks the budget
+// account weighs the responses of other streams against the whole time
+// they took: a stream that was quiet while another kept the server busy
+// but within budget is not held after its own next event.
+func TestWatchQuietStreamNotChargedForBusyNeighbours(t *testing.T) {
+	const cost = time.Millisecond
+	fc := clock.NewFake(time.Unix(1000, 0))
+	e := newEnv(t, func(c *Config) { c.Clock = fc; c.WatchResponseCost = cost })
+	ctx := testCtx(t)
+	open := func(key string) pb.Watch_WatchClient {
+		ws := e.rawWatch(ctx)
+		mustSend(t, ws, createReq(&pb.WatchCreateRequest{Key: []byte(key)}))
+		if r := mustRecv(t, ws); !r.Created {
+			t.Fatalf("create: %+v", r)
+		}
+		return ws
+	}
+	quiet, busy := open("a"), open("b")
+	putRecv := func(ws pb.Watch_WatchClient, key string) {
+		t.Helper()
+		rev := e.put(key, "v")
+		if r := mustRecv(t, ws); len(r.Events) != 1 || r.Events[0].Kv.ModRevision != rev {
+			t.Fatalf("%s at %d: got %+v", key, rev, r)
+		}
+	}
+	putRecv(quiet, "a")
+	settle(t, quiet)
+	// One response per 2 ms: half the budget, for 40 ms.
+	for range 20 {
+		fc.Advance(2 * cost)
+		putRecv(busy, "b")
+		settle(t, busy)
+	}
+	putRecv(quiet, "a")
+	putRecv(quiet, "a") // not held: nothing is owed
+}

@@ -47,6 +47,10 @@ type watchEncoder struct {
 	valid  bool // sel/events describe the current batch
 	sel    []eventSel
 	events []byte // the events of sel as repeated field 11
+
+	// resp is what response returns, reused: a response is only valid
+	// until the stream's next send anyway.
+	resp encodedWatchResponse
 }
 
 // reset forgets the events: a new batch is being delivered.
@@ -74,7 +78,8 @@ func (e *watchEncoder) response(hdr *pb.ResponseHeader, id int64, evs []*mvccpb.
 		e.sel = append(e.sel[:0], sel...)
 		e.valid = true
 	}
-	return &encodedWatchResponse{hdr: e.hdr, id: id, events: e.events}, nil
+	e.resp = encodedWatchResponse{hdr: e.hdr, id: id, events: e.events}
+	return &e.resp, nil
 }
 
 // appendField appends m as length-delimited field tag.
