@@ -1,6 +1,8 @@
 package objwal
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"testing"
 	"time"
@@ -34,10 +36,7 @@ func TestClaimNeverMatchesTheOldWritersChunk(t *testing.T) {
 	e.blockUntil(2)
 
 	// b holds the same entries locally, as a replica of a would.
-	dirB := t.TempDir()
-	if err := os.CopyFS(dirB, os.DirFS(dirA)); err != nil {
-		t.Fatal(err)
-	}
+	dirB := copyLiveDir(t, dirA)
 	b := e.node(dirB, ModeSync, nil).open()
 
 	e.fake.Advance(time.Second)
@@ -54,4 +53,21 @@ func TestClaimNeverMatchesTheOldWritersChunk(t *testing.T) {
 	hist, _ := history(t, e.inner)
 	checkEntries(t, []*netsyv1.Entry{hist[8]}, 8, 8, tag("a"))
 	checkEntries(t, []*netsyv1.Entry{hist[9]}, 9, 9, tag("b"))
+}
+
+// copyLiveDir copies dir, which a running node writes, into a new
+// directory. A file that vanishes under the walk (objwal.json.tmp between
+// its write and its rename) makes the copy start again.
+func copyLiveDir(t *testing.T, dir string) string {
+	t.Helper()
+	for {
+		dst := t.TempDir()
+		err := os.CopyFS(dst, os.DirFS(dir))
+		if err == nil {
+			return dst
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			t.Fatal(err)
+		}
+	}
 }
