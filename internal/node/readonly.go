@@ -23,7 +23,9 @@ import (
 	"github.com/netsy-io/netsy/internal/config"
 	"github.com/netsy-io/netsy/internal/engine"
 	"github.com/netsy-io/netsy/internal/etcdapi"
+	"github.com/netsy-io/netsy/internal/objstore"
 	objopen "github.com/netsy-io/netsy/internal/objstore/open"
+	"github.com/netsy-io/netsy/internal/objwal"
 	"github.com/netsy-io/netsy/internal/roles"
 )
 
@@ -78,6 +80,15 @@ func startReadOnly(ctx context.Context, cfg config.Config, logger hclog.Logger, 
 			return nil, fmt.Errorf("--storage: %w", err)
 		}
 		n.ownStore = true
+	}
+	if !cfg.ReadOnlyAtTime.IsZero() {
+		p, err := revisionAtTime(ctx, n.store, cfg.ReadOnlyAtTime, clk.Wall())
+		if err != nil {
+			return nil, fmt.Errorf("--read-only-at: %w", err)
+		}
+		logger.Named("read-only").Info("the time is a revision", "time", cfg.ReadOnlyAtTime, "rev", p.Revision, "committed", p.Time)
+		cfg.ReadOnlyAt, cfg.ReadOnlyAtTime = p.Revision, time.Time{}
+		n.cfg = cfg
 	}
 	spill := ""
 	if cfg.ValueSpillMin > 0 {
@@ -226,4 +237,19 @@ func (b readOnlyBackend) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.Ala
 		return nil, b.refuse()
 	}
 	return b.Engine.Alarm(ctx, r)
+}
+
+// revisionAtTime is the last point committed at or before t in store's
+// history. A t before the history the bucket keeps is refused with the
+// window's times (objwal.RangeError); so is a t after now, whose state no
+// one has seen yet: the cluster may still commit before it.
+func revisionAtTime(ctx context.Context, store objstore.Store, t, now time.Time) (objwal.Point, error) {
+	if t.After(now) {
+		return objwal.Point{}, fmt.Errorf("time %s is in the future (now %s)", t.UTC().Format(time.RFC3339Nano), now.UTC().Format(time.RFC3339))
+	}
+	p, err := objwal.RevisionAt(ctx, store, t)
+	if err != nil {
+		return objwal.Point{}, err
+	}
+	return p, nil
 }
