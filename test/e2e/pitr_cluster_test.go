@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -165,4 +166,87 @@ func TestPointInTimeRestoreOnACluster(t *testing.T) {
 		t.Logf("revision %d by %v: from snapshot %d, compaction floor %d, %d keys, hashkv %08x", m.rev, at[0], res.Base, m.compact, len(m.kvs), m.hash)
 	}
 	t.Logf("%d restores checked in %v (total %v)", len(marks), time.Since(restoreStart).Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+}
+
+// TestOperationsDocRecoverFromAMistake runs the tested block of
+// docs/operations.md's "Recover from a mistake" as written (this test's
+// MinIO, directories and time in place of the examples'): a key is deleted
+// by mistake after a time T and the node compacts past it; the documented
+// read-only node at T and the node restored with --time T both serve the
+// state before the mistake, and the restored one takes writes after it.
+func TestOperationsDocRecoverFromAMistake(t *testing.T) {
+	skipUnlessNetsy(t)
+	block := docBlock(t, "recover")
+	srv := miniotest.Start(t)
+	args, env := minioArgs(srv, "prod")
+	live := procutil.StartNetsy(t, procutil.Options{DataDir: t.TempDir(), Args: args, Env: env})
+	cli := newClient(t, live)
+	ctx := opCtx(t)
+	const settings = "/registry/configmaps/default/settings"
+	for i := range 5 {
+		mustPut(t, cli, fmt.Sprintf("/registry/configmaps/default/c%d", i), fmt.Sprint("v", i))
+	}
+	mustPut(t, cli, settings, "before")
+	then, err := cli.Get(ctx, "\x00", clientv3.WithFromKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := renderKVs(then)
+	// T: after the last good write, a few milliseconds (commit times are
+	// milliseconds) before the mistake.
+	time.Sleep(3 * time.Millisecond)
+	at := time.Now()
+	time.Sleep(3 * time.Millisecond)
+	if _, err := cli.Delete(ctx, settings); err != nil {
+		t.Fatal(err)
+	}
+	tip := mustPut(t, cli, "/registry/configmaps/default/c0", "after")
+	if _, err := cli.Compact(ctx, tip); err != nil {
+		t.Fatal(err)
+	}
+
+	dirs := t.TempDir()
+	block = strings.NewReplacer(
+		"2026-03-04T14:02:00Z", at.UTC().Format(time.RFC3339Nano),
+		"s3://netsy/", "s3://"+srv.Bucket+"/",
+		"http://127.0.0.1:9000", srv.Endpoint,
+		"/var/lib/netsy-recovered", filepath.Join(dirs, "recovered"),
+		"/tmp/netsy-then", filepath.Join(dirs, "then"),
+		"AWS_ACCESS_KEY_ID=minio ", "AWS_ACCESS_KEY_ID="+srv.AccessKey+" ",
+		"AWS_SECRET_ACCESS_KEY=minio-secret ", "AWS_SECRET_ACCESS_KEY="+srv.SecretKey+" ",
+	).Replace(block)
+	netsys := runDocBlock(t, t.TempDir(), block)
+	if len(netsys) != 2 || !slices.Contains(netsys[0], "--read-only-at") {
+		t.Fatalf("the documented block starts %q, want a read-only node and then the restored one", netsys)
+	}
+	creds := []string{"AWS_ACCESS_KEY_ID=" + srv.AccessKey, "AWS_SECRET_ACCESS_KEY=" + srv.SecretKey}
+	for i, args := range netsys {
+		// The test's ports, not the example's.
+		var own []string
+		for j := 0; j < len(args); j++ {
+			if args[j] == "--client-addr" || args[j] == "--http-addr" {
+				j++
+				continue
+			}
+			own = append(own, args[j])
+		}
+		s := startDocumented(t, own, creds)
+		rcli := newClient(t, s)
+		got, err := rcli.Get(opCtx(t), "\x00", clientv3.WithFromKey())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g := renderKVs(got); got.Header.Revision != then.Header.Revision || !reflect.DeepEqual(g, want) {
+			t.Errorf("node %d (netsy %s) at revision %d:\n  got  %q\n  want %q (revision %d, before the mistake)",
+				i+1, strings.Join(args, " "), got.Header.Revision, g, want, then.Header.Revision)
+		}
+		if i == 1 {
+			if r := mustPut(t, rcli, settings, "repaired"); r != then.Header.Revision+1 {
+				t.Errorf("a put on the restored node got revision %d, want %d", r, then.Header.Revision+1)
+			}
+		}
+		if err := s.Stop(); err != nil {
+			t.Error(err)
+		}
+	}
 }
