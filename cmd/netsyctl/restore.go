@@ -9,10 +9,13 @@ import (
 	"time"
 
 	"github.com/netsy-io/netsy/internal/backup"
+	"github.com/netsy-io/netsy/internal/clock"
+	"github.com/netsy-io/netsy/internal/config"
 	objopen "github.com/netsy-io/netsy/internal/objstore/open"
+	"github.com/netsy-io/netsy/internal/objwal"
 )
 
-const pitrUsage = "usage: netsyctl restore --from URL --revision R --to URL --data-dir DIR [--s3-endpoint URL --s3-region R --s3-path-style] [-o table|json]"
+const pitrUsage = "usage: netsyctl restore --from URL (--revision R | --time T) --to URL --data-dir DIR [--s3-endpoint URL --s3-region R --s3-path-style] [-o table|json]"
 
 // progressOut is where a restore's progress goes, and isTerminal says
 // whether to draw it there: only a person watching a terminal wants it,
@@ -38,6 +41,7 @@ func runRestore(ctx context.Context, args []string, stdout io.Writer) error {
 	to := fs.String("to", "", "the restored node's --storage: a new, empty bucket or prefix (s3://bucket/new-prefix)")
 	dataDir := fs.String("data-dir", "", "the restored node's data directory: must not exist or be empty")
 	rev := fs.Int64("revision", 0, "the revision to restore (as etcdctl get --rev shows it)")
+	at := fs.String("time", "", "instead of --revision, restore the last revision committed at or before this RFC 3339 time (2026-01-02T15:04:05Z, or as date --rfc-3339=seconds prints it)")
 	var so objopen.Options
 	fs.StringVar(&so.S3Endpoint, "s3-endpoint", "", "S3 endpoint URL, e.g. http://127.0.0.1:9000 (default: AWS); credentials come from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, as for netsy")
 	fs.StringVar(&so.S3Region, "s3-region", "", "S3 region (default from the AWS environment, else us-east-1)")
@@ -55,8 +59,10 @@ func runRestore(ctx context.Context, args []string, stdout io.Writer) error {
 		return errors.New("--to: required (a new, empty bucket or prefix for the restored node)\n" + pitrUsage)
 	case *dataDir == "":
 		return errors.New("--data-dir: required (the directory the restored node will run on)\n" + pitrUsage)
-	case *rev <= 0:
-		return errors.New("--revision: required, a positive revision\n" + pitrUsage)
+	case *rev != 0 && *at != "":
+		return errors.New("--revision and --time: give one, not both\n" + pitrUsage)
+	case *rev <= 0 && *at == "":
+		return errors.New("--revision or --time: required, a positive revision or a time\n" + pitrUsage)
 	case *output != "table" && *output != "json":
 		return fmt.Errorf("-o: %q is not table or json", *output)
 	case *from == *to:
@@ -67,6 +73,17 @@ func runRestore(ctx context.Context, args []string, stdout io.Writer) error {
 		return fmt.Errorf("--from: %w", err)
 	}
 	defer src.Close()
+	var asked time.Time
+	var point objwal.Point
+	if *at != "" {
+		if asked, err = config.ParseTime(*at); err != nil {
+			return fmt.Errorf("--time: %w", err)
+		}
+		if point, err = backup.RevisionAtTime(ctx, src, asked, clock.Real().Wall()); err != nil {
+			return fmt.Errorf("--time: %w", err)
+		}
+		*rev = point.Revision
+	}
 	p := backup.PointInTime{From: src, FromURL: *from, Revision: *rev,
 		Target: backup.Target{DataDir: *dataDir, Storage: *to, StoreOptions: so}}
 	if *output == "table" && isTerminal(progressOut) {
@@ -77,12 +94,23 @@ func runRestore(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	if *output == "json" {
-		return writeJSON(stdout, res)
+		if asked.IsZero() {
+			return writeJSON(stdout, res)
+		}
+		return writeJSON(stdout, struct {
+			backup.PointInTimeResult
+			Time          time.Time `json:"time"`
+			CommittedTime time.Time `json:"revision_time"`
+		}{res, asked.UTC(), point.Time.UTC()})
 	}
 	for _, k := range res.Cleaned {
 		fmt.Fprintf(stdout, "removed %s, left in %s by an interrupted restore\n", k, *to)
 	}
 	fmt.Fprintf(stdout, "restored %s at revision %d into %s\n", *from, res.Revision, res.DataDir)
+	if !asked.IsZero() {
+		fmt.Fprintf(stdout, "time:              %s is revision %d, committed %s\n",
+			asked.UTC().Format(time.RFC3339Nano), point.Revision, point.Time.UTC().Format(time.RFC3339Nano))
+	}
 	fmt.Fprintf(stdout, "storage:           %s\n", res.Storage)
 	fmt.Fprintf(stdout, "window:            %s (revisions %s could restore)\n", res.Window, *from)
 	fmt.Fprintf(stdout, "from snapshot:     %d, then %d entries replayed\n", res.BaseRevision, res.Replayed)

@@ -19,6 +19,8 @@ import (
 	"github.com/netsy-io/netsy/internal/clock"
 	"github.com/netsy-io/netsy/internal/config"
 	"github.com/netsy-io/netsy/internal/node"
+	objopen "github.com/netsy-io/netsy/internal/objstore/open"
+	"github.com/netsy-io/netsy/internal/objwal"
 )
 
 // writtenBucket runs a node, writes a few revisions and stops it; it
@@ -116,5 +118,107 @@ func TestProgressLineShowsRateAndTimeLeft(t *testing.T) {
 	p.Revision, p.Done = 5000, true
 	if got := progressLine(p); !strings.Contains(got, "(100%)") || !strings.Contains(got, "done in 2s") {
 		t.Fatalf("progressLine(done) = %q", got)
+	}
+}
+
+// timedBucket runs a node and puts a few keys, a few milliseconds apart
+// (commit times are stamped to the millisecond), recording each put's
+// revision and the wall time after it was acknowledged and before the
+// next one was sent; it stops the node and returns its bucket URL.
+func timedBucket(t *testing.T) (url string, revs []int64, after []time.Time) {
+	t.Helper()
+	clk := clock.Real()
+	cfg := config.Default()
+	cfg.DataDir = t.TempDir()
+	cfg.ClientAddr, cfg.HTTPAddr, cfg.PeerAddr = freeAddr(t), freeAddr(t), freeAddr(t)
+	cfg.NodeID = "n1"
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n, err := node.StartWith(ctx, cfg, hclog.NewNullLogger(), node.Deps{Clock: clk, WaitReady: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{n.ClientAddr()}, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	for i := range 4 {
+		r, err := cli.Put(ctx, "k", strconv.Itoa(i))
+		if err != nil {
+			t.Fatalf("put %d: %v", i, err)
+		}
+		revs = append(revs, r.Header.Revision)
+		after = append(after, clk.Wall())
+		if err := clk.Sleep(ctx, 3*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if url, err = cfg.StorageURL(); err != nil {
+		t.Fatal(err)
+	}
+	return url, revs, after
+}
+
+// restore --time T restores the last revision committed at or before T,
+// taking T as RFC 3339 or as date --rfc-3339 prints it; a T before the
+// history is refused with the window's times, as is a T in the future,
+// and --time with --revision.
+func TestRestoreByTimePicksTheLastRevisionCommittedByThen(t *testing.T) {
+	from, revs, after := timedBucket(t)
+	for i, at := range []string{
+		after[1].UTC().Format(time.RFC3339Nano),
+		after[2].Format("2006-01-02 15:04:05.000000000-07:00"), // date --rfc-3339=ns
+	} {
+		want := revs[i+1]
+		dataDir := filepath.Join(t.TempDir(), "restored")
+		out, errOut, code := run(t, "restore", "--from", from, "--time", at, "--to", "file://"+t.TempDir(), "--data-dir", dataDir, "-o", "json")
+		if code != 0 {
+			t.Fatalf("restore --time %s: exit %d: %s", at, code, errOut)
+		}
+		var res struct {
+			Revision     int64     `json:"revision"`
+			Time         time.Time `json:"time"`
+			RevisionTime time.Time `json:"revision_time"`
+		}
+		if err := json.Unmarshal([]byte(out), &res); err != nil {
+			t.Fatalf("restore -o json: %v\n%s", err, out)
+		}
+		if res.Revision != want || res.RevisionTime.After(res.Time) || res.RevisionTime.IsZero() {
+			t.Fatalf("restore --time %s = %+v; want revision %d (puts at %v, acknowledged by %v)", at, res, want, revs, after)
+		}
+	}
+	out, errOut, code := run(t, "restore", "--from", from, "--time", after[3].UTC().Format(time.RFC3339Nano), "--to", "file://"+t.TempDir(), "--data-dir", filepath.Join(t.TempDir(), "d"))
+	if code != 0 || !strings.Contains(out, "at revision "+strconv.FormatInt(revs[3], 10)) || !strings.Contains(out, "time: ") {
+		t.Fatalf("restore --time (table): exit %d: %s%s", code, out, errOut)
+	}
+
+	store, err := objopen.Open(t.Context(), from, objopen.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	oldest, newest, err := objwal.Window(t.Context(), store)
+	if err != nil || oldest.Revision != revs[0] || newest.Revision != revs[3] || oldest.Time.IsZero() {
+		t.Fatalf("window %v..%v, %v; want revisions %d..%d with times", oldest, newest, err, revs[0], revs[3])
+	}
+	before := after[0].Add(-time.Hour).UTC().Truncate(time.Second)
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--time", before.Format(time.RFC3339)}, []string{"--time: time " + before.Format(time.RFC3339Nano) + " is outside the history", "from " + oldest.String() + " to " + newest.String()}},
+		{[]string{"--time", after[0].Add(time.Hour).Format(time.RFC3339)}, []string{"is in the future"}},
+		{[]string{"--time", after[1].Format(time.RFC3339), "--revision", "2"}, []string{"give one, not both"}},
+		{[]string{"--time", "yesterday"}, []string{"--time: \"yesterday\" is not an RFC 3339 time"}},
+	} {
+		args := append([]string{"restore", "--from", from, "--to", "file://" + t.TempDir(), "--data-dir", filepath.Join(t.TempDir(), "d")}, c.args...)
+		_, errOut, code := run(t, args...)
+		for _, w := range c.want {
+			if code == 0 || !strings.Contains(errOut, w) {
+				t.Errorf("restore %v: exit %d, stderr %q; want it to contain %q", c.args, code, errOut, w)
+			}
+		}
 	}
 }

@@ -47,9 +47,11 @@ Commands:
                       bucket: --data-dir DIR [--storage URL ...]
   restore             rebuild the state at a revision from a bucket into a
                       new data directory and an empty bucket prefix, without
-                      a running cluster: --from URL --revision R --to URL
-                      --data-dir DIR; the node started on them serves what
-                      'etcdctl get --rev=R' showed and continues from R
+                      a running cluster: --from URL (--revision R | --time T)
+                      --to URL --data-dir DIR, T an RFC 3339 time (the last
+                      revision committed then); the node started on them
+                      serves what 'etcdctl get --rev=R' showed and continues
+                      from R
                       (progress on a terminal; -o json prints the result)
   inspect F           dump a Netsy data file (segment, chunk or snapshot, or a
                       file-store object file such as objects/wal.dir/N.obj);

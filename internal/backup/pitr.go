@@ -24,6 +24,7 @@ import (
 	"github.com/netsy-io/netsy/internal/datafile"
 	"github.com/netsy-io/netsy/internal/engine"
 	"github.com/netsy-io/netsy/internal/objstore"
+	"github.com/netsy-io/netsy/internal/objwal"
 	netsyv1 "github.com/netsy-io/netsy/proto/netsyv1"
 )
 
@@ -881,4 +882,16 @@ func fetchInOrder(ctx context.Context, src *source, seqs []uint64, fn func(uint6
 		}
 	}
 	return nil
+}
+
+// RevisionAtTime is the last point committed at or before t in store's
+// history (the state a reader saw at t). A t before the history the
+// bucket keeps is refused with the window's revisions and times
+// (objwal.RangeError); so is a t after now, whose state no one has seen:
+// the cluster may still commit before it.
+func RevisionAtTime(ctx context.Context, store objstore.Store, t, now time.Time) (objwal.Point, error) {
+	if t.After(now) {
+		return objwal.Point{}, fmt.Errorf("time %s is in the future (now %s)", t.UTC().Format(time.RFC3339Nano), now.UTC().Format(time.RFC3339))
+	}
+	return objwal.RevisionAt(ctx, store, t)
 }

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -113,7 +114,15 @@ type Config struct {
 	// readonly.go): it never writes to the bucket and takes no part in
 	// the cluster. 0 is a normal node.
 	ReadOnlyAt int64
+	// ReadOnlyAtTime, when set, starts the same read-only node at the last
+	// revision committed at or before it, which the node looks up in the
+	// bucket's timeline at start (objwal.RevisionAt) and then keeps in
+	// ReadOnlyAt. --read-only-at sets one or the other.
+	ReadOnlyAtTime time.Time
 }
+
+// ReadOnly says whether the node is a read-only one (--read-only-at).
+func (c Config) ReadOnly() bool { return c.ReadOnlyAt > 0 || !c.ReadOnlyAtTime.IsZero() }
 
 // DefaultQuotaBackendBytes is the space quota when none is set: 2 GiB,
 // etcd's default. It is measured on what the store holds, keys, values
@@ -322,7 +331,10 @@ func (c Config) Validate() error {
 	if c.ReadOnlyAt < 0 {
 		return fmt.Errorf("--read-only-at: must be a positive revision (or 0: a normal node), got %d", c.ReadOnlyAt)
 	}
-	if c.ReadOnlyAt > 0 && c.Storage == "" {
+	if c.ReadOnlyAt > 0 && !c.ReadOnlyAtTime.IsZero() {
+		return errors.New("--read-only-at: a revision or a time, not both")
+	}
+	if c.ReadOnly() && c.Storage == "" {
 		// The default, file://<data-dir>/objects, is a node's own scratch
 		// store: the past of a cluster is in the bucket it names.
 		return errors.New("--read-only-at: needs --storage, the bucket (or prefix) whose past to serve")
@@ -435,6 +447,53 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.DurationVar(&c.HeartbeatInterval, "heartbeat-interval", c.HeartbeatInterval, "heartbeat cadence; a node missing two heartbeats is Degraded, and the Primary's lease is two intervals")
 	fs.DurationVar(&c.PrimaryHandshakeTimeout, "primary-handshake-timeout", c.PrimaryHandshakeTimeout, "how long an election waits for an unreachable previous Primary last seen Draining (never less than its lease; an Active one is waited for until its lease runs out)")
 	fs.DurationVar(&c.DeregistrationTimeout, "deregistration-timeout", c.DeregistrationTimeout, "deregister a node Degraded this long (0: never)")
-	fs.Int64Var(&c.ReadOnlyAt, "read-only-at", c.ReadOnlyAt, "serve the state at this revision read-only, rebuilt from --storage, to inspect the past with etcdctl or kubectl: every write is refused, nothing is written to the bucket and the node takes no part in the cluster (0: a normal node)")
+	fs.Var(&revisionOrTime{rev: &c.ReadOnlyAt, t: &c.ReadOnlyAtTime}, "read-only-at", "serve the state at this revision, or at this RFC 3339 time (2026-01-02T15:04:05Z, or as date --rfc-3339=seconds prints it: the last revision committed then), read-only, rebuilt from --storage, to inspect the past with etcdctl or kubectl: every write is refused, nothing is written to the bucket and the node takes no part in the cluster (0: a normal node)")
 	c.bindTLS(fs)
+}
+
+// revisionOrTime is a flag that takes a revision or an RFC 3339 time: one
+// flag, so an operator who found a time in a log or an incident report
+// does not have to turn it into a revision first, and the two cannot
+// both be given. Setting one clears the other.
+type revisionOrTime struct {
+	rev *int64
+	t   *time.Time
+}
+
+func (v *revisionOrTime) String() string {
+	if v.t == nil || v.rev == nil {
+		return "0"
+	}
+	if !v.t.IsZero() {
+		return v.t.Format(time.RFC3339Nano)
+	}
+	return strconv.FormatInt(*v.rev, 10)
+}
+
+func (v *revisionOrTime) Set(s string) error {
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		*v.rev, *v.t = n, time.Time{}
+		return nil
+	}
+	t, err := ParseTime(s)
+	if err != nil {
+		return fmt.Errorf("%q is neither a revision nor an RFC 3339 time (2026-01-02T15:04:05Z)", s)
+	}
+	*v.rev, *v.t = 0, t
+	return nil
+}
+
+// ParseTime reads a point in time as RFC 3339 (2026-01-02T15:04:05Z,
+// 2026-01-02T16:04:05.5+01:00) or as `date --rfc-3339=seconds` (or =ns)
+// prints it, with a space for the T. An offset is required: a time
+// without one would mean a different instant on each machine.
+func ParseTime(s string) (time.Time, error) {
+	if len(s) > 10 && s[10] == ' ' {
+		s = s[:10] + "T" + s[11:]
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%q is not an RFC 3339 time with an offset (2026-01-02T15:04:05Z or 2026-01-02 15:04:05+00:00)", s)
+	}
+	return t, nil
 }

@@ -75,6 +75,16 @@ func TestFlagsEnvAndErrors(t *testing.T) {
 		{name: "read-only-at env", env: map[string]string{"NETSY_READ_ONLY_AT": "42", "NETSY_STORAGE": "s3://b/p"}, check: func(c Config) bool { return c.ReadOnlyAt == 42 }},
 		{name: "read-only-at flag", args: []string{"--read-only-at=7", "--storage=file:///x"}, check: func(c Config) bool { return c.ReadOnlyAt == 7 }},
 		{name: "negative read-only-at", args: []string{"--read-only-at=-1"}, wantErr: "--read-only-at"},
+		{name: "read-only-at time", args: []string{"--read-only-at=2026-01-02T15:04:05.5+01:00", "--storage=file:///x"},
+			check: func(c Config) bool {
+				return c.ReadOnlyAt == 0 && c.ReadOnly() && c.ReadOnlyAtTime.Equal(time.Date(2026, 1, 2, 14, 4, 5, 5e8, time.UTC))
+			}},
+		{name: "read-only-at time as date prints it", env: map[string]string{"NETSY_READ_ONLY_AT": "2026-01-02 15:04:05+00:00", "NETSY_STORAGE": "s3://b/p"},
+			check: func(c Config) bool { return c.ReadOnlyAtTime.Equal(time.Date(2026, 1, 2, 15, 4, 5, 0, time.UTC)) }},
+		{name: "read-only-at time without storage", args: []string{"--read-only-at=2026-01-02T15:04:05Z"}, wantErr: "--read-only-at: needs --storage"},
+		{name: "read-only-at time without offset", args: []string{"--read-only-at=2026-01-02T15:04:05", "--storage=file:///x"}, wantErr: "neither a revision nor an RFC 3339 time"},
+		{name: "read-only-at nonsense", args: []string{"--read-only-at=yesterday", "--storage=file:///x"}, wantErr: "neither a revision nor an RFC 3339 time"},
+		{name: "read-only-at off", check: func(c Config) bool { return !c.ReadOnly() }},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -255,5 +265,26 @@ func TestClusterDefaults(t *testing.T) {
 	}
 	if h, err := os.Hostname(); err == nil && discovery.ValidateNodeID(h) == nil && c.NodeID != h {
 		t.Fatalf("default node id %q, want the host name %q", c.NodeID, h)
+	}
+}
+
+func TestParseTimeTakesRFC3339AndWhatDatePrints(t *testing.T) {
+	want := time.Date(2026, 11, 28, 8, 4, 49, 0, time.UTC)
+	for _, s := range []string{
+		"2026-11-28T08:04:49Z",
+		"2026-11-28T08:04:49+00:00",      // date -Iseconds
+		"2026-11-28 08:04:49+00:00",      // date --rfc-3339=seconds
+		"2026-11-28 09:04:49+01:00",      // another offset, the same instant
+		"2026-11-28 08:04:49.000000000Z", // date --rfc-3339=ns, in UTC
+	} {
+		got, err := ParseTime(s)
+		if err != nil || !got.Equal(want) {
+			t.Errorf("ParseTime(%q) = %v, %v; want %v", s, got, err, want)
+		}
+	}
+	for _, s := range []string{"", "2026-11-28", "2026-11-28 08:04:49", "08:04:49Z", "1764317089"} {
+		if got, err := ParseTime(s); err == nil {
+			t.Errorf("ParseTime(%q) = %v, want an error", s, got)
+		}
 	}
 }

@@ -43,5 +43,8 @@
 // never write to the bucket or take part in the cluster (no s3lect, no
 // registration, no claim of the log, no uploads or GC, no peer port), and
 // refuses every write with FailedPrecondition before it reaches the
-// engine; its data directory is locked and holds only scratch.
+// engine; its data directory is locked and holds only scratch. Started at
+// a time T (--read-only-at with an RFC 3339 time), it first turns T into
+// R with objwal.RevisionAt, reading the bucket only, and refuses a T
+// before the window or in the future.
 package node

@@ -115,7 +115,7 @@ func StartWith(ctx context.Context, cfg config.Config, logger hclog.Logger, deps
 	if clk == nil {
 		clk = clock.Real()
 	}
-	if cfg.ReadOnlyAt > 0 {
+	if cfg.ReadOnly() {
 		return startReadOnly(ctx, cfg, logger, deps, clk)
 	}
 	n := &Node{cfg: cfg, log: logger, clock: clk}

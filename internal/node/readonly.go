@@ -79,6 +79,15 @@ func startReadOnly(ctx context.Context, cfg config.Config, logger hclog.Logger, 
 		}
 		n.ownStore = true
 	}
+	if !cfg.ReadOnlyAtTime.IsZero() {
+		p, err := backup.RevisionAtTime(ctx, n.store, cfg.ReadOnlyAtTime, clk.Wall())
+		if err != nil {
+			return nil, fmt.Errorf("--read-only-at: %w", err)
+		}
+		logger.Named("read-only").Info("the time is a revision", "time", cfg.ReadOnlyAtTime, "rev", p.Revision, "committed", p.Time)
+		cfg.ReadOnlyAt, cfg.ReadOnlyAtTime = p.Revision, time.Time{}
+		n.cfg = cfg
+	}
 	spill := ""
 	if cfg.ValueSpillMin > 0 {
 		spill = filepath.Join(cfg.DataDir, readOnlySpill)

@@ -161,13 +161,18 @@ func writePastHistory(t *testing.T) *pastHistory {
 
 func startReadOnlyNode(t *testing.T, store objstore.Store, rev int64) (*Node, error) {
 	t.Helper()
+	return startReadOnlyNodeWith(t, store, func(c *config.Config) { c.ReadOnlyAt = rev })
+}
+
+func startReadOnlyNodeWith(t *testing.T, store objstore.Store, at func(*config.Config)) (*Node, error) {
+	t.Helper()
 	cfg := config.Default()
 	cfg.DataDir = t.TempDir()
 	cfg.ClientAddr = freePeerAddr(t)
 	cfg.HTTPAddr = freePeerAddr(t)
 	cfg.PeerAddr = freePeerAddr(t)
 	cfg.Storage = "s3://past/prefix"
-	cfg.ReadOnlyAt = rev
+	at(&cfg)
 	logger := hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testLog{t}})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -334,5 +339,48 @@ func TestReadOnlyAtRefusesRevisionOutsideWindow(t *testing.T) {
 	want := fmt.Sprintf("can restore revisions 1..%d only", h.tip)
 	if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "--read-only-at") {
 		t.Fatalf("start at %d: %v, want a refusal naming --read-only-at and %q", h.tip+1, err, want)
+	}
+}
+
+// --read-only-at T serves the last revision committed at or before T, as
+// the bucket's timeline says; a T before the history is refused with the
+// window's times, a T in the future as such, and the bucket is left alone.
+func TestReadOnlyAtTimeServesTheRevisionCommittedByThen(t *testing.T) {
+	h := writePastHistory(t)
+	ctx := t.Context()
+	mid, err := objwal.TimeOf(ctx, h.bucket, h.tip-8)
+	if err != nil || mid.Time.IsZero() {
+		t.Fatalf("time of revision %d: %v, %v", h.tip-8, mid, err)
+	}
+	// Several revisions can share a millisecond: the answer is the last.
+	want, err := objwal.RevisionAt(ctx, h.bucket, mid.Time)
+	if err != nil || want.Revision < h.tip-8 || want.Time != mid.Time {
+		t.Fatalf("revision at %v: %v, %v", mid.Time, want, err)
+	}
+	n, err := startReadOnlyNodeWith(t, noWrites{h.bucket, t}, func(c *config.Config) { c.ReadOnlyAtTime = mid.Time })
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli := client(t, n)
+	r, err := cli.Get(ctx, "\x00", clientv3.WithFromKey())
+	if err != nil || r.Header.Revision != want.Revision || !sameKVs(r.Kvs, h.kvs[want.Revision]) {
+		t.Fatalf("get: %v, %v; want the state at revision %d", r, err, want.Revision)
+	}
+	if _, err := cli.Put(ctx, "k1", "x"); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("read-only at revision %d", want.Revision)) {
+		t.Fatalf("put: %v, want a refusal naming revision %d", err, want.Revision)
+	}
+
+	oldest, newest, err := objwal.Window(ctx, h.bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := oldest.Time.Add(-time.Minute)
+	_, err = startReadOnlyNodeWith(t, noWrites{h.bucket, t}, func(c *config.Config) { c.ReadOnlyAtTime = before })
+	if w := "from " + oldest.String() + " to " + newest.String(); err == nil || !strings.Contains(err.Error(), "--read-only-at") || !strings.Contains(err.Error(), w) {
+		t.Fatalf("start at %v: %v, want a refusal naming --read-only-at and %q", before, err, w)
+	}
+	future := clock.Real().Wall().Add(time.Hour)
+	if _, err = startReadOnlyNodeWith(t, noWrites{h.bucket, t}, func(c *config.Config) { c.ReadOnlyAtTime = future }); err == nil || !strings.Contains(err.Error(), "in the future") {
+		t.Fatalf("start at %v: %v, want a refusal of a future time", future, err)
 	}
 }
