@@ -24,6 +24,10 @@ const ManifestKey = "branch.json"
 
 const manifestVersion = 1
 
+// ErrBranchBusy means another node is building the branch's state (or
+// crashed while doing so).
+var ErrBranchBusy = errors.New("another node is building this branch")
+
 // ErrBranchObjectGone means an object a branch reads is no longer in its
 // parent (deleted by the parent's GC before the pin held it).
 var ErrBranchObjectGone = errors.New("an object the branch reads is gone from its parent")
@@ -318,7 +322,8 @@ type BranchStarted struct {
 // node opens as any other. Anything else it leaves to the log's own
 // start, only retrying a pin release that failed before.
 //
-// One node builds a branch: start a branch's first node alone.
+// One node builds a branch: another node starting meanwhile fails with
+// ErrBranchBusy (and may be started again once the first is up).
 func StartBranch(ctx context.Context, b BranchStart) (res BranchStarted, err error) {
 	if b.Logger == nil {
 		b.Logger = hclog.NewNullLogger()
@@ -352,7 +357,7 @@ func StartBranch(ctx context.Context, b BranchStart) (res BranchStarted, err err
 	}()
 
 	walDir := filepath.Join(b.DataDir, "wal")
-	build, err := needsBuild(ctx, b.Store, b.URL, walDir)
+	build, err := needsBuild(ctx, b.Store, b.URL, walDir, builderOf(b.DataDir))
 	if err != nil {
 		return res, err
 	}
@@ -390,14 +395,23 @@ func StartBranch(ctx context.Context, b BranchStart) (res BranchStarted, err err
 
 // needsBuild says whether the branch's state must be built here: the wal
 // directory is empty and the store holds no log but, at most, what an
-// interrupted build wrote (which it then deletes).
-func needsBuild(ctx context.Context, store objstore.Store, url, walDir string) (bool, error) {
+// interrupted build of this same builder wrote (which it then deletes).
+// Another builder's marker means another node is building the branch (or
+// crashed doing so): it is left alone, and the start fails naming it.
+func needsBuild(ctx context.Context, store objstore.Store, url, walDir, builder string) (bool, error) {
 	if ents, err := os.ReadDir(walDir); err == nil && len(ents) > 0 {
 		return false, nil
 	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return false, fmt.Errorf("wal directory %s: %w", walDir, err)
 	}
-	if _, _, err := store.Get(ctx, MarkerKey); err == nil {
+	if body, _, err := store.Get(ctx, MarkerKey); err == nil {
+		var mk struct {
+			Builder string `json:"builder"`
+		}
+		if json.Unmarshal(body, &mk) != nil || mk.Builder != builder {
+			return false, fmt.Errorf("%s holds %s of another builder (%q; this node is %q): %w; "+
+				"wait for it to finish, or, if it crashed, start it again or delete %s", url, MarkerKey, mk.Builder, builder, ErrBranchBusy, MarkerKey)
+		}
 		if _, err := cleanInterrupted(ctx, store, url, hclog.NewNullLogger(), false); err != nil {
 			return false, err
 		}
@@ -411,6 +425,14 @@ func needsBuild(ctx context.Context, store objstore.Store, url, walDir string) (
 		return false, err
 	}
 	return true, nil
+}
+
+// builderOf names the node building a branch in its marker: the host and
+// the data directory, so that only the same node restarting on the same
+// directory takes an interrupted build over.
+func builderOf(dataDir string) string {
+	host, _ := os.Hostname()
+	return host + ":" + absOr(dataDir)
 }
 
 // buildBranch replays the parent up to m.Revision and seeds the branch's
@@ -432,7 +454,7 @@ func buildBranch(ctx context.Context, b BranchStart, m *Manifest, parent objstor
 		return 0, fmt.Errorf("remove an interrupted branch start's working directory: %w", err)
 	}
 	defer os.RemoveAll(tmp)
-	body, _ := json.Marshal(map[string]any{"branch": m.ID, "parent": m.Parent, "revision": m.Revision})
+	body, _ := json.Marshal(map[string]any{"branch": m.ID, "parent": m.Parent, "revision": m.Revision, "builder": builderOf(b.DataDir)})
 	if _, err := b.Store.PutIfAbsent(ctx, MarkerKey, body); err != nil {
 		return 0, fmt.Errorf("mark %s as being built (%s; is another node starting on this branch?): %w", b.URL, MarkerKey, err)
 	}

@@ -250,9 +250,17 @@ func TestBranchStartRebuildsAfterACrash(t *testing.T) {
 	if keys := allKeys(t, child); !slices.Contains(keys, MarkerKey) {
 		t.Fatalf("after the crash the child holds %v, want the marker", keys)
 	}
+	// Another node does not take over a build it did not start.
+	if _, err := branchStart(t, child, t.TempDir(), h.bucket); !errors.Is(err, ErrBranchBusy) {
+		t.Fatalf("another node's start during the build: %v, want ErrBranchBusy", err)
+	}
 	st, err := branchStart(t, child, dataDir, h.bucket)
 	if err != nil || !st.Built || !st.Released {
 		t.Fatalf("start after the crash: %+v, %v", st, err)
+	}
+	// Once built, another node starts as on any store: nothing to build.
+	if st, err := branchStart(t, child, t.TempDir(), h.bucket); err != nil || st.Built {
+		t.Fatalf("another node after the build: %+v, %v", st, err)
 	}
 	checkRestored(t, dataDir, child, h.states[rev], rev)
 
