@@ -59,6 +59,12 @@ Commands:
   repair DATA_DIR     cut the local log of a stopped node at its first
                       damaged record and print the revisions it dropped
                       (when netsy refuses to start on a damaged log)
+  branch              make a new, independent database at a revision of a
+                      bucket, sharing its objects instead of copying them:
+                      --from URL (--revision R | --time T) --to URL; its
+                      first node builds its own snapshot and releases the
+                      parent's objects; 'branch list|delete --from URL'
+                      show and drop the pins a parent keeps for branches
   certs init|node|client
                       create a development CA and node and client
                       certificates for a TLS cluster
@@ -98,6 +104,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		"handoff":       runHandoff,
 		"snapshot":      runSnapshot,
 		"restore":       runRestore,
+		"branch":        runBranch,
 		"inspect":       runInspect,
 		"repair":        runRepair,
 		"certs":         runCerts,

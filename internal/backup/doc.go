@@ -57,6 +57,23 @@
 // which no node reads: the data directory is then complete and a rerun
 // refuses it as not empty.
 //
+// Branches. CreateBranch makes a new, empty store a branch of a parent at
+// a revision without copying anything: it plans as RestoreAt does but
+// reads only listings and snapshot headers, writes into the parent a pin
+// (objwal.Pin at branches/{id}.json, the only object it ever writes
+// there) naming the base snapshot and the chunks after it, checks that
+// they are all still there (GC may have deleted one between the plan and
+// the pin: the pin is then removed and the run fails naming it), and only
+// then writes branch.json (the Manifest) into the branch's store. The id
+// is derived from the branch's URL, so a rerun finds an earlier run's pin
+// and finishes; DeleteBranch removes a pin. StartBranch is what a node
+// calls before it opens its log: on a branch store not yet built (and an
+// empty wal directory) it replays the parent up to the revision with the
+// same replay as RestoreAt, seeds the branch's store and the wal
+// directory through Restore (under the same restore-in-progress marker,
+// cleaned up by the next start after a crash), and drops the pin: the
+// branch then holds its own snapshot and never reads the parent again.
+//
 // It holds the data directory's LOCK while it works, so a netsy started
 // on the same directory meanwhile refuses to start. It never reads etcd's
 // database format and never deletes anything it did not create.

@@ -374,6 +374,9 @@ type source struct {
 	store objstore.Store
 	url   string
 	log   hclog.Logger
+	// keysOnly makes plan name the base snapshot (baseKey) without
+	// downloading it: a branch only pins it.
+	keysOnly bool
 }
 
 // restorePlan is where a replay starts and what it reads.
@@ -382,6 +385,10 @@ type restorePlan struct {
 	window  Window
 	base    *datafile.Snapshot // nil: the start of the log
 	baseRev int64
+	// baseKey names the base snapshot ("": the start of the log) and
+	// baseWalSeq its header's wal_seq.
+	baseKey    string
+	baseWalSeq uint64
 	// seqs are the chunks to read, in order, the first one after the
 	// base snapshot's wal_seq (or seq 1).
 	seqs []uint64
@@ -521,7 +528,7 @@ func (s *source) plan(ctx context.Context, rev int64) (*restorePlan, error) {
 	if rev > newest {
 		return nil, outside()
 	}
-	for i := len(snaps) - 1; i >= 0 && p.base == nil; i-- {
+	for i := len(snaps) - 1; i >= 0 && p.baseKey == ""; i-- {
 		so := snaps[i]
 		if so.rev > rev {
 			continue
@@ -534,8 +541,11 @@ func (s *source) plan(ctx context.Context, rev int64) (*restorePlan, error) {
 			// Older snapshots lead from even older chunks.
 			break
 		}
-		if p.base, err = s.snapshot(ctx, so); err != nil {
-			return nil, err
+		p.baseKey, p.baseWalSeq = so.key, h.WalSeq
+		if !s.keysOnly {
+			if p.base, err = s.snapshot(ctx, so); err != nil {
+				return nil, err
+			}
 		}
 		p.baseRev = so.rev
 		for _, seq := range seqs {
@@ -544,7 +554,7 @@ func (s *source) plan(ctx context.Context, rev int64) (*restorePlan, error) {
 			}
 		}
 	}
-	if p.base == nil {
+	if p.baseKey == "" {
 		ok, err := startsAtOne()
 		if err != nil {
 			return nil, err

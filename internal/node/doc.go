@@ -47,4 +47,9 @@
 // a time T (--read-only-at with an RFC 3339 time), it first turns T into
 // R with objwal.RevisionAt, reading the bucket only, and refuses a T
 // before the window or in the future.
+//
+// On a branch's store (netsyctl branch) the first node to start builds
+// the state at the branch's revision from the parent's objects
+// (backup.StartBranch) and writes it as the store's own first snapshot
+// before it opens the log; from then on the branch is an ordinary store.
 package node

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 
+	"github.com/netsy-io/netsy/internal/backup"
 	"github.com/netsy-io/netsy/internal/clock"
 	"github.com/netsy-io/netsy/internal/clusterview"
 	"github.com/netsy-io/netsy/internal/config"
@@ -180,6 +181,17 @@ func StartWith(ctx context.Context, cfg config.Config, logger hclog.Logger, deps
 	alone := others == 0
 	warnQuorum(cfg, others, logger)
 	ackOnFsync := cfg.Quorum == -1 && alone
+	// A branch's first node builds the state at the branch's revision
+	// from its parent's objects and makes it this store's own first
+	// snapshot; on any other store this is one GET that finds no manifest.
+	if _, err := backup.StartBranch(ctx, backup.BranchStart{
+		Store: n.store, URL: storageURL, DataDir: cfg.DataDir, Clock: clk, Logger: logger.Named("branch"),
+		OpenParent: func(ctx context.Context, url string) (objstore.Store, error) {
+			return objopen.Open(ctx, url, objopen.Options{S3Endpoint: cfg.S3Endpoint, S3Region: cfg.S3Region, S3PathStyle: cfg.S3PathStyle})
+		},
+	}); err != nil {
+		return nil, fmt.Errorf("start the branch in %s: %w", storageURL, err)
+	}
 	n.objlog, err = objwal.Open(ctx, objwal.Options{
 		Store:    n.store,
 		WALDir:   filepath.Join(cfg.DataDir, "wal"),

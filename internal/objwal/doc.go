@@ -8,7 +8,8 @@
 // It owns the wal directory (the segments, local snapshots and objwal.json,
 // a checkpoint of how far the local log is known to agree with the bucket)
 // and the wal/ and snapshots/ keys of the bucket. Other keys (leader/,
-// nodes/, members.json) belong to other roles and are never touched.
+// nodes/, members.json) belong to other roles and are never touched;
+// branches/ (pins, written by package backup) is only read, by GC.
 //
 // # Layout
 //
@@ -124,6 +125,15 @@
 // it. The young-chunk and newest-chunk rules apply on top. Stats reports
 // the oldest restorable point: the oldest kept snapshot, or the first
 // entry while the bucket holds the history from index 1.
+//
+// # Branch pins
+//
+// A branch of this bucket (package backup) writes branches/{id}.json, a
+// Pin naming the snapshot and the run of chunks it still reads. GC reads
+// every pin right before it deletes and keeps those objects (it deletes
+// no chunk at or above the lowest pinned seq), whatever the retention;
+// deleting the pin releases them to the next GC. A pin that does not
+// decode stops GC from deleting anything.
 //
 // # Commit time
 //

@@ -278,7 +278,23 @@ func (l *Log) gcOnce() error {
 		anchored = anchor >= 0
 		first = min(first, max(anchor, 0))
 	}
-	victims, oldestKept := snaps[:first], snaps[first]
+	// Pins are read right before the deletes. A branch created inside
+	// the retention window pins objects the window keeps anyway; one
+	// whose pin lands between this read and the deletes (milliseconds)
+	// can lose them, and then its verification, or its first start,
+	// fails naming the missing object: never a state with a hole.
+	pins, err := l.readPins()
+	if err != nil {
+		return err
+	}
+	hold := pinsHold(pins)
+	oldestKept := snaps[first]
+	var victims []string
+	for _, k := range snaps[:first] {
+		if !hold.snaps[k] {
+			victims = append(victims, k)
+		}
+	}
 	if err := l.deleteAll(victims); err != nil {
 		return err
 	}
@@ -312,6 +328,12 @@ func (l *Log) gcOnce() error {
 		return nil
 	}
 	cut = min(cut, newest-1)
+	if hold.floor > 0 {
+		if hold.floor-1 < cut {
+			l.log.Debug("a branch pins chunks; keeping them", "from", walKey(hold.floor))
+		}
+		cut = min(cut, hold.floor-1)
+	}
 	if cut <= l.gcFloor {
 		return nil
 	}
@@ -372,6 +394,21 @@ func (l *Log) gcOnce() error {
 // saw moved on by the monotonic clock since, so a wall clock stepped
 // forward on this node never shortens it (until a restart); one stepped
 // back only keeps more.
+// readPins loads the branches' pins (retrying as every GC call does). An
+// unreadable pin stops the round: deleting nothing is the safe side.
+func (l *Log) readPins() ([]Pin, error) {
+	var pins []Pin
+	err := l.retry(l.ctx, gcAttempts, "read "+PinPrefix, func(err error) bool { return errors.Is(err, ErrBadPin) }, func(ctx context.Context) error {
+		var err error
+		pins, err = ReadPins(ctx, l.store)
+		return err
+	})
+	if err != nil {
+		l.log.Error("cannot read the branches' pins; deleting nothing", "error", err)
+	}
+	return pins, err
+}
+
 func (l *Log) windowAnchor(snaps []string) (int, error) {
 	now := l.clk.Wall()
 	if steady := l.openedWall.Add(l.clk.Since(l.opened)); steady.Before(now) {
