@@ -43,6 +43,11 @@
 // silently: every problem is an error naming the file and the byte offset.
 // Salvage finds the records that still verify after damage, so that a cut
 // can say what it discards; what it finds is never kept as data.
-// Compression is reserved in the header (zstd later); until it exists any
-// value other than none is rejected rather than guessed at.
+// Compression is named in the header. Snapshots are written zstd-compressed
+// (see compress.go): everything after the header is one zstd stream whose
+// decoded bytes are the records and footer of the uncompressed file, with
+// the same checksums, and offsets in errors count those decoded bytes. Files
+// without compression (every older snapshot, every segment and chunk) are
+// read as before; a compressed segment, or any other compression value, is
+// rejected rather than guessed at.
 package datafile

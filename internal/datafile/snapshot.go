@@ -58,12 +58,19 @@ func (s *Snapshot) Release() {
 	}
 }
 
-// EncodeSnapshot writes s as a sealed snapshot file. The header written
+// EncodeSnapshot writes s as a sealed snapshot file, zstd-compressed after
+// its header (see compress.go; DecodeSnapshot reads both forms). The header written
 // carries the real record counts; a header that already states different
 // counts is rejected as a caller bug, and so are key versions out of
 // order, though only once the file is partly written. w is buffered
 // internally.
 func EncodeSnapshot(w io.Writer, s *Snapshot) error {
+	return encodeSnapshot(w, s, true)
+}
+
+// encodeSnapshot writes s compressed or, as builds before compression did
+// (tests keep such files readable), not.
+func encodeSnapshot(w io.Writer, s *Snapshot, compress bool) error {
 	if s == nil || s.Header == nil {
 		return errors.New("encode snapshot: missing header")
 	}
@@ -76,7 +83,17 @@ func EncodeSnapshot(w io.Writer, s *Snapshot) error {
 		return fmt.Errorf("encode snapshot %d: %w", h.Index, err)
 	}
 	bw := bufio.NewWriterSize(w, 256<<10)
-	dw, err := NewWriter(bw, KindSnapshot)
+	var dw *Writer
+	var cw *CompressedWriter
+	var err error
+	if compress {
+		cw, err = NewCompressedWriter(bw, KindSnapshot)
+		if cw != nil {
+			dw = cw.Writer
+		}
+	} else {
+		dw, err = NewWriter(bw, KindSnapshot)
+	}
 	if err != nil {
 		return fmt.Errorf("encode snapshot %d: %w", h.Index, err)
 	}
@@ -113,6 +130,11 @@ func EncodeSnapshot(w io.Writer, s *Snapshot) error {
 	}
 	if _, err := dw.Finish(); err != nil {
 		return fmt.Errorf("encode snapshot %d: %w", h.Index, err)
+	}
+	if cw != nil {
+		if err := cw.Close(); err != nil {
+			return fmt.Errorf("encode snapshot %d: %w", h.Index, err)
+		}
 	}
 	if err := bw.Flush(); err != nil {
 		return fmt.Errorf("encode snapshot %d: %w", h.Index, err)
