@@ -1,8 +1,11 @@
 package datafile
 
 import (
+	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 	"io"
+	"sync"
 
 	"github.com/klauspost/compress/zstd"
 )
@@ -161,4 +164,41 @@ func (c *CompressedWriter) Close() error {
 		return fmt.Errorf("close zstd stream: %w", err)
 	}
 	return nil
+}
+
+// chunkEncoder compresses whole chunks. EncodeAll runs on the caller's
+// goroutine; with concurrency 1 callers take turns on one encoder state.
+var chunkEncoder = sync.OnceValues(func() (*zstd.Encoder, error) {
+	return zstd.NewWriter(nil,
+		zstd.WithEncoderConcurrency(1),
+		zstd.WithEncoderLevel(zstd.SpeedFastest),
+		zstd.WithWindowSize(zstdWindow),
+		zstd.WithEncoderCRC(false))
+})
+
+// SealCompressed is Seal for a chunk or snapshot built in memory that is to
+// be stored compressed: it checks and seals file as Seal does and returns
+// the compressed file, which decodes to the same records and ranges. The
+// bytes of file may be overwritten. Equal input gives equal output, so a
+// retried upload carries the same bytes.
+func SealCompressed(file []byte, sum Footer) ([]byte, error) {
+	if len(file) >= HeaderSize && !Kind(file[5]).compressible() {
+		return nil, fmt.Errorf("seal data file: a %s is never compressed", Kind(file[5]))
+	}
+	sealed, err := Seal(file, sum)
+	if err != nil {
+		return nil, err
+	}
+	enc, err := chunkEncoder()
+	if err != nil {
+		return nil, fmt.Errorf("seal data file: zstd: %w", err)
+	}
+	h := encodeHeader(Header{Version: FormatVersion, Kind: Kind(sealed[5]), Compression: CompressionZstd})
+	// The file checksum covers the header, which now names the compression.
+	crcAt := len(sealed) - FooterSize + 44
+	crc := crc32.Update(crc32.Checksum(h[:], castagnoli), castagnoli, sealed[HeaderSize:crcAt])
+	binary.LittleEndian.PutUint32(sealed[crcAt:], crc)
+	out := make([]byte, HeaderSize, HeaderSize+len(sealed)/2)
+	copy(out, h[:])
+	return enc.EncodeAll(sealed[HeaderSize:], out), nil
 }
