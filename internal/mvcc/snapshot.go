@@ -265,6 +265,15 @@ func (s *Store) restoreLocked(rev, compactRev int64, versions []*netsyv1.KeyVers
 }
 
 func (s *Store) load(rev int64, versions []*netsyv1.KeyVersion) error {
+	// The store is empty here: size its maps for the snapshot at once
+	// rather than let them grow and rehash a million keys step by step
+	// (restart of a 1 M key store, issue 22).
+	if len(s.keys) == 0 && len(versions) > 0 {
+		s.keys = make(map[string]*keyIndex, len(versions))
+		if s.sp != nil && len(s.spilled) == 0 {
+			s.spilled = make(map[*mvccpb.KeyValue]spillRef, len(versions))
+		}
+	}
 	var last, lastSub int64
 	for i, v := range versions {
 		bad := func(why string) error {
@@ -296,14 +305,33 @@ func (s *Store) load(rev int64, versions []*netsyv1.KeyVersion) error {
 		} else if (prev == nil) != v.Tombstone {
 			s.idx.setLive(ki.key, !v.Tombstone)
 		}
-		kv := &mvccpb.KeyValue{Key: ki.key, ModRevision: v.ModRevision}
-		if !v.Tombstone {
-			kv.CreateRevision, kv.Version, kv.Value, kv.Lease = v.CreateRevision, v.Version, v.Value, v.Lease
-			kv = s.stored(kv)
+		var kv *mvccpb.KeyValue
+		if v.Tombstone {
+			kv = &mvccpb.KeyValue{Key: ki.key, ModRevision: v.ModRevision}
+		} else {
+			kv = s.restored(mvccpb.KeyValue{Key: ki.key, ModRevision: v.ModRevision,
+				CreateRevision: v.CreateRevision, Version: v.Version, Value: v.Value, Lease: v.Lease})
 		}
 		s.append(ki, kv, prev)
 	}
 	return nil
+}
+
+// restored is stored for a version being restored, with one allocation
+// instead of two: a spilled version is copied without its value once, not
+// built with it and then copied.
+func (s *Store) restored(kv mvccpb.KeyValue) *mvccpb.KeyValue {
+	if s.sp != nil && len(kv.Value) >= s.spillMin {
+		if r, err := s.sp.put(kv.Value); err == nil {
+			kv.Value = nil
+			cp := &kv
+			s.spilled[cp] = r
+			return cp
+		}
+		// The file cannot take more: the value stays in memory, as
+		// stored does.
+	}
+	return &kv
 }
 
 // HashKV hashes every version with mod_revision <= rev that the store holds
