@@ -167,12 +167,16 @@ func (c *CompressedWriter) Close() error {
 }
 
 // chunkEncoder compresses whole chunks. EncodeAll runs on the caller's
-// goroutine; with concurrency 1 callers take turns on one encoder state.
+// goroutine; with concurrency 1 callers take turns on one encoder state,
+// which lives as long as the process: the low-memory option and a window
+// of a default chunk's size keep its history buffer near one chunk rather
+// than twice the window.
 var chunkEncoder = sync.OnceValues(func() (*zstd.Encoder, error) {
 	return zstd.NewWriter(nil,
 		zstd.WithEncoderConcurrency(1),
 		zstd.WithEncoderLevel(zstd.SpeedFastest),
-		zstd.WithWindowSize(zstdWindow),
+		zstd.WithWindowSize(4<<20),
+		zstd.WithLowerEncoderMem(true),
 		zstd.WithEncoderCRC(false))
 })
 
