@@ -41,7 +41,8 @@ func newCompressor(w io.Writer) (*zstd.Encoder, error) {
 		zstd.WithEncoderConcurrency(1),
 		zstd.WithEncoderLevel(zstd.SpeedFastest),
 		zstd.WithWindowSize(zstdWindow),
-		zstd.WithEncoderCRC(false)) // the file's own checksums cover every byte
+		zstd.WithLowerEncoderMem(true), // a window of history, not two
+		zstd.WithEncoderCRC(false))     // the file's own checksums cover every byte
 	if err != nil {
 		return nil, fmt.Errorf("zstd writer: %w", err)
 	}
