@@ -344,7 +344,15 @@ func TestBitFlips(t *testing.T) {
 				case "chunk":
 					_, _, err = DecodeChunk(p, data)
 				case "snapshot":
-					_, err = DecodeSnapshot(p, bytes.NewReader(data))
+					var s *Snapshot
+					s, err = DecodeSnapshot(p, bytes.NewReader(data))
+					// A few bits of a zstd frame header (an unused flag,
+					// the window size) change no decoded byte; every
+					// decoded byte is checksummed. What must never happen
+					// is a different snapshot read without an error.
+					if err == nil && bit/8 >= HeaderSize && snapshotsEqual(s, testSnapshot()) {
+						continue
+					}
 				default:
 					_, err = Inspect(p, bytes.NewReader(data))
 				}

@@ -1,7 +1,7 @@
 // Package datafile owns the one on-disk format Netsy uses for log entries and
 // snapshots: local WAL segments, object-storage WAL chunks and snapshots are
-// all the same framing, so a sealed local segment can be uploaded unchanged
-// and `netsyctl inspect` can dump any of them.
+// all the same framing (chunks and snapshots compressed around it, see
+// below), so `netsyctl inspect` can dump any of them.
 //
 // Layout (all integers little-endian):
 //
@@ -43,6 +43,13 @@
 // silently: every problem is an error naming the file and the byte offset.
 // Salvage finds the records that still verify after damage, so that a cut
 // can say what it discards; what it finds is never kept as data.
-// Compression is reserved in the header (zstd later); until it exists any
-// value other than none is rejected rather than guessed at.
+// Compression is named in the header. Snapshots (EncodeSnapshot) and
+// chunks (SealCompressed) are written zstd-compressed (see compress.go):
+// everything after the header is one zstd stream whose decoded bytes are
+// the records and footer of the uncompressed file, with the same checksums,
+// and offsets in errors count those decoded bytes. So a sealed segment is
+// no longer byte for byte a chunk, though it still decodes as one. Files
+// without compression (every older snapshot and chunk, every segment) are
+// read as before; a compressed segment, or any other compression value, is
+// rejected rather than guessed at.
 package datafile

@@ -72,11 +72,21 @@ func NewReader(name string, r io.Reader) (*Reader, error) {
 	if !h.Kind.valid() {
 		return nil, corruptf(name, 5, "unknown kind %d", b[5])
 	}
-	if h.Compression != CompressionNone {
+	switch {
+	case h.Compression == CompressionNone:
+	case h.Compression == CompressionZstd && h.Kind.compressible():
+	default:
 		return nil, fmt.Errorf("data file %s: %w %s", name, ErrUnsupportedCompression, h.Compression)
 	}
 	if h.Flags != 0 || b[7] != 0 {
 		return nil, fmt.Errorf("data file %s: %w %#x (reserved byte %#x)", name, ErrUnsupportedFlags, h.Flags, b[7])
+	}
+	if h.Compression == CompressionZstd {
+		d, err := newDecompressor(name, r)
+		if err != nil {
+			return nil, err
+		}
+		r = d
 	}
 	return &Reader{
 		name:          name,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	netsyv1 "github.com/netsy-io/netsy/proto/netsyv1"
@@ -58,12 +59,19 @@ func (s *Snapshot) Release() {
 	}
 }
 
-// EncodeSnapshot writes s as a sealed snapshot file. The header written
+// EncodeSnapshot writes s as a sealed snapshot file, zstd-compressed after
+// its header (see compress.go; DecodeSnapshot reads both forms). The header written
 // carries the real record counts; a header that already states different
 // counts is rejected as a caller bug, and so are key versions out of
 // order, though only once the file is partly written. w is buffered
 // internally.
 func EncodeSnapshot(w io.Writer, s *Snapshot) error {
+	return encodeSnapshot(w, s, true)
+}
+
+// encodeSnapshot writes s compressed or, as builds before compression did
+// (tests keep such files readable), not.
+func encodeSnapshot(w io.Writer, s *Snapshot, compress bool) error {
 	if s == nil || s.Header == nil {
 		return errors.New("encode snapshot: missing header")
 	}
@@ -76,7 +84,17 @@ func EncodeSnapshot(w io.Writer, s *Snapshot) error {
 		return fmt.Errorf("encode snapshot %d: %w", h.Index, err)
 	}
 	bw := bufio.NewWriterSize(w, 256<<10)
-	dw, err := NewWriter(bw, KindSnapshot)
+	var dw *Writer
+	var cw *CompressedWriter
+	var err error
+	if compress {
+		cw, err = NewCompressedWriter(bw, KindSnapshot)
+		if cw != nil {
+			dw = cw.Writer
+		}
+	} else {
+		dw, err = NewWriter(bw, KindSnapshot)
+	}
 	if err != nil {
 		return fmt.Errorf("encode snapshot %d: %w", h.Index, err)
 	}
@@ -113,6 +131,11 @@ func EncodeSnapshot(w io.Writer, s *Snapshot) error {
 	}
 	if _, err := dw.Finish(); err != nil {
 		return fmt.Errorf("encode snapshot %d: %w", h.Index, err)
+	}
+	if cw != nil {
+		if err := cw.Close(); err != nil {
+			return fmt.Errorf("encode snapshot %d: %w", h.Index, err)
+		}
 	}
 	if err := bw.Flush(); err != nil {
 		return fmt.Errorf("encode snapshot %d: %w", h.Index, err)
@@ -159,6 +182,12 @@ func DecodeSnapshot(name string, r io.Reader) (*Snapshot, error) {
 		if err != nil {
 			return nil, err
 		}
+		if kv := decodeKVRecord(payload); kv != nil && c.snap.Header != nil {
+			if err := c.addKV(name, dr.recOff, kv); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		rec := &netsyv1.SnapshotRecord{}
 		if err := proto.Unmarshal(payload, rec); err != nil {
 			return nil, corruptf(name, dr.recOff, "decode snapshot record: %v", err)
@@ -195,15 +224,10 @@ func (c *snapshotChecker) add(name string, off int64, rec *netsyv1.SnapshotRecor
 	}
 	switch v := rec.Record.(type) {
 	case *netsyv1.SnapshotRecord_Kv:
-		switch {
-		case v.Kv == nil:
+		if v.Kv == nil {
 			return corruptf(name, off, "empty key version")
-		case len(s.Leases) > 0:
-			return corruptf(name, off, "key version after leases")
-		case len(s.KVs) > 0 && kvLess(v.Kv, s.KVs[len(s.KVs)-1]):
-			return corruptf(name, off, "key version out of (mod_revision, sub) order")
 		}
-		s.KVs = append(s.KVs, v.Kv)
+		return c.addKV(name, off, v.Kv)
 	case *netsyv1.SnapshotRecord_Lease:
 		if v.Lease == nil {
 			return corruptf(name, off, "empty lease")
@@ -213,6 +237,49 @@ func (c *snapshotChecker) add(name string, off int64, rec *netsyv1.SnapshotRecor
 		return corruptf(name, off, "unknown snapshot record %T", v)
 	}
 	return nil
+}
+
+// addKV adds a key version after the header.
+func (c *snapshotChecker) addKV(name string, off int64, kv *netsyv1.KeyVersion) error {
+	s := &c.snap
+	switch {
+	case len(s.Leases) > 0:
+		return corruptf(name, off, "key version after leases")
+	case len(s.KVs) > 0 && kvLess(kv, s.KVs[len(s.KVs)-1]):
+		return corruptf(name, off, "key version out of (mod_revision, sub) order")
+	}
+	if s.KVs == nil && s.Header.KeyVersions > 0 {
+		// The header says how many follow; a damaged count cannot make
+		// this allocate more than the file could hold.
+		s.KVs = make([]*netsyv1.KeyVersion, 0, min(s.Header.KeyVersions, 1<<20))
+	}
+	s.KVs = append(s.KVs, kv)
+	return nil
+}
+
+// snapshotKVField is SnapshotRecord's kv field number.
+const snapshotKVField = 2
+
+// decodeKVRecord decodes a record that holds exactly one key version
+// without the SnapshotRecord and oneof wrapper that proto.Unmarshal would
+// allocate for it: two of the five allocations per key version of a
+// snapshot load. Anything else (another record, unknown fields, bad
+// bytes) returns nil, and the caller decodes the record in full, which
+// reports what is wrong with it.
+func decodeKVRecord(payload []byte) *netsyv1.KeyVersion {
+	num, typ, n := protowire.ConsumeTag(payload)
+	if n < 0 || num != snapshotKVField || typ != protowire.BytesType {
+		return nil
+	}
+	b, m := protowire.ConsumeBytes(payload[n:])
+	if m < 0 || n+m != len(payload) {
+		return nil
+	}
+	kv := &netsyv1.KeyVersion{}
+	if err := proto.Unmarshal(b, kv); err != nil {
+		return nil
+	}
+	return kv
 }
 
 func (c *snapshotChecker) finish(name string, footerOff int64, f Footer) error {

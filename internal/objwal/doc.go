@@ -13,8 +13,9 @@
 //
 // # Layout
 //
-//	wal/{seq:020d}            a datafile chunk: a dense run of entries, or
-//	                          none (a claim, see below)
+//	wal/{seq:020d}            a datafile chunk (zstd-compressed since issue
+//	                          22; older ones are read as they are): a dense
+//	                          run of entries, or none (a claim, see below)
 //	snapshots/{rev:020d}      a datafile snapshot; its header's wal_seq is
 //	                          the last chunk whose entries it wholly covers
 //

@@ -47,8 +47,10 @@ func parseNum(key, prefix string) uint64 {
 }
 
 // encodeChunk seals file, a chunk header followed by the frames of ents
-// (as pendBuf holds them), into a chunk object, in place when it has room
-// for the footer. An empty chunk (no entries, a footer with zero ranges) is
+// (as pendBuf holds them), into a zstd-compressed chunk object (file's
+// bytes are overwritten): chunks are kept at least MinWALAge, so their size
+// is most of what the bucket holds. The same entries always give the same
+// bytes, which the read-back after a refused PUT relies on. An empty chunk (no entries, a footer with zero ranges) is
 // a valid datafile chunk; it is what a claim carries when there is nothing
 // to upload.
 func encodeChunk(file []byte, ents []pendEntry) ([]byte, error) {
@@ -57,7 +59,7 @@ func encodeChunk(file []byte, ents []pendEntry) ([]byte, error) {
 		sum.FirstIndex, sum.FirstRevision = ents[0].index, ents[0].revision
 		sum.LastIndex, sum.LastRevision = ents[n-1].index, ents[n-1].revision
 	}
-	return datafile.Seal(file, sum)
+	return datafile.SealCompressed(file, sum)
 }
 
 // encodeEntries builds a chunk object from decoded entries (Open's claim).

@@ -214,7 +214,8 @@ func (l *Log) upload(ctx context.Context, b *batch) bool {
 		l.expect = len(b.ents) + len(l.pend)
 		l.holdUntil = done.Add(min(done.Sub(started), maxHold))
 	}
-	l.lastBatch = len(body)
+	// The batch's uncompressed size sizes the next buffer.
+	l.lastBatch = len(b.buf) + datafile.FooterSize
 	if cap(b.buf) <= maxSpare && l.spare == nil {
 		// pendBuf took the spare in takeBatch; this one becomes the next.
 		l.spare = b.buf[:0]
