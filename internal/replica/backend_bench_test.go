@@ -33,3 +33,33 @@ func BenchmarkBackendPutOnPrimary(b *testing.B) {
 		}
 	}
 }
+
+// steppingLocal applies one more index each time the Backend takes a
+// commit notification: a forwarded write's answer that arrives just before
+// the replica applies the Primary's commit point, as it usually does.
+type steppingLocal struct {
+	Local
+	applied uint64
+	closed  chan struct{}
+}
+
+func (l *steppingLocal) CommittedIndex() uint64 { return l.applied }
+func (l *steppingLocal) CommitNotify() <-chan struct{} {
+	l.applied++
+	return l.closed
+}
+
+// BenchmarkWaitAppliedOneStep measures the wait of a forwarded write for
+// its commit point to be applied here when it is one step away.
+func BenchmarkWaitAppliedOneStep(b *testing.B) {
+	l := &steppingLocal{closed: make(chan struct{})}
+	close(l.closed)
+	be := NewBackend(BackendConfig{Local: l, Roles: newFakeRoles(nil, 0), Clock: clock.Real()})
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := be.waitApplied(ctx, l.applied+1); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
