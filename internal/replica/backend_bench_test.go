@@ -7,6 +7,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/netsy-io/netsy/internal/clock"
+	"github.com/netsy-io/netsy/internal/engine"
 )
 
 // instantLocal is an engine that answers every Put at once, so a
@@ -60,6 +61,28 @@ func BenchmarkWaitAppliedOneStep(b *testing.B) {
 	for b.Loop() {
 		if err := be.waitApplied(ctx, l.applied+1); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkFormatRequestID measures naming a forwarded write (once per
+// forwarded write): member ids and sequences are large numbers.
+func BenchmarkFormatRequestID(b *testing.B) {
+	id := engine.RequestID{Member: 0x8e2c_91f0_3a7b_d415, Seq: randomSeq()}
+	b.ReportAllocs()
+	for b.Loop() {
+		if s := formatRequestID(id); len(s) < 3 {
+			b.Fatal(s)
+		}
+		id.Seq++
+	}
+}
+
+// A request id reads back as it was written, up to the largest numbers.
+func TestRequestIDReadsBackAsWritten(t *testing.T) {
+	for _, id := range []engine.RequestID{{Member: 0, Seq: 0}, {Member: 7, Seq: 1 << 62}, {Member: ^uint64(0), Seq: ^uint64(0)}} {
+		if got, ok := parseRequestID(formatRequestID(id)); !ok || got != id {
+			t.Fatalf("%+v reads back as %+v (%v)", id, got, ok)
 		}
 	}
 }
