@@ -161,8 +161,8 @@ func (e *Engine) adoptStorage() (int, error) {
 	}
 	e.syncMu.Lock()
 	e.syncedIdx = e.lastIdx
-	e.syncMu.Unlock()
 	e.durableIdx.Store(e.lastIdx)
+	e.syncMu.Unlock()
 	e.committedIdx.Store(e.lastIdx)
 	e.committedRev.Store(e.lastRev)
 	e.publishAppended()
@@ -445,7 +445,10 @@ func (e *Engine) commitTo(index uint64) {
 		return
 	}
 	e.commitLimit = index
+	// Under syncMu: OnSync decides from it whether to wake the loop.
+	e.syncMu.Lock()
 	e.primaryCommit.Store(index)
+	e.syncMu.Unlock()
 	e.applyFollowed()
 }
 
@@ -529,8 +532,8 @@ func (e *Engine) truncateFollowed(index uint64) error {
 	e.follow = e.follow[:keep]
 	e.syncMu.Lock()
 	e.syncedIdx = min(e.syncedIdx, index)
-	e.syncMu.Unlock()
 	e.durableIdx.Store(min(e.durableIdx.Load(), index))
+	e.syncMu.Unlock()
 	e.publishAppended()
 	return nil
 }

@@ -364,3 +364,49 @@ func TestFollowCommitAppliesTheBatchItTakesOnly(t *testing.T) {
 		t.Fatalf("committed %d, want 3", f.e.CommittedIndex())
 	}
 }
+
+// A follower's durable index (what its receipts report) moves as soon as
+// the storage reports an fsync, even while the loop is busy: the receipt
+// does not wait for the loop. Entries the Primary committed before they
+// were durable here are applied once they are.
+func TestFollowerDurableIndexMovesWithoutTheLoop(t *testing.T) {
+	wst := &enginetest.MemStorage{}
+	w := newHarness(t, wst, func(c *Config) { c.Term = 3 })
+	w.put("a", "1")
+	w.put("b", "2")
+	ents := wst.Entries(1)
+	st := &enginetest.MemStorage{Manual: true}
+	f := follower(t, st, nil)
+	if err := f.e.FollowCommit(ctx(t), 3, ents[:1], 0); err != nil {
+		t.Fatal(err)
+	}
+	notify := f.e.DurableNotify()
+	busy, release := make(chan struct{}), make(chan struct{})
+	go func() { _ = f.e.inLoop(context.Background(), func() { close(busy); <-release }) }()
+	<-busy
+	st.SyncAll()
+	got := f.e.DurableIndex()
+	select {
+	case <-notify:
+	default:
+		close(release)
+		t.Fatalf("no durable notification while the loop was busy (durable index %d)", got)
+	}
+	close(release)
+	if got != 1 {
+		t.Fatalf("durable index %d while the loop was busy, want 1", got)
+	}
+	// Committed before durable: applied once the fsync is reported.
+	if err := f.e.FollowCommit(ctx(t), 3, ents[1:], 2); err != nil {
+		t.Fatal(err)
+	}
+	if c := f.e.CommittedIndex(); c != 1 {
+		t.Fatalf("committed %d before entry 2 is durable, want 1", c)
+	}
+	ch := f.e.CommitNotify()
+	st.SyncAll()
+	for f.e.CommittedIndex() < 2 {
+		<-ch
+		ch = f.e.CommitNotify()
+	}
+}
