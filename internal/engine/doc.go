@@ -33,7 +33,13 @@
 //     until the Primary commits it (CommitTo) or cuts it
 //     (TruncateFollowed). A cut below what was applied rebuilds the state
 //     from the Storage instead of serving it; a failed Starting step
-//     holds what the Storage then has past the state again.
+//     holds what the Storage then has past the state again. A batch and
+//     the commit point it carries are taken in one pass of the loop
+//     (FollowCommit). The durable index (DurableIndex, what a follower's
+//     receipts report) moves when the Storage reports the fsync, not when
+//     the loop next runs; the loop is woken for a sync only when it has
+//     work (the writer's commit, an error, or entries the commit point
+//     already covers).
 //   - The space quota (Config.QuotaBackendBytes) is judged by the writer
 //     before a write is evaluated, on the store's space in use
 //     (mvcc.Stats.InUse: keys, values and their bookkeeping, in memory and

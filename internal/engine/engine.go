@@ -403,19 +403,51 @@ func (e *Engine) applyEntry(ent *netsyv1.Entry) error {
 
 // OnSync is called by the Storage once every entry up to index is durable,
 // or with an error when durability failed for good.
+//
+// The durable index (DurableIndex, DurableNotify) moves here, on the
+// storage's goroutine, not in the loop: a follower's receipt goes out
+// as soon as its fsync is done, without waiting for the loop to be
+// scheduled. The loop is woken only when it has work: the writer
+// commits, an error is handled, or a follower may apply entries (the
+// Primary's commit point is above what was durable before this sync; when
+// it is not, applying stays limited by the commit point, and the next
+// CommitTo applies). That saves a follower one wake-up of its loop per
+// fsync when the commit point lags, as it does for every entry written
+// one at a time.
 func (e *Engine) OnSync(index uint64, err error) {
 	e.syncMu.Lock()
 	if err != nil && e.syncErr == nil {
 		e.syncErr = err
 	}
+	prev := e.syncedIdx
 	if index > e.syncedIdx {
 		e.syncedIdx = index
 	}
+	synced := e.syncedIdx
+	// primaryCommit is stored under syncMu (commitTo), so either it is
+	// seen here or that CommitTo's applyFollowed sees this sync.
+	kick := err != nil || e.writer.Load() || e.primaryCommit.Load() > prev
+	advanced := synced != e.durableIdx.Swap(synced)
 	e.syncMu.Unlock()
+	if advanced {
+		e.notifyDurable()
+	}
+	if !kick {
+		return
+	}
 	select {
 	case e.syncKick <- struct{}{}:
 	default:
 	}
+}
+
+// notifyDurable wakes whoever waits on DurableNotify; called after the
+// durable index moved.
+func (e *Engine) notifyDurable() {
+	e.notifyMu.Lock()
+	close(e.durableCh)
+	e.durableCh = make(chan struct{})
+	e.notifyMu.Unlock()
 }
 
 // Close stops the loop. Writes not yet durable fail with ErrStopped.
@@ -470,12 +502,12 @@ func (e *Engine) processSync() {
 	idx, err := e.syncedIdx, e.syncErr
 	// Each error is handled once: a step-down must not repeat.
 	e.syncErr = nil
+	// OnSync moved the durable index already; this keeps the mirror
+	// exact should the loop have set syncedIdx itself since.
+	advanced := idx != e.durableIdx.Swap(idx)
 	e.syncMu.Unlock()
-	if idx != e.durableIdx.Swap(idx) {
-		e.notifyMu.Lock()
-		close(e.durableCh)
-		e.durableCh = make(chan struct{})
-		e.notifyMu.Unlock()
+	if advanced {
+		e.notifyDurable()
 	}
 	if e.writer.Load() {
 		e.commitUpTo(idx)

@@ -161,8 +161,8 @@ func (e *Engine) adoptStorage() (int, error) {
 	}
 	e.syncMu.Lock()
 	e.syncedIdx = e.lastIdx
-	e.syncMu.Unlock()
 	e.durableIdx.Store(e.lastIdx)
+	e.syncMu.Unlock()
 	e.committedIdx.Store(e.lastIdx)
 	e.committedRev.Store(e.lastRev)
 	e.publishAppended()
@@ -418,17 +418,38 @@ func (e *Engine) follow1(term int64, entries []*netsyv1.Entry) error {
 	return nil
 }
 
+// FollowCommit is Follow and then, when the entries were taken and
+// commit is above 0, CommitTo(commit), in one pass of the loop: a batch
+// that carries the Primary's commit point costs one handoff to the loop
+// instead of two (BenchmarkFollowCommit).
+func (e *Engine) FollowCommit(ctx context.Context, term int64, entries []*netsyv1.Entry, commit uint64) error {
+	var err error
+	if lerr := e.inLoop(ctx, func() {
+		if err = e.follow1(term, entries); err == nil && commit > 0 {
+			e.commitTo(commit)
+		}
+	}); lerr != nil {
+		return lerr
+	}
+	return err
+}
+
 // CommitTo records that the Primary committed everything through index;
 // entries this node holds durably up to there become visible.
 func (e *Engine) CommitTo(ctx context.Context, index uint64) error {
-	return e.inLoop(ctx, func() {
-		if e.writer.Load() || index <= e.commitLimit {
-			return
-		}
-		e.commitLimit = index
-		e.primaryCommit.Store(index)
-		e.applyFollowed()
-	})
+	return e.inLoop(ctx, func() { e.commitTo(index) })
+}
+
+func (e *Engine) commitTo(index uint64) {
+	if e.writer.Load() || index <= e.commitLimit {
+		return
+	}
+	e.commitLimit = index
+	// Under syncMu: OnSync decides from it whether to wake the loop.
+	e.syncMu.Lock()
+	e.primaryCommit.Store(index)
+	e.syncMu.Unlock()
+	e.applyFollowed()
 }
 
 // applyFollowed applies followed entries that are both committed by the
@@ -511,8 +532,8 @@ func (e *Engine) truncateFollowed(index uint64) error {
 	e.follow = e.follow[:keep]
 	e.syncMu.Lock()
 	e.syncedIdx = min(e.syncedIdx, index)
-	e.syncMu.Unlock()
 	e.durableIdx.Store(min(e.durableIdx.Load(), index))
+	e.syncMu.Unlock()
 	e.publishAppended()
 	return nil
 }

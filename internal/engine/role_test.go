@@ -10,6 +10,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/netsy-io/netsy/internal/engine/enginetest"
+	"github.com/netsy-io/netsy/proto/netsyv1"
 )
 
 func follower(t *testing.T, st *enginetest.MemStorage, extra func(*Config)) *harness {
@@ -328,5 +329,84 @@ func TestFailedPromoteKeepsHeldEntries(t *testing.T) {
 	waitFor(t, func() bool { return f.e.CommittedIndex() == 3 })
 	if f.value("b") != "2" || f.value("c") != "3" {
 		t.Fatalf("after following on: b=%q c=%q", f.value("b"), f.value("c"))
+	}
+}
+
+// FollowCommit takes a batch and its commit point in one pass; a batch it
+// refuses (it does not continue the log) commits nothing.
+func TestFollowCommitAppliesTheBatchItTakesOnly(t *testing.T) {
+	wst := &enginetest.MemStorage{}
+	w := newHarness(t, wst, func(c *Config) { c.Term = 3 })
+	w.put("a", "1")
+	w.put("b", "2")
+	w.put("c", "3")
+	ents := wst.Entries(1)
+	f := follower(t, nil, nil)
+	if err := f.e.FollowCommit(ctx(t), 3, ents[:2], 1); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, _ := f.e.LastAppended(); got != 2 || f.e.CommittedIndex() != 1 {
+		t.Fatalf("after a batch of 2 committed through 1: last %d, committed %d", got, f.e.CommittedIndex())
+	}
+	// A batch starting past the log's end is refused, and its commit
+	// point is not taken.
+	gap := []*netsyv1.Entry{{Index: 9, Revision: 10, Term: 3}}
+	if err := f.e.FollowCommit(ctx(t), 3, gap, 9); err == nil {
+		t.Fatal("a batch that skips entries was taken")
+	}
+	if f.e.CommittedIndex() != 1 {
+		t.Fatalf("a refused batch moved the commit point to %d", f.e.CommittedIndex())
+	}
+	if err := f.e.FollowCommit(ctx(t), 3, ents[2:], 3); err != nil {
+		t.Fatal(err)
+	}
+	if f.e.CommittedIndex() != 3 {
+		t.Fatalf("committed %d, want 3", f.e.CommittedIndex())
+	}
+}
+
+// A follower's durable index (what its receipts report) moves as soon as
+// the storage reports an fsync, even while the loop is busy: the receipt
+// does not wait for the loop. Entries the Primary committed before they
+// were durable here are applied once they are.
+func TestFollowerDurableIndexMovesWithoutTheLoop(t *testing.T) {
+	wst := &enginetest.MemStorage{}
+	w := newHarness(t, wst, func(c *Config) { c.Term = 3 })
+	w.put("a", "1")
+	w.put("b", "2")
+	ents := wst.Entries(1)
+	st := &enginetest.MemStorage{Manual: true}
+	f := follower(t, st, nil)
+	if err := f.e.FollowCommit(ctx(t), 3, ents[:1], 0); err != nil {
+		t.Fatal(err)
+	}
+	notify := f.e.DurableNotify()
+	busy, release := make(chan struct{}), make(chan struct{})
+	go func() { _ = f.e.inLoop(context.Background(), func() { close(busy); <-release }) }()
+	<-busy
+	st.SyncAll()
+	got := f.e.DurableIndex()
+	select {
+	case <-notify:
+	default:
+		close(release)
+		t.Fatalf("no durable notification while the loop was busy (durable index %d)", got)
+	}
+	close(release)
+	if got != 1 {
+		t.Fatalf("durable index %d while the loop was busy, want 1", got)
+	}
+	// Committed before durable: applied once the fsync is reported.
+	if err := f.e.FollowCommit(ctx(t), 3, ents[1:], 2); err != nil {
+		t.Fatal(err)
+	}
+	if c := f.e.CommittedIndex(); c != 1 {
+		t.Fatalf("committed %d before entry 2 is durable, want 1", c)
+	}
+	ch := f.e.CommitNotify()
+	st.SyncAll()
+	for f.e.CommittedIndex() < 2 {
+		<-ch
+		ch = f.e.CommitNotify()
 	}
 }

@@ -15,6 +15,9 @@
 //     at most 1 s; a connect attempt gets at least 1 s; an idle connection
 //     is pinged every 10 s and given up 5 s after an unanswered ping, so a
 //     peer that vanished without closing its sockets is noticed in 15 s.
+//     Flow-control windows are fixed (4 MiB a stream, 16 MiB a
+//     connection, on both ends), which turns off gRPC's bandwidth-delay
+//     pings: they answered nearly every message with a PING and its ack.
 //     A ClientConn reconnects on its own, so a peer that restarts or a
 //     partition that heals needs nothing from the caller; Forget is for
 //     peers that left the cluster.

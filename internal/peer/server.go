@@ -30,6 +30,9 @@ func ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxMessageBytes),
 		grpc.MaxSendMsgSize(MaxMessageBytes),
+		// Fixed windows: no bandwidth-delay pings (see streamWindowBytes).
+		grpc.InitialWindowSize(streamWindowBytes),
+		grpc.InitialConnWindowSize(connWindowBytes),
 		// Every replica holds a Follow stream and every role its own calls;
 		// the count is bounded by the cluster, not by this limit.
 		grpc.MaxConcurrentStreams(math.MaxUint32),

@@ -19,6 +19,9 @@ import (
 // FollowEngine is what following needs of the engine.
 type FollowEngine interface {
 	Follow(ctx context.Context, term int64, entries []*netsyv1.Entry) error
+	// FollowCommit is Follow, then CommitTo(commit) when commit > 0 and
+	// the entries were taken, in one handoff to the engine.
+	FollowCommit(ctx context.Context, term int64, entries []*netsyv1.Entry, commit uint64) error
 	CommitTo(ctx context.Context, index uint64) error
 	TruncateFollowed(ctx context.Context, index uint64) error
 	Resync(ctx context.Context, prepare func(context.Context) error) error
@@ -416,10 +419,9 @@ func (f *Follower) session(ctx context.Context, target *netsyv1.NodeInfo, term u
 		}
 		switch v := m.Msg.(type) {
 		case *netsyv1.FollowResponse_Entries:
-			err = eng.Follow(ctx, int64(term), v.Entries.Entries)
-			if c := v.Entries.CommitIndex; err == nil && c > 0 {
-				err = f.committed(ctx, c)
-			}
+			// The batch's commit point takes the engine's one path for
+			// commits (CommitTo), in the same handoff as its entries.
+			err = eng.FollowCommit(ctx, int64(term), v.Entries.Entries, v.Entries.CommitIndex)
 		case *netsyv1.FollowResponse_Commit:
 			err = f.committed(ctx, v.Commit.Index)
 		case *netsyv1.FollowResponse_Compact:
@@ -442,10 +444,12 @@ func (f *Follower) session(ctx context.Context, target *netsyv1.NodeInfo, term u
 	}
 }
 
-// committed applies the Primary's commit point: Initial's, an entry
-// batch's and every Commit's take this one path. Entries through index
-// that are durable here become visible, and with them any compaction
-// among them, so the committed revision and the compaction floor follow.
+// committed applies the Primary's commit point: Initial's and every
+// Commit's take this one path (an entry batch's takes the engine's same
+// one, in the handoff that appends the batch: FollowCommit). Entries
+// through index that are durable here become visible, and with them any
+// compaction among them, so the committed revision and the compaction
+// floor follow.
 func (f *Follower) committed(ctx context.Context, index uint64) error {
 	return f.cfg.Engine.CommitTo(ctx, index)
 }

@@ -1,0 +1,59 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/netsy-io/netsy/internal/clock"
+	"github.com/netsy-io/netsy/internal/engine/enginetest"
+	"github.com/netsy-io/netsy/proto/netsyv1"
+)
+
+// BenchmarkFollowCommit measures a replica taking one entry that comes
+// with the Primary's commit point (a batch's usual shape under load): as
+// Follow then CommitTo (two handoffs to the loop), and as FollowCommit
+// (one).
+func BenchmarkFollowCommit(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		take func(e *Engine, ent *netsyv1.Entry) error
+	}{
+		{"follow-then-commit", func(e *Engine, ent *netsyv1.Entry) error {
+			if err := e.Follow(context.Background(), 1, []*netsyv1.Entry{ent}); err != nil {
+				return err
+			}
+			return e.CommitTo(context.Background(), ent.Index)
+		}},
+		{"follow-commit", func(e *Engine, ent *netsyv1.Entry) error {
+			return e.FollowCommit(context.Background(), 1, []*netsyv1.Entry{ent}, ent.Index)
+		}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			e, err := Open(Config{Storage: &enginetest.MemStorage{}, Clock: clock.NewFake(time.Unix(1_700_000_000, 0)),
+				ClusterID: 1, MemberID: 2, Follower: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer e.Close()
+			ents := make([]*netsyv1.Entry, b.N)
+			for i := range ents {
+				idx := uint64(i + 1)
+				ents[i] = &netsyv1.Entry{Index: idx, Revision: int64(idx) + 1, Term: 1,
+					Ops: []*netsyv1.Op{{Key: fmt.Appendf(nil, "k%d", idx), Value: []byte("v")}}}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if err := tc.take(e, ents[i]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			if got := e.CommittedIndex(); got != uint64(b.N) {
+				b.Fatalf("committed %d of %d", got, b.N)
+			}
+		})
+	}
+}
