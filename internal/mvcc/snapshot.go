@@ -217,11 +217,7 @@ func keyVersion(kv *mvccpb.KeyValue, sub int64) *netsyv1.KeyVersion {
 }
 
 // Restore loads Snapshot output into an empty store and sets Rev and
-// CompactRev. The store keeps the versions' key and value slices, and it
-// consumes versions: each element is set to nil once loaded, so the decoded
-// snapshot (values the store spills included) becomes garbage as it is
-// loaded rather than after, which keeps a restart's peak heap near the
-// store's own size (RSS after restarting 1 M keys, issue 22). It rejects
+// CompactRev. The store keeps the versions' key and value slices. It rejects
 // input that is not a consistent history, naming the offending version, so a
 // damaged snapshot never loads silently.
 func (s *Store) Restore(rev, compactRev int64, versions []*netsyv1.KeyVersion) error {
@@ -236,8 +232,7 @@ func (s *Store) Restore(rev, compactRev int64, versions []*netsyv1.KeyVersion) e
 // Replace drops everything the store holds and restores versions as
 // Restore does: a replica too far behind its Primary's log loads a newer
 // snapshot over the state it had. Readers see the old state or the new
-// one, never a mix. On an error the store is left empty. It consumes
-// versions as Restore does.
+// one, never a mix. On an error the store is left empty.
 func (s *Store) Replace(rev, compactRev int64, versions []*netsyv1.KeyVersion) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -318,7 +313,6 @@ func (s *Store) load(rev int64, versions []*netsyv1.KeyVersion) error {
 				CreateRevision: v.CreateRevision, Version: v.Version, Value: v.Value, Lease: v.Lease})
 		}
 		s.append(ki, kv, prev)
-		versions[i] = nil
 	}
 	return nil
 }
