@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
-	"sync"
 
 	"github.com/klauspost/compress/zstd"
 )
@@ -168,36 +167,50 @@ func (c *CompressedWriter) Close() error {
 	return nil
 }
 
-// chunkEncoder compresses whole chunks. EncodeAll runs on the caller's
+// A ChunkSealer seals chunks and snapshots built in memory into their
+// compressed form (SealCompressed). EncodeAll runs on the caller's
 // goroutine; with concurrency 1 callers take turns on one encoder state,
-// which lives as long as the process: the low-memory option and a window
-// of a default chunk's size keep its history buffer near one chunk rather
-// than twice the window.
-var chunkEncoder = sync.OnceValues(func() (*zstd.Encoder, error) {
-	return zstd.NewWriter(nil,
+// which lives as long as its owner (an objwal Log): the low-memory option
+// and a window of a default chunk's size keep its history buffer near one
+// chunk rather than twice the window. It is not shared process-wide: the
+// encoder's state includes channels, which belong to whoever made them
+// (a simulated cluster's nodes each run in their own test bubble).
+type ChunkSealer struct{ enc *zstd.Encoder }
+
+// NewChunkSealer makes a ChunkSealer.
+func NewChunkSealer() (*ChunkSealer, error) {
+	enc, err := zstd.NewWriter(nil,
 		zstd.WithEncoderConcurrency(1),
 		zstd.WithEncoderLevel(zstd.SpeedFastest),
 		zstd.WithWindowSize(4<<20),
 		zstd.WithLowerEncoderMem(true),
 		zstd.WithEncoderCRC(false))
-})
+	if err != nil {
+		return nil, fmt.Errorf("zstd: %w", err)
+	}
+	return &ChunkSealer{enc: enc}, nil
+}
 
-// SealCompressed is Seal for a chunk or snapshot built in memory that is to
-// be stored compressed: it checks and seals file as Seal does and returns
-// the compressed file, which decodes to the same records and ranges. The
-// bytes of file may be overwritten. Equal input gives equal output, so a
-// retried upload carries the same bytes.
+// SealCompressed is ChunkSealer.Seal on a sealer made for this one call.
 func SealCompressed(file []byte, sum Footer) ([]byte, error) {
+	sl, err := NewChunkSealer()
+	if err != nil {
+		return nil, fmt.Errorf("seal data file: %w", err)
+	}
+	return sl.Seal(file, sum)
+}
+
+// Seal checks and seals file as Seal does and returns the compressed
+// file, which decodes to the same records and ranges. The bytes of file
+// may be overwritten. Equal input gives equal output, so a retried upload
+// carries the same bytes.
+func (sl *ChunkSealer) Seal(file []byte, sum Footer) ([]byte, error) {
 	if len(file) >= HeaderSize && !Kind(file[5]).compressible() {
 		return nil, fmt.Errorf("seal data file: a %s is never compressed", Kind(file[5]))
 	}
 	sealed, err := Seal(file, sum)
 	if err != nil {
 		return nil, err
-	}
-	enc, err := chunkEncoder()
-	if err != nil {
-		return nil, fmt.Errorf("seal data file: zstd: %w", err)
 	}
 	h := encodeHeader(Header{Version: FormatVersion, Kind: Kind(sealed[5]), Compression: CompressionZstd})
 	// The file checksum covers the header, which now names the compression.
@@ -206,5 +219,5 @@ func SealCompressed(file []byte, sum Footer) ([]byte, error) {
 	binary.LittleEndian.PutUint32(sealed[crcAt:], crc)
 	out := make([]byte, HeaderSize, HeaderSize+len(sealed)/2)
 	copy(out, h[:])
-	return enc.EncodeAll(sealed[HeaderSize:], out), nil
+	return sl.enc.EncodeAll(sealed[HeaderSize:], out), nil
 }

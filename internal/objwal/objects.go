@@ -53,17 +53,21 @@ func parseNum(key, prefix string) uint64 {
 // bytes, which the read-back after a refused PUT relies on. An empty chunk (no entries, a footer with zero ranges) is
 // a valid datafile chunk; it is what a claim carries when there is nothing
 // to upload.
-func encodeChunk(file []byte, ents []pendEntry) ([]byte, error) {
+func encodeChunk(sl *datafile.ChunkSealer, file []byte, ents []pendEntry) ([]byte, error) {
 	sum := datafile.Footer{Records: uint64(len(ents))}
 	if n := len(ents); n > 0 {
 		sum.FirstIndex, sum.FirstRevision = ents[0].index, ents[0].revision
 		sum.LastIndex, sum.LastRevision = ents[n-1].index, ents[n-1].revision
 	}
-	return datafile.SealCompressed(file, sum)
+	if sl == nil {
+		return datafile.SealCompressed(file, sum)
+	}
+	return sl.Seal(file, sum)
 }
 
-// encodeEntries builds a chunk object from decoded entries (Open's claim).
-func encodeEntries(entries []*netsyv1.Entry) ([]byte, error) {
+// encodeEntries builds a chunk object from decoded entries (Open's claim)
+// with sl (nil: a sealer of its own).
+func encodeEntries(sl *datafile.ChunkSealer, entries []*netsyv1.Entry) ([]byte, error) {
 	file := datafile.AppendHeader(nil, datafile.KindChunk)
 	ents := make([]pendEntry, 0, len(entries))
 	for _, e := range entries {
@@ -74,7 +78,7 @@ func encodeEntries(entries []*netsyv1.Entry) ([]byte, error) {
 		}
 		ents = append(ents, pendEntry{index: e.Index, revision: e.Revision, off: off, end: len(file)})
 	}
-	return encodeChunk(file, ents)
+	return encodeChunk(sl, file, ents)
 }
 
 // attemptCtx bounds one object-storage call by timeout on the injected

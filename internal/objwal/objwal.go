@@ -230,6 +230,9 @@ type Log struct {
 	log      hclog.Logger
 	metaPath string
 	hooks    hooks
+	// sealer compresses the chunks this log uploads (its own, not the
+	// process's: see datafile.ChunkSealer).
+	sealer *datafile.ChunkSealer
 
 	ctx       context.Context
 	cancel    context.CancelFunc
@@ -363,7 +366,12 @@ func open(ctx context.Context, o Options, h hooks) (*Log, error) {
 	if err := o.setDefaults(); err != nil {
 		return nil, err
 	}
+	sealer, err := datafile.NewChunkSealer()
+	if err != nil {
+		return nil, err
+	}
 	l := &Log{
+		sealer:     sealer,
 		o:          o,
 		store:      o.Store,
 		clk:        o.Clock,
@@ -383,7 +391,6 @@ func open(ctx context.Context, o Options, h hooks) (*Log, error) {
 	}
 	l.curMode.Store(int32(o.Mode))
 	l.pendBuf = l.newPendBuf()
-	var err error
 	if l.meta, err = readMetaFS(l.o.FS, l.metaPath); err != nil {
 		return nil, err
 	}

@@ -466,7 +466,7 @@ func (l *Log) claim(ctx context.Context, v *bucketView) error {
 	refs := []chunkRef{{seq: v.lastSeq, last: v.bucketLast}}
 	lastIdx := v.bucketLast
 	for _, c := range chunks {
-		body, err := encodeEntries(c)
+		body, err := encodeEntries(l.sealer, c)
 		if err != nil {
 			return fmt.Errorf("encode claim %s: %w", walKey(seq), err)
 		}

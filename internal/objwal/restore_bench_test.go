@@ -86,7 +86,7 @@ func BenchmarkRestore(b *testing.B) {
 }
 
 func mustChunk(b *testing.B, es []*netsyv1.Entry) []byte {
-	body, err := encodeEntries(es)
+	body, err := encodeEntries(nil, es)
 	if err != nil {
 		b.Fatal(err)
 	}

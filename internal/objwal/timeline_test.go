@@ -147,7 +147,7 @@ func TestTimelineSkipsUnstampedEntries(t *testing.T) {
 			ent.CommitTimeMs = stamp(i)
 			ents = append(ents, ent)
 		}
-		body, err := encodeEntries(ents)
+		body, err := encodeEntries(nil, ents)
 		if err != nil {
 			t.Fatal(err)
 		}

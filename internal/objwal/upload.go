@@ -167,7 +167,7 @@ func (l *Log) idle(ctx context.Context, wait time.Duration) bool {
 
 // upload puts b as the next chunk and reports it; false stops the uploader.
 func (l *Log) upload(ctx context.Context, b *batch) bool {
-	body, err := encodeChunk(b.buf, b.ents)
+	body, err := encodeChunk(l.sealer, b.buf, b.ents)
 	l.mu.Lock()
 	seq := l.nextSeq
 	if err != nil {
