@@ -19,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/netsy-io/netsy/internal/clusterview"
+	"github.com/netsy-io/netsy/internal/peer"
 	"github.com/netsy-io/netsy/proto/netsyv1"
 )
 
@@ -45,6 +46,9 @@ type fakePeer struct {
 	// onHandoff, when set, runs on every Handoff with the answer's state
 	// (the new Primary's own state follows it there).
 	onHandoff func(cs *netsyv1.ClusterState)
+	// betweenFor, when set, is how many more Handoffs are refused as by a
+	// node between two Electors (NOT_ELECTOR, naming itself).
+	betweenFor int
 	// startingFor, when set, is how many more GetNodeState answers say
 	// Starting before the node says Active at the term it was given.
 	startingFor int
@@ -147,6 +151,10 @@ func (f *fakePeer) Handoff(_ context.Context, req *netsyv1.HandoffRequest) (*net
 	f.handoffReqs = append(f.handoffReqs, req)
 	if f.state == nil {
 		return nil, f.notElector()
+	}
+	if f.betweenFor > 0 {
+		f.betweenFor--
+		return nil, peer.Error(codes.FailedPrecondition, peer.ReasonNotElector, "netsy: this node is not the Elector; the Elector is at "+f.addr)
 	}
 	cs := &netsyv1.ClusterState{ClusterId: f.state.ClusterId, Elector: f.state.Elector, ElectorTerm: f.state.ElectorTerm,
 		Primary: f.handoffTo, PrimaryTerm: f.state.PrimaryTerm + 1}
@@ -338,6 +346,19 @@ func TestDeregister(t *testing.T) {
 		if _, errOut, code := run(t, args...); code == 0 || !strings.Contains(errOut, "usage: netsyctl deregister") {
 			t.Errorf("%v: exit %d: %s", args, code, errOut)
 		}
+	}
+}
+
+// A node between two Electors refuses with NOT_ELECTOR and names itself
+// (its lock just lost, or its next Elector not loaded yet): handoff asks
+// again rather than failing (seen in an e2e run on a loaded machine).
+func TestHandoffWaitsOutAChangeOfElector(t *testing.T) {
+	c := startCluster(t)
+	c.n1.handoffTo = c.n3.info()
+	c.n1.betweenFor = 2
+	out, errOut, code := run(t, "handoff", "--peer-endpoints", c.n2.addr, "--to", "n3")
+	if code != 0 || !strings.HasPrefix(out, "Primary is now n3") || len(c.n1.handoffReqs) != 3 {
+		t.Fatalf("exit %d: %q %s; the Elector was asked %d times, want 3", code, out, errOut, len(c.n1.handoffReqs))
 	}
 }
 

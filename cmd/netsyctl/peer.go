@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/netsy-io/netsy/internal/clock"
+	"github.com/netsy-io/netsy/internal/peer"
 	"github.com/netsy-io/netsy/internal/tlsconf"
 	"github.com/netsy-io/netsy/proto/netsyv1"
 )
@@ -216,7 +218,10 @@ func (p *peers) withElector(ctx context.Context, first answer, call func(context
 		return nil, fmt.Errorf("%w (asked %s at %s): wait for an Elector to be elected; netsyctl cluster-state shows the node's view", errNoElector, first.name(), first.addr)
 	}
 	tried := map[string]bool{}
-	for {
+	// A node between two Electors (its own lock just lost, or the next
+	// Elector not loaded yet) refuses and names an Elector already tried:
+	// the refusal is asked again a few times, electorRetry apart.
+	for again := 0; ; {
 		addr := el.GetPeerAddr()
 		tried[addr] = true
 		cc, err := p.conn(addr)
@@ -228,17 +233,38 @@ func (p *peers) withElector(ctx context.Context, first answer, call func(context
 			return el, nil
 		}
 		callErr := fmt.Errorf("Elector %s: %s", el.GetNodeId(), p.explain(addr, err))
-		if status.Code(err) != codes.FailedPrecondition {
+		transient := peer.ReasonOf(err) == peer.ReasonNotElector || peer.ReasonOf(err) == peer.ReasonNotLoaded
+		if status.Code(err) != codes.FailedPrecondition && !transient {
 			return el, callErr
 		}
 		ns, nerr := netsyv1.NewNodeClient(cc).GetNodeState(ctx, &netsyv1.GetNodeStateRequest{})
 		next := ns.GetClusterState().GetElector()
-		if nerr != nil || next.GetPeerAddr() == "" || tried[next.GetPeerAddr()] {
+		if nerr == nil && next.GetPeerAddr() != "" && !tried[next.GetPeerAddr()] {
+			el = next
+			continue
+		}
+		if !transient || again >= electorRetries {
 			return el, callErr
 		}
-		el = next
+		again++
+		select {
+		case <-clock.Real().After(electorRetry):
+		case <-ctx.Done():
+			return el, callErr
+		}
+		clear(tried)
+		if next.GetPeerAddr() != "" {
+			el = next
+		}
 	}
 }
+
+// electorRetries and electorRetry bound how long a call waits out a change
+// of Elector (about two seconds: an s3lect takeover is well under that).
+const (
+	electorRetries = 10
+	electorRetry   = 200 * time.Millisecond
+)
 
 // explain is explain with a hint at the peer port's TLS when the
 // connection failed at the handshake.
