@@ -119,25 +119,15 @@ func StartWith(ctx context.Context, cfg config.Config, logger hclog.Logger, deps
 	if cfg.ReadOnly() {
 		return startReadOnly(ctx, cfg, logger, deps, clk)
 	}
-	n := &Node{cfg: cfg, log: logger, clock: clk}
+	n, storageURL, err := startBase(cfg, logger, clk)
+	if err != nil {
+		return nil, err
+	}
 	defer func() {
 		if err != nil {
 			n.Close()
 		}
 	}()
-	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
-		return nil, fmt.Errorf("create data dir: %w", err)
-	}
-	if n.lock, err = lockDir(cfg.DataDir); err != nil {
-		return nil, err
-	}
-	storageURL, err := cfg.StorageURL()
-	if err != nil {
-		return nil, err
-	}
-	if n.tls, err = newNodeTLS(cfg, clk, logger); err != nil {
-		return nil, err
-	}
 	network := deps.Network
 	if network == nil {
 		network = peer.TCP()
@@ -399,6 +389,31 @@ func (n *Node) waitReady(ctx context.Context) error {
 
 // ClientAddr is the address the client API listens on.
 func (n *Node) ClientAddr() string { return n.client.Addr().String() }
+
+// startBase begins what both start orders (a node, and a read-only node)
+// share: the data directory created and locked, the storage URL and the
+// TLS settings. On an error it has closed what it began.
+func startBase(cfg config.Config, logger hclog.Logger, clk clock.Clock) (_ *Node, storageURL string, err error) {
+	n := &Node{cfg: cfg, log: logger, clock: clk}
+	defer func() {
+		if err != nil {
+			n.Close()
+		}
+	}()
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, "", fmt.Errorf("create data dir: %w", err)
+	}
+	if n.lock, err = lockDir(cfg.DataDir); err != nil {
+		return nil, "", err
+	}
+	if storageURL, err = cfg.StorageURL(); err != nil {
+		return nil, "", err
+	}
+	if n.tls, err = newNodeTLS(cfg, clk, logger); err != nil {
+		return nil, "", err
+	}
+	return n, storageURL, nil
+}
 
 // HTTPAddr is the address of the health and metrics endpoint.
 func (n *Node) HTTPAddr() string { return n.httpL.Addr().String() }

@@ -41,25 +41,15 @@ const readOnlySpill = "read-only-values"
 // directory is locked (a normal node cannot start on it meanwhile) and
 // holds only scratch: spilled values, removed again at close.
 func startReadOnly(ctx context.Context, cfg config.Config, logger hclog.Logger, deps Deps, clk clock.Clock) (_ *Node, err error) {
-	n := &Node{cfg: cfg, log: logger, clock: clk}
+	n, storageURL, err := startBase(cfg, logger, clk)
+	if err != nil {
+		return nil, err
+	}
 	defer func() {
 		if err != nil {
 			n.Close()
 		}
 	}()
-	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
-		return nil, fmt.Errorf("create data dir: %w", err)
-	}
-	if n.lock, err = lockDir(cfg.DataDir); err != nil {
-		return nil, err
-	}
-	storageURL, err := cfg.StorageURL()
-	if err != nil {
-		return nil, err
-	}
-	if n.tls, err = newNodeTLS(cfg, clk, logger); err != nil {
-		return nil, err
-	}
 	if n.client, err = net.Listen("tcp", cfg.ClientAddr); err != nil {
 		return nil, fmt.Errorf("listen on --client-addr %s: %w", cfg.ClientAddr, err)
 	}
