@@ -137,8 +137,21 @@ func (l roleLeaver) stopHeartbeats()                 { l.r.hb.Close() }
 func (l roleLeaver) drain(ctx context.Context) error { return l.r.prim.Drain(ctx) }
 
 func (l roleLeaver) handoff(ctx context.Context) error {
-	_, err := l.r.Handoff(ctx, "")
+	// The handoff gets a bound of its own, not what is left of the
+	// leave's: the Elector answers only once a successor is pushed, and
+	// when none can be elected (the others stopped, still counted) it
+	// would wait out the whole leave. The Elector has drained this node
+	// by then; the leave goes on to drain (a no-op) and deregister.
+	hctx, cancel := clock.WithTimeout(ctx, l.r.clk, handoffOnLeave(l.r.cfg.Node.HeartbeatInterval))
+	defer cancel()
+	_, err := l.r.Handoff(hctx, "")
 	return err
+}
+
+// handoffOnLeave bounds a leaving Primary's handoff: a handoff to a live
+// node takes well under a heartbeat interval (about 90 ms measured).
+func handoffOnLeave(heartbeat time.Duration) time.Duration {
+	return max(2*time.Second, 4*heartbeat)
 }
 
 func (l roleLeaver) degrade(ctx context.Context) {
