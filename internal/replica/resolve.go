@@ -67,6 +67,11 @@ func randomSeq() uint64 {
 // "request timed out" and "stopped" are; an answer the Primary evaluated
 // (key not found, compacted, ...) is not.
 func unknownOutcome(err error) bool {
+	if errors.Is(err, engine.ErrLeaseNotFound) {
+		// The Primary's answer, decoded (LeaseRenew): it evaluated the
+		// request.
+		return false
+	}
 	for _, s := range []error{engine.ErrLeaderChanged, engine.ErrTimeout, engine.ErrStopped, engine.ErrUnavailable, engine.ErrDuplicateRequest} {
 		if errors.Is(err, s) {
 			return true

@@ -372,3 +372,19 @@ func TestBackendReadIndexLostIsLeaderChanged(t *testing.T) {
 		t.Fatalf("the read whose read index was lost: %v, %v; want leader changed", o.v, o.err)
 	}
 }
+
+// An answer the Primary gave after evaluating the request, decoded into
+// the engine's error by the forwarding code (LeaseRenew's "requested
+// lease not found"), is the request's outcome, not an unknown one: it
+// reaches the client as it is, never as "leader changed" (seen with
+// etcdctl lease keep-alive on a revoked lease through a replica).
+func TestDecodedPrimaryAnswerIsAKnownOutcome(t *testing.T) {
+	if unknownOutcome(engine.ErrLeaseNotFound) {
+		t.Fatal("ErrLeaseNotFound counted as an unknown outcome")
+	}
+	for _, err := range []error{engine.ErrLeaderChanged, status.Error(codes.Unavailable, "connection reset")} {
+		if !unknownOutcome(err) {
+			t.Fatalf("%v not counted as an unknown outcome", err)
+		}
+	}
+}
