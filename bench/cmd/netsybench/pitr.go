@@ -288,6 +288,7 @@ func runPITR(ctx context.Context, c *config, t int, tag string) (map[string]meas
 	if err != nil {
 		return nil, err
 	}
+	defer bn.Stop()
 	if d.FirstReadSecs, err = firstRead(ctx, bn); err != nil {
 		return nil, fmt.Errorf("branch node: %w", err)
 	}
@@ -301,6 +302,7 @@ func runPITR(ctx context.Context, c *config, t int, tag string) (map[string]meas
 		return nil, err
 	}
 	fresh.Name = "n1"
+	defer fresh.Stop()
 	if d.FreshSecs, err = firstRead(ctx, fresh); err != nil {
 		return nil, fmt.Errorf("fresh node: %w", err)
 	}
