@@ -79,6 +79,12 @@ type pitrDetail struct {
 	LoadSecs      float64 `json:"load_secs"`
 	LoadPerSec    float64 `json:"load_per_sec"`
 	FirstReadSecs float64 `json:"branch_first_read_secs,omitempty"` // branch row: its first node's start
+	// Keys live in the restored data directory (netsyctl's count), on the
+	// branch's first node and on the fresh node: a check that each served
+	// the history, not an empty store.
+	RestoredKeys int   `json:"restored_keys,omitempty"`
+	BranchKeys   int64 `json:"branch_keys,omitempty"`
+	FreshKeys    int64 `json:"fresh_keys,omitempty"`
 }
 
 // revLabel names a revision count as the row does: 1m, 50k, 1500.
@@ -258,6 +264,7 @@ func runPITR(ctx context.Context, c *config, t int, tag string) (map[string]meas
 		return nil, err
 	}
 	d.WindowOldest, d.WindowNewest, d.BaseRevision, d.Replayed = r.Window.Oldest, r.Window.Newest, r.BaseRevision, r.Replayed
+	d.RestoredKeys = r.Keys
 	if d.WindowNewest < head {
 		c.notef("%s: the bucket's window ends at %d, short of the head %d the node had served", tag, d.WindowNewest, head)
 	}
@@ -292,6 +299,9 @@ func runPITR(ctx context.Context, c *config, t int, tag string) (map[string]meas
 	if d.FirstReadSecs, err = firstRead(ctx, bn); err != nil {
 		return nil, fmt.Errorf("branch node: %w", err)
 	}
+	if d.BranchKeys, err = countKeys(ctx, bn.ClientAddr); err != nil {
+		return nil, fmt.Errorf("branch node: count keys: %w", err)
+	}
 	if err := bn.Stop(); err != nil {
 		c.notef("%s: %v", tag, err)
 	}
@@ -306,6 +316,12 @@ func runPITR(ctx context.Context, c *config, t int, tag string) (map[string]meas
 	if d.FreshSecs, err = firstRead(ctx, fresh); err != nil {
 		return nil, fmt.Errorf("fresh node: %w", err)
 	}
+	if d.FreshKeys, err = countKeys(ctx, fresh.ClientAddr); err != nil {
+		return nil, fmt.Errorf("fresh node: count keys: %w", err)
+	}
+	if want := int64(max(revs/10, 1)); d.FreshKeys != want {
+		c.notef("%s: the fresh node serves %d keys, %d were loaded", tag, d.FreshKeys, want)
+	}
 	if err := fresh.Stop(); err != nil {
 		c.notef("%s: %v", tag, err)
 	}
@@ -313,7 +329,7 @@ func runPITR(ctx context.Context, c *config, t int, tag string) (map[string]meas
 	if rate, budget, ratio, ok := restoreBudget(restoreSecs, d.BaseSecs, d.FreshSecs, d.Replayed); ok {
 		d.ReplayPerSec, d.BudgetSecs, d.Ratio = rate, budget, ratio
 	}
-	bd := pitrDetail{Revisions: head, Revision: d.Revision, FirstReadSecs: d.FirstReadSecs}
+	bd := pitrDetail{Revisions: head, Revision: d.Revision, FirstReadSecs: d.FirstReadSecs, BranchKeys: d.BranchKeys}
 	return map[string]measurement{
 		rowRestorePrefix + revLabel(revs): {Value: restoreSecs, Secs: restoreSecs, Extra: d},
 		rowBranchCreate:                   {Value: branchSecs, Secs: branchSecs, Extra: bd},
@@ -462,9 +478,9 @@ func (r *report) pitrTable(b *strings.Builder) {
 			d := s.Detail
 			var cmp string
 			if row.Workload == rowBranchCreate {
-				cmp = fmt.Sprintf("at revision %d of %d; its first node served a read %s s after launch", d.Revision, d.Revisions, fmtSecs(s.FirstRead))
+				cmp = fmt.Sprintf("at revision %d of %d; its first node served a read %s s after launch (%d keys)", d.Revision, d.Revisions, fmtSecs(s.FirstRead), d.BranchKeys)
 			} else {
-				cmp = fmt.Sprintf("revision %d of window %d..%d, from snapshot %d + %d entries replayed", d.Revision, d.WindowOldest, d.WindowNewest, d.BaseRevision, d.Replayed)
+				cmp = fmt.Sprintf("revision %d of window %d..%d (%d keys), from snapshot %d + %d entries replayed", d.Revision, d.WindowOldest, d.WindowNewest, d.RestoredKeys, d.BaseRevision, d.Replayed)
 				if s.Budget != nil {
 					cmp += fmt.Sprintf("; budget %s s = fresh node's start to first read %s s + %d entries at %s entries/s (restore to the base snapshot alone: %.2f s)",
 						fmtSecs(s.Budget), fmtSecs(s.Fresh), d.Replayed, fmtNum(*s.Rate), d.BaseSecs)
@@ -480,7 +496,7 @@ func (r *report) pitrTable(b *strings.Builder) {
 		return
 	}
 	b.WriteString("\n## Point-in-time restore and branches\n\n")
-	fmt.Fprintf(b, "%s. Times in seconds, medians over runs; ratio = restore / budget.\n\n", desc)
+	fmt.Fprintf(b, "%s. The history: one node with --quorum -1, a snapshot every tenth of it, revision auto-compaction (bench/README.md). Times in seconds, medians over runs; ratio = restore / budget.\n\n", desc)
 	b.WriteString("| row | target | s | ratio | what | target | status |\n|---|---|--:|--:|---|---|---|\n")
 	for _, l := range lines {
 		b.WriteString(l + "\n")
