@@ -238,6 +238,13 @@ func runPITR(ctx context.Context, c *config, t int, tag string) (map[string]meas
 	if err != nil {
 		return nil, fmt.Errorf("head revision: %w", err)
 	}
+	// etcd's tool wrote more distinct keys than its key space holds (5064
+	// for a space of 5000 at -quick, 108192 for 100k at 1 M; not looked
+	// into): the fresh node is checked against what the source served.
+	srcKeys, err := countKeys(ctx, src.ClientAddr)
+	if err != nil {
+		return nil, fmt.Errorf("count keys after the load: %w", err)
+	}
 	// A clean stop uploads what the bucket still lacks; from here on no
 	// server runs on the parent until the fresh start at the end.
 	if err := src.Stop(); err != nil {
@@ -324,8 +331,8 @@ func runPITR(ctx context.Context, c *config, t int, tag string) (map[string]meas
 	if d.FreshKeys, err = countKeys(ctx, fresh.ClientAddr); err != nil {
 		return nil, fmt.Errorf("fresh node: count keys: %w", err)
 	}
-	if want := int64(max(revs/10, 1)); d.FreshKeys != want {
-		c.notef("%s: the fresh node serves %d keys, %d were loaded", tag, d.FreshKeys, want)
+	if d.FreshKeys != srcKeys {
+		c.notef("%s: the fresh node serves %d keys, the source served %d", tag, d.FreshKeys, srcKeys)
 	}
 	if err := fresh.Stop(); err != nil {
 		c.notef("%s: %v", tag, err)
