@@ -2,7 +2,7 @@ GO ?= go
 PROTOC ?= protoc
 GOBIN := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: all build run test soak test-unit test-e2e test-e2e-etcd test-k8s test-k8s-etcd fuzz proto proto-check manifests manifests-check vet fmt bench bench-cluster tools clean cluster cluster-status cluster-stop
+.PHONY: all build run test soak test-unit test-e2e test-e2e-etcd test-k8s test-k8s-etcd fuzz proto proto-check manifests manifests-check vet fmt bench bench-cluster bench-pitr tools clean cluster cluster-status cluster-stop
 
 # Unit and protocol tests get the race detector; process-level suites run
 # the built binary and do not need it.
@@ -145,12 +145,13 @@ clean:
 
 # bench runs Netsy (sync mode on the file store, --quorum -1, sync mode on a
 # harness-started MinIO) and etcd side by side with etcd's benchmark tool (not
-# part of test or CI), then bench-cluster; results go to bench/results/.
+# part of test or CI), then bench-cluster and bench-pitr; results go to bench/results/.
 # BENCHFLAGS=-quick for a smoke run.
 BENCHFLAGS ?=
 bench:
 	$(GO) run ./bench/cmd/netsybench $(BENCHFLAGS)
 	$(MAKE) --no-print-directory bench-cluster
+	$(MAKE) --no-print-directory bench-pitr
 
 # bench-cluster compares a 3-node Netsy cluster on MinIO with a 3-node t4 on the
 # same MinIO (scripts/build-t4.sh) and a 3-member etcd cluster: put, range and
@@ -159,3 +160,10 @@ bench:
 BENCHCLUSTERFLAGS ?= $(BENCHFLAGS)
 bench-cluster:
 	$(GO) run ./bench/cmd/netsybench -cluster $(BENCHCLUSTERFLAGS)
+
+# bench-pitr times point-in-time restore and branch creation on a 1 M-revision
+# history in a bucket of the harness's MinIO (issue 21; netsy only).
+# BENCHPITRFLAGS (default: BENCHFLAGS) are its flags.
+BENCHPITRFLAGS ?= $(BENCHFLAGS)
+bench-pitr:
+	$(GO) run ./bench/cmd/netsybench -workloads pitr $(BENCHPITRFLAGS)

@@ -234,6 +234,9 @@ netsy_objwal_puts_total 1.5e+06 1700000000000
 func TestT4SkipsHandoffAndBinaryKeyWatchOnly(t *testing.T) {
 	skipped := map[string]bool{"failover-handoff": true, "watch-latency": true}
 	for _, w := range workloads {
+		if w.PITR {
+			continue // netsy alone (TestPITRIsNotInAllAndDefaultsToNetsyMinIO)
+		}
 		err := w.runsOn(kindT4)
 		if got := err != nil; got != skipped[w.Name] {
 			t.Errorf("%s skipped on t4: %v (%v), want %v", w.Name, got, err, skipped[w.Name])

@@ -183,6 +183,11 @@ func (m *minioServer) netsyArgs(bucket string) []string {
 	return []string{"--storage", "s3://" + bucket, "--s3-endpoint", "http://" + m.addr, "--s3-path-style", "--s3-region", minioRegion}
 }
 
+// s3Flags are netsyctl's flags for this MinIO (the storage URLs apart).
+func (m *minioServer) s3Flags() []string {
+	return []string{"--s3-endpoint", "http://" + m.addr, "--s3-path-style", "--s3-region", minioRegion}
+}
+
 func (m *minioServer) env() []string {
 	return []string{"AWS_ACCESS_KEY_ID=" + minioUser, "AWS_SECRET_ACCESS_KEY=" + minioPassword}
 }

@@ -58,6 +58,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		netsyArgs  = fs.String("netsy-args", "", "extra flags for every netsy server (space-separated)")
 		etcdArgs   = fs.String("etcd-args", "", "extra flags for every etcd server (space-separated)")
 		t4Args     = fs.String("t4-args", "", "extra flags for every t4 node's `t4 run` (space-separated)")
+		pitrRevs   = fs.Int("pitr-revisions", 1_000_000, "revisions of the history the pitr rows load (× -scale)")
 		list       = fs.Bool("list", false, "list workloads and targets and exit")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -76,6 +77,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 				desc = "netsybench's own client (see bench/README.md)"
 			case w.Failover != nil:
 				desc = "cluster targets: " + w.Desc
+			case w.PITR:
+				desc = "netsy-minio: " + w.Desc
 			}
 			if w.MinIOBaseline {
 				desc += "; on netsy-minio then MinIO's own sequential conditional-PUT rate (same count, 16 KiB bodies)"
@@ -98,8 +101,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		ProfileSeconds: *profSecs, RunTimeout: *runTimeout,
 		ExtraArgs: map[kind][]string{kindNetsy: strings.Fields(*netsyArgs), kindEtcd: strings.Fields(*etcdArgs),
 			kindT4: strings.Fields(*t4Args)},
-		FailoverRuns: max(*failRuns, 1),
-		notes:        new([]string),
+		FailoverRuns:  max(*failRuns, 1),
+		PITRRevisions: max(*pitrRevs, 1),
+		notes:         new([]string),
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -110,6 +114,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if !set["workloads"] {
 			*only = clusterWorkloads
 		}
+	}
+	if !set["targets"] && !*clusterRun && pitrOnly(*only) {
+		*targets = pitrTargets
 	}
 	if *quick {
 		if !set["failover-runs"] {
@@ -168,7 +175,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	c.stamp = stamp
 	c.rawDir = filepath.Join(*outDir, stamp)
 	c.dataDir = filepath.Join(root, ".cache", "bench", "run-"+stamp)
-	if c.bins, err = buildBinaries(ctx, root, c.Targets, *netsyBin, stderr); err != nil {
+	needCtl := slices.ContainsFunc(c.Workloads, func(w workload) bool { return w.PITR })
+	if c.bins, err = buildBinaries(ctx, root, c.Targets, *netsyBin, needCtl, stderr); err != nil {
 		return fail(err)
 	}
 	for _, d := range []string{c.rawDir, c.dataDir} {
@@ -196,6 +204,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if slices.ContainsFunc(c.Workloads, func(w workload) bool { return w.Failover != nil }) {
 		rep.Settings["failover_runs"] = c.FailoverRuns
+	}
+	if needCtl {
+		rep.Settings["pitr_revisions"] = c.pitrRevisions()
 	}
 	if c.Total > 0 {
 		rep.Settings["total"] = c.Total
@@ -265,7 +276,7 @@ func scriptDir(ctx context.Context, root, script string, stderr io.Writer) (stri
 // buildBinaries builds etcd's tools and, when a target runs t4, t4 (each
 // a no-op once cached) and, when a target runs netsy, the netsy binary
 // into .cache/bench.
-func buildBinaries(ctx context.Context, root string, targets []variant, netsyBin string, stderr io.Writer) (binaries, error) {
+func buildBinaries(ctx context.Context, root string, targets []variant, netsyBin string, needCtl bool, stderr io.Writer) (binaries, error) {
 	var b binaries
 	dir, err := scriptDir(ctx, root, "build-etcd.sh", stderr)
 	if err != nil {
@@ -296,8 +307,8 @@ func buildBinaries(ctx context.Context, root string, targets []variant, netsyBin
 		}
 		b.T4 = filepath.Join(dir, "t4")
 	}
-	// The handoff row runs netsyctl as an operator would.
-	if slices.ContainsFunc(targets, func(v variant) bool { return v.Kind == kindNetsy && v.cluster() }) {
+	// The handoff row and the pitr rows run netsyctl as an operator would.
+	if needCtl || slices.ContainsFunc(targets, func(v variant) bool { return v.Kind == kindNetsy && v.cluster() }) {
 		b.Netsyctl = filepath.Join(root, ".cache", "bench", "netsyctl")
 		build := exec.CommandContext(ctx, "go", "build", "-o", b.Netsyctl, "./cmd/netsyctl")
 		build.Dir = root

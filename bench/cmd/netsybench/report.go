@@ -82,7 +82,7 @@ func buildRows(c *config, results map[string][][]measurement) []row {
 	var rows []row
 	n := len(c.Targets)
 	for i := range c.Workloads {
-		for _, spec := range rowSpecs(&c.Workloads[i], c.MemKeys, c.MemValSize) {
+		for _, spec := range rowSpecs(&c.Workloads[i], c.MemKeys, c.MemValSize, c.pitrRevisions()) {
 			r := row{Workload: spec.Name, Group: spec.Group, Metric: spec.Metric, LatencyPct: spec.Latency, Goal: spec.Goal, Desc: spec.Desc}
 			r.Sides = make([]side, n)
 			if res := results[spec.Name]; res != nil {
@@ -211,7 +211,7 @@ func (r *report) markdown() string {
 	fmt.Fprintf(&b, "- ratio = target / %s; latencies in ms; each cell is the median over runs, target order rotating per workload, fresh servers per run\n", e)
 	fmt.Fprintf(&b, "- CPU = the servers' user + system CPU seconds (every process of the target, from /proc/PID/stat, over the measured part) per 1000 operations as the row counts them (events on watch rows, puts loaded on the rss row); `+x MinIO` is MinIO's on targets that use it; CPU ratio = target / %s\n", e)
 
-	generic := slices.ContainsFunc(r.Rows, func(row row) bool { return row.Group != "failover" })
+	generic := slices.ContainsFunc(r.Rows, func(row row) bool { return !ownTable(row.Group) })
 	for t := range n - 1 {
 		if !generic {
 			break
@@ -221,7 +221,7 @@ func (r *report) markdown() string {
 		fmt.Fprintf(&b, "| workload | metric | %s | %s | ratio | p50 %s | p50 %s | p99 %s | p99 %s | latency ratio | CPU %s | CPU %s | CPU ratio | target | status |\n", a, e, a, e, a, e, a, e)
 		b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|---|\n")
 		for _, row := range r.Rows {
-			if row.Group == "failover" {
+			if ownTable(row.Group) {
 				continue
 			}
 			vs, sa, se := row.Versus[t], row.Sides[t], row.Sides[n-1]
@@ -243,6 +243,7 @@ func (r *report) markdown() string {
 	}
 	r.allTable(&b)
 	r.failoverTable(&b)
+	r.pitrTable(&b)
 	r.syncTable(&b)
 	if len(r.Notes) > 0 {
 		b.WriteString("\nNotes:\n")
@@ -264,7 +265,7 @@ func (r *report) allTable(b *strings.Builder) {
 	}
 	var rows []row
 	for _, row := range r.Rows {
-		if row.Group != "failover" {
+		if !ownTable(row.Group) {
 			rows = append(rows, row)
 		}
 	}
@@ -304,6 +305,10 @@ func (r *report) allTable(b *strings.Builder) {
 		fmt.Fprintf(b, "| %s |\n", strings.Join(cells, " | "))
 	}
 }
+
+// ownTable reports whether a group's rows have a table of their own
+// instead of a place in the per-target and all-targets tables.
+func ownTable(group string) bool { return group == "failover" || group == "pitr" }
 
 // failoverTable lists the failover rows of every target against the
 // baseline: median and max over all repetitions, in milliseconds.

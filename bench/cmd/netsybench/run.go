@@ -40,6 +40,8 @@ type config struct {
 	// FailoverRuns is how many times each failover workload moves the
 	// role within one run of it.
 	FailoverRuns int
+	// PITRRevisions is the history the pitr rows load, before -scale.
+	PITRRevisions int
 
 	bins    binaries
 	minio   *minioServer
@@ -116,7 +118,14 @@ type rowSpec struct {
 	Desc string
 }
 
-func rowSpecs(w *workload, memKeys, memValSize int) []rowSpec {
+func rowSpecs(w *workload, memKeys, memValSize, pitrRevs int) []rowSpec {
+	if w.PITR {
+		var out []rowSpec
+		for _, name := range pitrRows(pitrRevs) {
+			out = append(out, rowSpec{Name: name, Group: w.Group, Metric: "s", Desc: w.Desc})
+		}
+		return out
+	}
 	if w.Failover != nil {
 		return []rowSpec{{Name: w.Name, Group: w.Group, Metric: "s", Goal: w.Goal, Desc: w.Desc}}
 	}
@@ -189,7 +198,7 @@ func runAll(ctx context.Context, c *config, log io.Writer) (map[string][][]measu
 					baselineInto(ctx, c, w, t, r, ms)
 				}
 				var parts []string
-				for _, spec := range rowSpecs(w, c.MemKeys, c.MemValSize) {
+				for _, spec := range rowSpecs(w, c.MemKeys, c.MemValSize, c.pitrRevisions()) {
 					m, ok := ms[spec.Name]
 					if !ok {
 						continue
@@ -254,6 +263,9 @@ func runOne(ctx context.Context, c *config, w *workload, t, run int) (map[string
 		return nil, err
 	}
 	tag := fmt.Sprintf("%s-%s-r%d", safeName(w.Name), safeName(c.Labels[t]), run+1)
+	if w.PITR {
+		return runPITR(ctx, c, t, tag)
+	}
 	dir := filepath.Join(c.dataDir, tag)
 	profiling := c.profiled(w)
 	d, cleanup, err := deploy(ctx, c, t, dir, tag, profiling)

@@ -69,7 +69,11 @@ type workload struct {
 	// Failover, if set, replaces the tool on a cluster target: it moves
 	// the leader's role reps times and returns the times (Samples).
 	Failover func(ctx context.Context, c *config, d *deployment, reps int) (measurement, error)
-	// Desc says what a failover row measures, for the table.
+	// PITR marks the pitr workload (runPITR): it loads a history, then
+	// times restore and branch creation on it; two rows, netsy on MinIO
+	// only.
+	PITR bool
+	// Desc says what a failover or pitr row measures, for the table.
 	Desc string
 	// Skip names the server kinds the workload does not run on, and
 	// why; on such a target it is skipped, with the reason in the notes.
@@ -170,6 +174,12 @@ var workloads = []workload{
 	{Name: "failover-handoff", Group: "failover", Failover: failoverHandoff,
 		Desc: "`netsyctl handoff` (etcd: `move-leader`) → longest stretch without an acknowledged put",
 		Skip: map[kind]string{kindT4: "t4 has no command that moves its leader"}},
+
+	// netsy-minio only; not in "all" (issue 21: restore and branch of a
+	// 1 M-revision history, -pitr-revisions).
+	{Name: "pitr", Group: "pitr", PITR: true,
+		Desc: "`netsyctl restore --revision R` (R mid-history) against a fresh node's start plus replay at the restore's rate; `netsyctl branch --revision R` and its first node",
+		Skip: map[kind]string{kindEtcd: "etcd restores only the snapshot file it saved", kindT4: "no point-in-time restore to compare"}},
 }
 
 // t4BinaryKeyWatch is why watch-latency does not run on t4. The tool
@@ -188,7 +198,7 @@ const clusterTargets = "netsy-cluster,t4-cluster,etcd-cluster"
 const clusterWorkloads = "put-seq,put-64,put-256,range-l,watch-latency,watch-notify,failover"
 
 // tool reports whether the workload runs etcd's benchmark tool.
-func (w *workload) tool() bool { return !w.Memory && w.Client == nil && w.Failover == nil }
+func (w *workload) tool() bool { return !w.Memory && w.Client == nil && w.Failover == nil && !w.PITR }
 
 // scaled returns the tool arguments for a run with the given total.
 func (w *workload) toolArgs(total int) []string {
@@ -225,7 +235,7 @@ func selectWorkloads(list string) ([]workload, error) {
 	if list == "" || list == "all" {
 		var out []workload
 		for _, w := range workloads {
-			if w.Failover == nil {
+			if w.Failover == nil && !w.PITR {
 				out = append(out, w)
 			}
 		}
