@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -54,7 +55,11 @@ func TestPointInTimeRestoreOnACluster(t *testing.T) {
 	_, primary := c.roles()
 	cli := c.client(primary)
 	ep := c.nodes[primary].Endpoint
-	ctx := opCtx(t)
+	// The writes and reads below share one deadline, which grows with
+	// their number (NETSY_PITR_WRITES).
+	writes, marks0 := envInt(t, "NETSY_PITR_WRITES", 2400), envInt(t, "NETSY_PITR_MARKS", 8)
+	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second+time.Duration(writes)*5*time.Millisecond)
+	defer cancel()
 	lease, err := cli.Grant(ctx, 600)
 	if err != nil {
 		t.Fatal(err)
@@ -62,7 +67,6 @@ func TestPointInTimeRestoreOnACluster(t *testing.T) {
 
 	// The full size (20 000 writes, 20 revisions) runs with
 	// NETSY_PITR_WRITES=20000 NETSY_PITR_MARKS=20; CI runs it scaled.
-	writes, marks0 := envInt(t, "NETSY_PITR_WRITES", 2400), envInt(t, "NETSY_PITR_MARKS", 8)
 	const compactEvery = 500
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d, %d writes, %d revisions", seed, writes, marks0)
