@@ -302,23 +302,9 @@ func StartWith(ctx context.Context, cfg config.Config, logger hclog.Logger, deps
 	n.grpc = n.api.NewGRPCServer(append(n.tls.clientServerOptions(logger, clk), grpcMetricsOptions(n.metrics.grpc)...)...)
 	n.metrics.grpc.InitializeMetrics(n.grpc)
 	n.http = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
-	if err := n.serveGateway(); err != nil {
+	if err := n.serve(); err != nil {
 		return nil, err
 	}
-
-	n.wg.Add(2)
-	go func() {
-		defer n.wg.Done()
-		if err := n.grpc.Serve(n.clientMux.GRPC()); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-			n.log.Error("client API stopped", "error", err)
-		}
-	}()
-	go func() {
-		defer n.wg.Done()
-		if err := n.http.Serve(n.httpL); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			n.log.Error("http server stopped", "error", err)
-		}
-	}()
 	n.watchDataDir(deps.FS)
 	n.ready.Store(true)
 	n.log.Info("serving", "node_id", cfg.NodeID, "cluster_id", cfg.ClusterID, "client_addr", n.client.Addr().String(),
@@ -389,6 +375,28 @@ func (n *Node) waitReady(ctx context.Context) error {
 
 // ClientAddr is the address the client API listens on.
 func (n *Node) ClientAddr() string { return n.client.Addr().String() }
+
+// serve starts serving the client port (gRPC and the JSON gateway) and
+// the HTTP port, in both start orders.
+func (n *Node) serve() error {
+	if err := n.serveGateway(); err != nil {
+		return err
+	}
+	n.wg.Add(2)
+	go func() {
+		defer n.wg.Done()
+		if err := n.grpc.Serve(n.clientMux.GRPC()); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			n.log.Error("client API stopped", "error", err)
+		}
+	}()
+	go func() {
+		defer n.wg.Done()
+		if err := n.http.Serve(n.httpL); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			n.log.Error("http server stopped", "error", err)
+		}
+	}()
+	return nil
+}
 
 // startBase begins what both start orders (a node, and a read-only node)
 // share: the data directory created and locked, the storage URL and the

@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -14,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -123,22 +121,9 @@ func startReadOnly(ctx context.Context, cfg config.Config, logger hclog.Logger, 
 	})
 	n.grpc = n.api.NewGRPCServer(n.tls.clientServerOptions(logger, clk)...)
 	n.http = &http.Server{Handler: n.readOnlyHTTPHandler(), ReadHeaderTimeout: 10 * time.Second}
-	if err := n.serveGateway(); err != nil {
+	if err := n.serve(); err != nil {
 		return nil, err
 	}
-	n.wg.Add(2)
-	go func() {
-		defer n.wg.Done()
-		if err := n.grpc.Serve(n.clientMux.GRPC()); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-			n.log.Error("client API stopped", "error", err)
-		}
-	}()
-	go func() {
-		defer n.wg.Done()
-		if err := n.http.Serve(n.httpL); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			n.log.Error("http server stopped", "error", err)
-		}
-	}()
 	n.ready.Store(true)
 	n.log.Info("serving read-only", "rev", st.Revision, "window", st.Window.String(), "base_snapshot_rev", st.BaseRevision,
 		"entries_replayed", st.Replayed, "took", clk.Since(start), "client_addr", n.client.Addr().String(),
