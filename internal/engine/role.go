@@ -121,6 +121,31 @@ func (e *Engine) promote(ctx context.Context, term int64, prepare func(context.C
 	return nil
 }
 
+// HoldStorage makes a follower's log end where its storage's does again,
+// after a step down gave the writer role back: the engine rolled back
+// what it had not seen committed, but the storage keeps what object
+// storage already holds (an upload can finish while the loop is paused
+// or busy, before its commit reaches the engine). Those entries are held
+// as followed ones until a Primary commits them, so the next followed
+// entry continues the storage's log.
+func (e *Engine) HoldStorage(ctx context.Context) error {
+	var err error
+	if lerr := e.inLoop(ctx, func() {
+		if e.writer.Load() {
+			err = errors.New("engine: the writer does not hold its storage")
+			return
+		}
+		if f := e.failed.Load(); f != nil {
+			err = *f
+			return
+		}
+		e.holdStorage()
+	}); lerr != nil {
+		return lerr
+	}
+	return err
+}
+
 // holdStorage makes whatever the storage holds past the applied state
 // held entries again (appended, not applied, as followed ones are), after
 // a Starting step failed: the node follows next, and its log must end

@@ -410,3 +410,51 @@ func TestFollowerDurableIndexMovesWithoutTheLoop(t *testing.T) {
 		ch = f.e.CommitNotify()
 	}
 }
+
+// An entry the storage kept after a step down (object storage held it
+// before its commit reached the engine) is held as a followed entry by
+// HoldStorage: the log continues after it, and it is applied once a
+// Primary commits it. Without it the engine's log ends before the
+// storage's, and the first followed entry is refused by the storage (a
+// paused Primary that never rejoined: "index 829 does not follow last
+// index 831").
+func TestHoldStorageAfterDemoteContinuesTheStoragesLog(t *testing.T) {
+	st := &enginetest.MemStorage{}
+	h := newHarness(t, st, nil)
+	h.put("a", "1")
+	committed := h.e.CommittedIndex()
+	st.Manual = true
+	errs := make(chan error, 1)
+	go func() {
+		_, err := h.e.Put(ctx(t), &pb.PutRequest{Key: []byte("b"), Value: []byte("2")})
+		errs <- err
+	}()
+	waitFor(t, func() bool { return st.Len() == int(committed)+1 })
+	if got, err := h.e.Demote(ctx(t), false); err != nil || got != committed {
+		t.Fatalf("demote: %d, %v; want %d", got, err, committed)
+	}
+	if err := <-errs; !errors.Is(err, ErrLeaderChanged) {
+		t.Fatalf("pending put: %v, want ErrLeaderChanged", err)
+	}
+	if last, _, _ := h.e.LastAppended(); last != committed {
+		t.Fatalf("after the rollback the log ends at %d, want %d", last, committed)
+	}
+	if err := h.e.HoldStorage(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if last, _, _ := h.e.LastAppended(); last != committed+1 {
+		t.Fatalf("after HoldStorage the log ends at %d, want the storage's %d", last, committed+1)
+	}
+	if h.value("b") != "<none>" {
+		t.Fatalf("a held entry was applied before any commit: b=%q", h.value("b"))
+	}
+	st.Manual = false
+	st.SyncAll()
+	if err := h.e.CommitTo(ctx(t), committed+1); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return h.e.CommittedIndex() == committed+1 })
+	if h.value("b") != "2" {
+		t.Fatalf("after the commit b=%q, want 2", h.value("b"))
+	}
+}

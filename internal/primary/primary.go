@@ -24,6 +24,7 @@ import (
 type Engine interface {
 	Promote(ctx context.Context, term int64, prepare func(context.Context) error) error
 	Demote(ctx context.Context, flush bool) (uint64, error)
+	HoldStorage(ctx context.Context) error
 	IsWriter() bool
 	CommittedIndex() uint64
 	CurrentRevision() int64
@@ -396,14 +397,26 @@ func (p *Primary) starting(term uint64) error {
 	default:
 		return nil
 	}
-	committed, derr := p.cfg.Engine.Demote(ctx, false)
-	if derr == nil {
-		derr = p.cfg.Log.Release(ctx, false, committed)
-	}
-	if derr != nil {
+	if derr := p.giveBack(ctx, false); derr != nil {
 		return fmt.Errorf("%w (and giving the writer role back: %v)", err, derr)
 	}
 	return err
+}
+
+// giveBack turns the writer into a follower: the engine stops writing
+// (with flush, once what it took is durable), the log gives the writer
+// role back keeping what the engine committed and whatever object
+// storage already holds, and the engine holds the latter as followed
+// entries, so that following the next Primary continues the local log.
+func (p *Primary) giveBack(ctx context.Context, flush bool) error {
+	committed, err := p.cfg.Engine.Demote(ctx, flush)
+	if err != nil {
+		return err
+	}
+	if err := p.cfg.Log.Release(ctx, flush, committed); err != nil {
+		return err
+	}
+	return p.cfg.Engine.HoldStorage(ctx)
 }
 
 // replayPending applies a Cluster State that arrived while busy.
@@ -424,10 +437,7 @@ func (p *Primary) stepDown(why string) {
 	_, term := p.State()
 	p.stopQuorum()
 	p.goOwned(func() {
-		committed, err := p.cfg.Engine.Demote(p.ctx, false)
-		if err == nil {
-			err = p.cfg.Log.Release(p.ctx, false, committed)
-		}
+		err := p.giveBack(p.ctx, false)
 		p.send(func() {
 			p.busy = false
 			if err != nil {
@@ -474,10 +484,7 @@ func (p *Primary) Drain(ctx context.Context) error {
 		p.goOwned(func() {
 			dctx, cancel := clock.WithTimeout(p.ctx, p.cfg.Clock, p.cfg.DrainTimeout)
 			defer cancel()
-			committed, err := p.cfg.Engine.Demote(dctx, true)
-			if err == nil {
-				err = p.cfg.Log.Release(dctx, true, committed)
-			}
+			err := p.giveBack(dctx, true)
 			p.send(func() {
 				p.busy = false
 				p.stopQuorum()

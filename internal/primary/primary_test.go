@@ -122,6 +122,11 @@ func (e *lcEngine) Demote(ctx context.Context, flush bool) (uint64, error) {
 	return e.CommittedIndex(), nil
 }
 
+func (e *lcEngine) HoldStorage(ctx context.Context) error {
+	e.rec.add("hold storage")
+	return nil
+}
+
 func (e *lcEngine) LeaseRenew(ctx context.Context, id int64) (int64, error) {
 	e.rec.add("lease renew %d", id)
 	return 10, nil
@@ -466,7 +471,7 @@ func TestPrimaryStartingOutlivedByANewerTermGivesTheClaimBack(t *testing.T) {
 	h.p.Observe(clusterState(self, 3))
 	h.expect(netsyv1.PrimaryState_STARTING, 3)
 	h.expect(netsyv1.PrimaryState_REPLICA, 3)
-	h.wantEvents("stop following", "promote 3 (term file 3, log sync)", "claim", "demote flush=false", "release flush=false keep=4")
+	h.wantEvents("stop following", "promote 3 (term file 3, log sync)", "claim", "demote flush=false", "release flush=false keep=4", "hold storage")
 
 	h.p.Observe(clusterState(self, 4))
 	h.expect(netsyv1.PrimaryState_STARTING, 4)
@@ -727,7 +732,7 @@ func TestPrimaryFencedCheckDeposes(t *testing.T) {
 		t.Fatalf("fenced check: %v, want ErrNoLeader", err)
 	}
 	h.expect(netsyv1.PrimaryState_REPLICA, 7)
-	h.wantEvents("stop following", "promote 7 (term file 7, log sync)", "claim", "demote flush=false", "release flush=false keep=4")
+	h.wantEvents("stop following", "promote 7 (term file 7, log sync)", "claim", "demote flush=false", "release flush=false keep=4", "hold storage")
 	if err := h.confirmNow(); !errors.Is(err, ErrNotActive) {
 		t.Fatalf("after stepping down: %v", err)
 	}
@@ -792,7 +797,7 @@ func TestPrimaryStepDownIsImmediate(t *testing.T) {
 			if h.p.Active() {
 				t.Fatal("Active after stepping down")
 			}
-			h.wantEvents("stop following", "promote 7 (term file 7, log sync)", "claim", "demote flush=false", "release flush=false keep=4")
+			h.wantEvents("stop following", "promote 7 (term file 7, log sync)", "claim", "demote flush=false", "release flush=false keep=4", "hold storage")
 		})
 	}
 }
@@ -827,7 +832,7 @@ func TestPrimarySupersededWhileStarting(t *testing.T) {
 	close(held.release)
 	h.expect(netsyv1.PrimaryState_ACTIVE, 7)
 	h.expect(netsyv1.PrimaryState_REPLICA, 7)
-	h.wantEvents("stop following", "promote 7 (term file 7, log sync)", "claim", "demote flush=false", "release flush=false keep=4")
+	h.wantEvents("stop following", "promote 7 (term file 7, log sync)", "claim", "demote flush=false", "release flush=false keep=4", "hold storage")
 }
 
 // Drain: an Active Primary is Draining (no longer Active; writes go to
@@ -861,7 +866,7 @@ func TestPrimaryDrain(t *testing.T) {
 	if err := h.result(drained); err != nil {
 		t.Fatal(err)
 	}
-	h.wantEvents("stop following", "promote 7 (term file 7, log sync)", "claim", "demote flush=true", "release flush=true keep=4")
+	h.wantEvents("stop following", "promote 7 (term file 7, log sync)", "claim", "demote flush=true", "release flush=true keep=4", "hold storage")
 }
 
 // A drain that outlasts DrainTimeout (on the clock) fails, and the node
