@@ -353,3 +353,191 @@ func (e *Elector) deregisterUnloaded(ctx context.Context, nodeID string) (*netsy
 	e.log.Warn("deleted a registration file the Elector had not loaded (it does not decode, or belongs to another cluster id)", "node", nodeID, "key", key)
 	return &netsyv1.DeregisterNodeResponse{}, nil
 }
+
+// Deregister removes a node from the map and deletes its nodes/ file; its
+// member id stays in members.json. It is DeregisterNode without force.
+func (e *Elector) Deregister(ctx context.Context, nodeID string) error {
+	_, err := e.DeregisterNode(ctx, nodeID, false)
+	return err
+}
+
+// DeregisterNode removes a node from the map and deletes its nodes/ file;
+// its member id stays in members.json.
+//
+// An unknown node is a NotFound error (ReasonUnknownNode). The Primary
+// (the current one, or the previous one a round is replacing) may go only
+// once it answers as itself that it no longer acts as one: its heartbeats
+// may still reach this Elector and renew its lease while this Elector
+// cannot reach it (a one-way cut), so being heard from proves nothing.
+// Otherwise the call fails with FailedPrecondition and ReasonNotDurable;
+// with force it is removed but stays the previous Primary for the next
+// election, whose handshake and lease wait (rule 5) still apply.
+//
+// A live node (this node, one heard from within the degradation window,
+// or one whose peer address answers as that node) leaves once the
+// bucket's durable tip reaches the log index it reported last (when it
+// leaves, in the heartbeat that says it is Degraded, after which its
+// Primary writes synchronously): a replica it receipted for may have
+// acknowledged entries the bucket lacks, and with it gone the rest of the
+// count may not hold them. A node that does not answer leaves the count
+// only under the rule of automatic deregistration (package doc, rule 3a:
+// its last reported index and the index the Primary reported after it
+// went silent at or below the bucket's durable tip; the answer's
+// last_index is the higher of the two). Either fails with
+// FailedPrecondition and ReasonNotDurable until then, unless force is
+// set, in which case the node is removed and the answer says what may be
+// lost.
+func (e *Elector) DeregisterNode(ctx context.Context, nodeID string, force bool) (*netsyv1.DeregisterNodeResponse, error) {
+	if err := discovery.ValidateNodeID(nodeID); err != nil {
+		return nil, &peer.CodedError{C: codes.InvalidArgument, R: peer.ReasonUnknownNode, Msg: err.Error()}
+	}
+	var (
+		info       *netsyv1.NodeInfo
+		last       *netsyv1.Heartbeat
+		mark       deregMark
+		isPrimary  bool
+		wasPrimary bool
+		live       bool
+		unknown    bool
+	)
+	if err := e.do(ctx, true, func() error {
+		r := e.nodes[nodeID]
+		if unknown = r == nil; unknown {
+			return nil
+		}
+		info, last, mark = r.info, r.last, r.mark
+		if r.health != netsyv1.HealthState_DEGRADED {
+			// Not marked Degraded yet: no report bounds its silence.
+			mark = deregMark{}
+		}
+		// The recorded Primary (current, or previous while a round
+		// replaces it), or a node that last said it holds the highest
+		// term handed out.
+		isPrimary = e.primary != nil && e.primary.NodeId == nodeID ||
+			saysPrimary(r.last) && r.last.PrimaryTerm >= e.maxTerm
+		wasPrimary = e.wasPrimary(nodeID, r)
+		live = nodeID == e.cfg.Self.NodeId ||
+			!r.lastAt.IsZero() && e.cfg.Clock.Now().Sub(r.lastAt) <= 2*e.cfg.HeartbeatInterval
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	if unknown {
+		return e.deregisterUnloaded(ctx, nodeID)
+	}
+	var answer *netsyv1.Heartbeat
+	if isPrimary || !live || last == nil {
+		cctx, cancel := clock.WithTimeout(ctx, e.cfg.Clock, e.cfg.HeartbeatInterval)
+		st, err := e.cfg.Peers.GetNodeState(cctx, info)
+		cancel()
+		if err == nil && st.GetState().GetNodeId() == nodeID {
+			live, answer = true, st.GetState()
+			if isPrimary && saysPrimary(answer) {
+				// The Primary may go only once it is no longer acting
+				// as one (it drained, or its process restarted).
+				return nil, fmt.Errorf("node %s is the Primary: hand the role off first (netsyctl handoff)", nodeID)
+			}
+		}
+	}
+	if isPrimary && answer == nil {
+		// Its heartbeats may still renew its lease (this Elector hears
+		// it but cannot reach it): only its own answer that it is no
+		// longer Primary counts.
+		live = false
+		if !force {
+			return nil, &peer.CodedError{C: codes.FailedPrecondition, R: peer.ReasonNotDurable, Msg: fmt.Sprintf(
+				"node %s is the Primary and does not answer: it may still hold its lease and acknowledge writes; "+
+					"hand the role off (netsyctl handoff), wait for it to answer, or force it out (netsyctl deregister --force %s): "+
+					"a successor is then elected only once its lease has run out", nodeID, nodeID)}
+		}
+	}
+	resp := &netsyv1.DeregisterNodeResponse{}
+	resp.LastIndex, resp.LastIndexKnown = lastIndexOf(last), last != nil
+	detail := ""
+	switch {
+	case e.cfg.Quorum == 0:
+		// Under quorum 0 the bucket holds every acknowledged entry.
+	case live:
+		// Leaving gracefully: what it receipted is bounded by its own
+		// latest report, and must be in the bucket before the count
+		// drops (a write held by it and the Primary alone would
+		// otherwise be lost with the Primary).
+		resp.LastIndex = max(lastIndexOf(last), lastIndexOf(answer))
+		resp.LastIndexKnown = last != nil || answer != nil
+		tip, tipErr := e.readTip(ctx)
+		resp.DurableTip, resp.DurableTipKnown = tip, tipErr == nil
+		why := ""
+		switch {
+		case !resp.LastIndexKnown:
+			why = "its log index is unknown (it has not reported to this Elector)"
+		case tipErr != nil:
+			why = fmt.Sprintf("it reported log index %d and the bucket's durable tip is unknown (%v)", resp.LastIndex, tipErr)
+		case resp.LastIndex > tip:
+			why = fmt.Sprintf("it reported log index %d and object storage holds up to %d", resp.LastIndex, tip)
+		}
+		if why != "" {
+			if !force {
+				return nil, &peer.CodedError{C: codes.FailedPrecondition, R: peer.ReasonNotDurable, Msg: fmt.Sprintf(
+					"node %s is leaving but %s: removing it now could lose acknowledged writes it receipted; "+
+						"retry once object storage has caught up (a Degraded node's Primary writes synchronously), "+
+						"or force it out (netsyctl deregister --force %s)", nodeID, why, nodeID)}
+			}
+			resp.Forced = true
+			detail = "forced: " + LossSummary(nodeID, resp)
+		}
+	default:
+		// What it may have acknowledged is bounded by its mark, not its
+		// last report (package doc, rule 3a): the answer reports the
+		// target, and with no mark yet the index is unknown.
+		resp.LastIndex, resp.LastIndexKnown = deregTarget(last, mark), mark.known
+		var tip uint64
+		var tipErr error = errors.New("not read: nothing bounds what it may have acknowledged")
+		if resp.LastIndexKnown {
+			tip, tipErr = e.readTip(ctx)
+			resp.DurableTip, resp.DurableTipKnown = tip, tipErr == nil
+		}
+		if ok, kind, why := deregVerdict(last, wasPrimary, mark, tipErr == nil, tip, tipErr); !ok {
+			if !force {
+				hint := "for object storage to catch up"
+				if !needsTip(kind) {
+					hint = "for an Active Primary to report its log index"
+				}
+				return nil, &peer.CodedError{C: codes.FailedPrecondition, R: peer.ReasonNotDurable, Msg: fmt.Sprintf(
+					"node %s is not answering and %s: removing it could lose acknowledged writes; "+
+						"wait for it to come back (or %s), or force it out (netsyctl deregister --force %s)",
+					nodeID, why, hint, nodeID)}
+			}
+			resp.Forced = true
+			detail = "forced: " + LossSummary(nodeID, resp)
+		}
+	}
+	err := e.do(ctx, true, func() error {
+		if _, ok := e.nodes[nodeID]; !ok {
+			return nil
+		}
+		// A deregistered Primary stays e.primary, the previous Primary
+		// of the next round (it is no longer named: primaryGone): the
+		// handshake asks it, and if it does not answer the round waits
+		// out its lease from the last answer that named it (rule 5).
+		// Forgetting it would leave only the take-over wait, long past,
+		// while it may still hold its lease.
+		delete(e.nodes, nodeID)
+		delete(e.tip.waits, nodeID)
+		e.version++
+		e.emit("node_deregistered", nodeID, detail)
+		if resp.Forced {
+			e.log.Warn("node forced out of the cluster: acknowledged entries may be lost", "node", nodeID, "detail", detail)
+		} else {
+			e.log.Info("node deregistered", "node", nodeID)
+		}
+		e.pushAll(ctx)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := discovery.Deregister(ctx, e.cfg.Store, nodeID); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}

@@ -5,7 +5,10 @@
 // 500 ms) one Heartbeat goes to the current Elector; a failed send is
 // retried once at once, and if that fails too the node marks itself
 // Degraded. It returns to Healthy by itself as soon as a send succeeds
-// again, with no restart.
+// again, with no restart. While Config.Fast says so (the wiring says: this
+// node is the Active Primary) the cadence doubles to every half interval,
+// so the Primary's lease, renewed by the answers, lapses only after three
+// unanswered beats in a row.
 //
 // It owns the node's one health decision too (Judge): the replica's
 // Receipts to the Primary report to it as Heartbeats do, so a Receipt

@@ -249,3 +249,65 @@ func TestReceiptFailureDegradesLikeAHeartbeat(t *testing.T) {
 		t.Fatalf("%d more reports than changes", len(health))
 	}
 }
+
+// While Fast says so (the Active Primary, whose lease the answers renew)
+// the sender beats every half interval; otherwise every interval.
+func TestFastBeatsTwicePerInterval(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1000, 0))
+	el := &elector{calls: make(chan struct{}, 100)}
+	var mu sync.Mutex
+	fast := false
+	// Fast is asked on every tick of the half-interval ticker and of the
+	// interval one: the test waits for each ask, and each beat, after
+	// every step, so no tick is dropped for arriving while the last one
+	// was unread.
+	asked := make(chan struct{}, 100)
+	s := New(Config{
+		Interval: 500 * time.Millisecond,
+		Clock:    clk,
+		State:    func() *netsyv1.Heartbeat { return &netsyv1.Heartbeat{NodeId: "n1"} },
+		Send:     el.send,
+		Fast: func() bool {
+			defer func() { asked <- struct{}{} }()
+			mu.Lock()
+			defer mu.Unlock()
+			return fast
+		},
+	})
+	s.Start()
+	defer s.Close()
+	<-el.calls // the first beat, at once
+	sent := func() int {
+		el.mu.Lock()
+		defer el.mu.Unlock()
+		return len(el.got)
+	}
+	// step moves half an interval and waits for asks asks and beats beats.
+	step := func(asks, beats int) {
+		clk.Advance(250 * time.Millisecond)
+		for range asks {
+			<-asked
+		}
+		for range beats {
+			<-el.calls
+		}
+	}
+	// Slow: two intervals, four half-interval steps, two beats.
+	for range 2 {
+		step(1, 0)
+		step(2, 1)
+	}
+	if n := sent(); n != 3 {
+		t.Fatalf("%d beats after two intervals, want 3 (one at start, one per interval)", n)
+	}
+	mu.Lock()
+	fast = true
+	mu.Unlock()
+	for range 2 {
+		step(1, 1)
+		step(2, 1)
+	}
+	if n := sent(); n != 7 {
+		t.Fatalf("%d beats after two fast intervals, want 7 (one per half interval)", n)
+	}
+}

@@ -341,6 +341,7 @@ func New(cfg Config) (*Roles, error) {
 		Send:     r.sendHeartbeat,
 		Answered: r.answered,
 		Judge:    judge,
+		Fast:     func() bool { return r.prim.Active() },
 	})
 	return r, nil
 }
@@ -350,41 +351,21 @@ func New(cfg Config) (*Roles, error) {
 // last heartbeat answer it gave the Primary before it elects a successor,
 // so a SIGKILLed Primary is replaced in about a second with the default
 // 500 ms interval. The Primary heartbeats its Elector every half interval
-// while it is Active (leaseBeats), so its lease lapses only after three
+// while it is Active (heartbeat.Config.Fast), so its lease lapses only after three
 // heartbeats in a row go unanswered: a longer silence than the two a
 // lease of two intervals renewed every interval would tolerate.
 func LeaseWindow(heartbeat time.Duration) time.Duration { return heartbeat + heartbeat/2 }
-
-// leaseBeats asks for a heartbeat every half interval while this node is
-// the Active Primary, so that its lease (LeaseWindow) is renewed three
-// times per window.
-func (r *Roles) leaseBeats(ctx context.Context) {
-	defer r.wg.Done()
-	t := r.clk.NewTicker(r.cfg.Node.HeartbeatInterval / 2)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-		}
-		if r.prim.Active() {
-			r.hb.Now()
-		}
-	}
-}
 
 // Start runs the roles until Close. The roles' goroutines live on a
 // context derived from ctx: cancelling it stops them as Close does, but
 // only Close waits for them.
 func (r *Roles) Start(ctx context.Context) {
 	ctx, r.cancel = context.WithCancel(ctx)
-	r.wg.Add(4)
+	r.wg.Add(3)
 	go func() {
 		defer r.wg.Done()
 		r.loop(ctx)
 	}()
-	go r.leaseBeats(ctx)
 	r.prim.Start()
 	r.follower.Start()
 	r.lock.Start()
