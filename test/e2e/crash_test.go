@@ -134,6 +134,7 @@ func (w *crashWriter) total() int {
 // present with the revision it was committed at, and that no txn is
 // partially visible.
 func TestCrashRecovery(t *testing.T) {
+	t.Parallel() // waits more than it computes and times nothing: see parallel in main_test.go
 	kills := 25
 	if v, err := strconv.Atoi(os.Getenv("NETSY_E2E_CRASH_KILLS")); err == nil && v > 0 {
 		kills = v
@@ -372,6 +373,7 @@ func readAllAt(ctx context.Context, cli *clientv3.Client, prefix string) ([]*mvc
 // TestCrashVerifierDetectsDamage proves verifyCrashState is not vacuous: it
 // must report a lost key, a lost txn and a rewritten revision.
 func TestCrashVerifierDetectsDamage(t *testing.T) {
+	t.Parallel() // waits more than it computes and times nothing: see parallel in main_test.go
 	s := startServer(t)
 	cli := newClient(t, s)
 	w := &crashWriter{id: 0, revs: map[int64]int64{}}
