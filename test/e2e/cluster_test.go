@@ -71,17 +71,38 @@ func startClusterNet(t *testing.T, n int, srv *miniotest.Server, fn *faultNet, e
 	}
 	args = append(args, "--elector-lease", clusterElectorLease.String(), "--elector-renew", "1s")
 	c := &cluster{t: t, nodes: map[string]*procutil.Server{}, net: fn}
+	opts := make([]procutil.Options, n+1)
 	for i := 1; i <= n; i++ {
 		id := fmt.Sprintf("n%d", i)
 		a := append(append([]string{"--node-id", id}, args...), extra...)
-		var opts procutil.Options
 		if fn != nil {
 			var more []string
-			opts, more = fn.nodeOptions(id)
+			opts[i], more = fn.nodeOptions(id)
 			a = append(a, more...)
 		}
-		opts.Args, opts.Env = a, env
-		c.nodes[id] = procutil.StartNetsy(t, opts)
+		opts[i].Args, opts[i].Env = a, env
+	}
+	// n1 first, so it takes the Elector lock and is elected as the tests
+	// expect; the others then start side by side (each waits for its
+	// /readyz, which is most of a start), not one after another.
+	c.nodes["n1"] = procutil.StartNetsy(t, opts[1])
+	started := make([]*procutil.Server, n+1)
+	var wg sync.WaitGroup
+	for i := 2; i <= n; i++ {
+		wg.Add(1)
+		go func() {
+			// A failed start fails t (procutil reports it) and ends this
+			// goroutine; the test stops below.
+			defer wg.Done()
+			started[i] = procutil.StartNetsy(t, opts[i])
+		}()
+	}
+	wg.Wait()
+	for i := 2; i <= n; i++ {
+		if started[i] == nil {
+			t.FailNow()
+		}
+		c.nodes[fmt.Sprintf("n%d", i)] = started[i]
 	}
 	c.waitState(30*time.Second, func(v clusterview.View) bool {
 		return v.Primary != nil && v.RegisteredNodes == uint32(n)
