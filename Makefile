@@ -95,9 +95,10 @@ tools:
 
 # The process-level passes after the e2e suite (the replica e2e pass and the
 # k8s suites on one node and on a replica of three) mostly wait on their
-# servers (about a fifth of one core each), so test runs them side by side,
-# each pass's output printed whole when it ends; the e2e suite itself, whose
-# timed tests want the machine to themselves, runs alone before them.
+# servers (62 CPU-s in a 148 s k8s pass: under half of one core), so test
+# runs them side by side, each pass's output printed whole when it ends; the
+# e2e suite itself, whose timed tests want the machine to themselves, runs
+# alone before them.
 test: tools
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...

@@ -177,8 +177,8 @@ if [ "${#counts[@]}" -le 1 ]; then
 fi
 
 # Several passes: the servers wait far more than they compute (a pass keeps
-# about a fifth of one core busy), so they run side by side; each pass's
-# console output is printed whole when it ends.
+# under half of one core busy: 62 CPU-s in a 148 s pass), so they run side
+# by side; each pass's console output is printed whole when it ends.
 echo "running ${pkgs[*]} against $target ($bin) with ${counts[*]} node(s) per server, side by side, k8s.io/apiserver@$ver; results in $results/nodes-<n>" >&2
 pids=()
 for n in "${counts[@]}"; do
