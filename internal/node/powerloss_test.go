@@ -136,6 +136,10 @@ func TestPowerLoss(t *testing.T) {
 	for _, name := range []string{"file", "minio"} {
 		for _, quorum := range []int{0, -1} {
 			t.Run(fmt.Sprintf("%s/quorum%d", name, quorum), func(t *testing.T) {
+				// Each case has its own disk, data directory, store and
+				// addresses, and spends most of its time starting and
+				// stopping its node: they run side by side.
+				t.Parallel()
 				powerLossRounds(t, stores[name](t), quorum, 5)
 			})
 		}

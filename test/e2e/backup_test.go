@@ -184,6 +184,7 @@ func netsyctlFails(t *testing.T, env []string, want string, args ...string) {
 // non-empty directory or bucket, a damaged file and a snapshot of a real
 // etcd all fail with a clear error.
 func TestBackupRestore(t *testing.T) {
+	t.Parallel() // waits more than it computes and times nothing: see parallel in main_test.go
 	if target != procutil.KindNetsy {
 		t.Skip("etcd restores with etcdutl into its own format; netsyctl snapshot restore is netsy's")
 	}

@@ -27,6 +27,7 @@ import (
 // released, and a node on a fresh data directory restores the branch from
 // its own bucket alone.
 func TestBranchAtRevision(t *testing.T) {
+	t.Parallel() // waits more than it computes and times nothing: see parallel in main_test.go
 	skipUnlessNetsy(t)
 	srv := miniotest.Start(t)
 	args, env := minioArgs(srv, "src")

@@ -20,6 +20,7 @@ import (
 // and prints the revisions it dropped; the node then starts and, since
 // its orderly stop had uploaded them, serves every write again.
 func TestDamagedLogRepair(t *testing.T) {
+	t.Parallel() // waits more than it computes and times nothing: see parallel in main_test.go
 	if target != procutil.KindNetsy {
 		t.Skip("netsy's own local log")
 	}

@@ -111,6 +111,7 @@ const unitExposure = "15"
 // netsy accepts ExecStart's flags with --data-dir the unit's state
 // directory.
 func TestSystemdUnit(t *testing.T) {
+	t.Parallel() // waits more than it computes and times nothing: see parallel in main_test.go
 	skipUnlessNetsy(t)
 	analyze, err := exec.LookPath("systemd-analyze")
 	if err != nil {
@@ -366,6 +367,7 @@ func readDockerfile(t *testing.T, built []string) image {
 // it, it stops cleanly on SIGTERM, and everything it wrote belongs to that
 // user.
 func TestContainerImage(t *testing.T) {
+	t.Parallel() // waits more than it computes and times nothing: see parallel in main_test.go
 	skipUnlessNetsy(t)
 	root, err := procutil.RepoRoot()
 	if err != nil {
@@ -657,6 +659,7 @@ var k8sVar = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
 // pod's volume claim and each listener's port is the container port of its
 // name.
 func TestKubernetesConfig(t *testing.T) {
+	t.Parallel() // waits more than it computes and times nothing: see parallel in main_test.go
 	skipUnlessNetsy(t)
 	checkPodConfigs(t, k8sObjects(t), "netsy")
 }

@@ -106,6 +106,7 @@ func startDocumented(t *testing.T, args, env []string) *procutil.Server {
 // MinIO in place of the examples') and checks every node they start
 // serves the source's state.
 func TestOperationsDocBackupRestore(t *testing.T) {
+	t.Parallel() // waits more than it computes and times nothing: see parallel in main_test.go
 	if target != procutil.KindNetsy {
 		t.Skip("netsy's own operations guide")
 	}
@@ -149,6 +150,7 @@ func TestOperationsDocBackupRestore(t *testing.T) {
 // the default store whose local log is damaged: the log is moved aside
 // and the node rebuilds it from the store inside the data directory.
 func TestOperationsDocRebuildWAL(t *testing.T) {
+	t.Parallel() // waits more than it computes and times nothing: see parallel in main_test.go
 	if target != procutil.KindNetsy {
 		t.Skip("netsy's own operations guide")
 	}

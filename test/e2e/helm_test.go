@@ -170,6 +170,7 @@ func dig(v any, path ...string) any {
 // refused. The server-side dry run of the all-on
 // render is dryRunHelmChart, run by TestTLSCluster's kube-apiserver.
 func TestHelmChart(t *testing.T) {
+	t.Parallel() // waits more than it computes and times nothing: see parallel in main_test.go
 	skipUnlessNetsy(t)
 
 	t.Run("lint", func(t *testing.T) {

@@ -25,6 +25,14 @@ import (
 	"github.com/netsy-io/netsy/internal/testutil/procutil"
 )
 
+// parallel: a test that calls t.Parallel() (marked "see parallel in
+// main_test.go") spends its time waiting on its servers (restarts, builds,
+// restores) rather than computing, and asserts no latency: no "within N s",
+// no time-to-recover, no lease or interval measured. go test starts such tests
+// only after every serial test has ended, and runs up to -parallel of them at
+// once, so the timed tests (failover, partitions, linearizability, outages)
+// still run alone on the machine. A test that times anything stays serial.
+
 // target is the server implementation under test, fixed by TestMain.
 var target procutil.Kind
 

@@ -50,6 +50,7 @@ func metricsText(t *testing.T, s *procutil.Server) []byte {
 // TestMetrics checks that the figures an operator watches move with the
 // writes: the revision, the local fsyncs and the chunk uploads.
 func TestMetrics(t *testing.T) {
+	t.Parallel() // waits more than it computes and times nothing: see parallel in main_test.go
 	if target != procutil.KindNetsy {
 		t.Skip("netsy's own metrics")
 	}

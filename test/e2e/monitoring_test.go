@@ -57,6 +57,7 @@ func promtool(t *testing.T) string {
 // exports for its condition and stays silent on a healthy cluster, as do
 // Netsy's own alerts. The symlinks in deploy/ lead to the chart's files.
 func TestMonitoringRules(t *testing.T) {
+	t.Parallel() // waits more than it computes and times nothing: see parallel in main_test.go
 	root, err := procutil.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -268,6 +269,7 @@ func promqlMetricNames(expr string) []string {
 
 // TestPromQLMetricNames pins the tokenizer on the shapes the files use.
 func TestPromQLMetricNames(t *testing.T) {
+	t.Parallel() // waits more than it computes and times nothing: see parallel in main_test.go
 	for expr, want := range map[string][]string{
 		`etcd_server_has_leader{job=~".*netsy.*"} == 0`:                                                      {"etcd_server_has_leader"},
 		`increase((max without (instance) (a_total{job=~"x"}) or 0*absent(a_total{job=~"x"}))[15m:1m]) >= 4`: {"a_total", "a_total"},

@@ -121,9 +121,24 @@ func TestObjstoreMinIOOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	thawed := time.Now()
-	time.Sleep(5 * time.Second)
-	if code, body := waitHealthz(s, http.StatusOK, 10*time.Second); code != http.StatusOK {
+	if code, body := waitHealthz(s, http.StatusOK, 15*time.Second); code != http.StatusOK {
 		t.Errorf("/healthz after the outage: %d %q", code, body)
+	}
+	// Writes resume: wait for acknowledgements after the thaw (an event),
+	// not a fixed 5 s; every writer gets a few through, so the checks
+	// below see the server writing again, not one lucky put.
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		mu.Lock()
+		resumed := 0
+		for _, w := range writes {
+			if w.err == nil && w.done.After(thawed) {
+				resumed++
+			}
+		}
+		mu.Unlock()
+		if resumed >= 10*writers {
+			break
+		}
 	}
 	stop()
 	wg.Wait()
@@ -158,7 +173,7 @@ func TestObjstoreMinIOOutage(t *testing.T) {
 		t.Errorf("a 10 s outage produced %d failed writes, %d of them Unavailable; want both > 0", failed, unavailable)
 	}
 	if after == 0 {
-		t.Errorf("no write was acknowledged in the 5 s after MinIO came back")
+		t.Errorf("no write was acknowledged in the 10 s after MinIO came back")
 	}
 	checkAcked(t, cli, "outage/", acked)
 

@@ -84,6 +84,7 @@ func checkAcked(t *testing.T, cli *clientv3.Client, prefix string, acked *ackLog
 // it: everything acknowledged must come back from object storage alone,
 // at its revision. Once against MinIO, once against the file store.
 func TestObjstoreRestoreAfterWipe(t *testing.T) {
+	t.Parallel() // waits more than it computes and times nothing: see parallel in main_test.go
 	if target != procutil.KindNetsy {
 		t.Skip("object storage is netsy's own")
 	}

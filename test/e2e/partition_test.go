@@ -50,6 +50,10 @@ var netFaultKinds = []string{
 // write through every node must succeed.
 const partRecover = 5 * time.Second
 
+// partParallel is how many classes of TestClusterPartitions' default plan
+// run at once.
+const partParallel = 3
+
 // netFault injects one of netFaultKinds, holds it for f.hold, lifts it and
 // returns when it did.
 func (r *linRun) netFault(f linFault, elector, primary string) time.Time {
@@ -122,7 +126,8 @@ func (r *linRun) netFault(f linFault, elector, primary string) time.Time {
 
 // partitionPlan is TestClusterPartitions' classes, each with how long it
 // is held and the quorum mode it runs under by default (alternating, so
-// make test covers both modes in about 3 minutes; NETSY_PARTITION_QUORUM
+// make test covers both modes in about a minute, partParallel classes at a
+// time; NETSY_PARTITION_QUORUM
 // runs every class under the modes it lists): the peer cuts for 4 s
 // (several times the Primary's lease, so the Elector replaces it while it
 // still runs), the Primary's SIGSTOP for 8 s (the pause that once left it
@@ -154,9 +159,10 @@ var partitionPlan = []struct {
 // storage blackholed and reset. Each class must leave 0 violations and no
 // acknowledged write lost (a final read of every key through every node),
 // and a write through every node must succeed within 5 s after the fault
-// heals. Each class runs under one quorum mode (partitionPlan);
-// NETSY_PARTITION_QUORUM=-1,0 runs each under both, as subtests
-// quorum-1 and quorum0 of the class.
+// heals. Each class runs under one quorum mode (partitionPlan), up to
+// partParallel classes at a time; NETSY_PARTITION_QUORUM=-1,0 runs each
+// under both, as subtests quorum-1 and quorum0 of the class, one class
+// after the other.
 func TestClusterPartitions(t *testing.T) {
 	skipUnlessNetsy(t)
 	var quorums []string
@@ -169,11 +175,21 @@ func TestClusterPartitions(t *testing.T) {
 		}
 	}
 	start := time.Now()
+	// Runs once every class has ended, parallel or not.
+	t.Cleanup(func() { t.Logf("took %v", time.Since(start).Round(100*time.Millisecond)) })
+	// The default plan's classes run partParallel at a time, each on its
+	// own MinIO, proxies and cluster: a class mostly waits (its cluster
+	// settling, the fault's hold, the recovery). NETSY_PARTITION_QUORUM
+	// (make soak) runs them one after the other.
+	slots := make(chan struct{}, partParallel)
 	for _, class := range partitionPlan {
 		t.Run(class.kind, func(t *testing.T) {
 			qs := quorums
 			if qs == nil {
 				qs = []string{class.quorum}
+				t.Parallel()
+				slots <- struct{}{}
+				defer func() { <-slots }()
 			}
 			for _, q := range qs {
 				t.Run("quorum"+q, func(t *testing.T) {
@@ -188,5 +204,4 @@ func TestClusterPartitions(t *testing.T) {
 			}
 		})
 	}
-	t.Logf("took %v", time.Since(start).Round(100*time.Millisecond))
 }

@@ -43,6 +43,7 @@ func snapshotRevisions(t *testing.T, srv *miniotest.Server, prefix string) []int
 // same keys at R (value, create and mod revision, version, lease) and a
 // put gets R+1.
 func TestRestoreToRevision(t *testing.T) {
+	t.Parallel() // waits more than it computes and times nothing: see parallel in main_test.go
 	skipUnlessNetsy(t)
 	srv := miniotest.Start(t)
 	args, env := minioArgs(srv, "src")

@@ -23,6 +23,7 @@ import (
 // as the live node did, refuses a put, and never registers in the
 // bucket; the live node keeps taking writes meanwhile.
 func TestReadOnlyAtRevision(t *testing.T) {
+	t.Parallel() // waits more than it computes and times nothing: see parallel in main_test.go
 	skipUnlessNetsy(t)
 	srv := miniotest.Start(t)
 	args, env := minioArgs(srv, "live")

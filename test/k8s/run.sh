@@ -18,6 +18,9 @@
 #   K8S_TEST_SKIP          skip top-level tests matching this regexp
 #   K8S_TEST_ALLOW_ANY_START_REV=1  do not fail tests whose fresh server is not at revision 1
 #   NETSY_LOG_LEVEL        --log-level for netsy (default info)
+#   NETSY_CLUSTER_NODES    nodes per server (netsy; > 1: a cluster, tests talk to
+#                          a replica); a list such as "1 3" runs one pass per
+#                          count side by side on the same compiled tests
 set -euo pipefail
 
 top=$(cd "$(dirname "$0")/../.." && pwd)
@@ -111,19 +114,32 @@ tools="$cache/bin"
 
 results="$cache/results/$target-$(date +%Y%m%d-%H%M%S)"
 mkdir -p "$results"
-export K8S_TEST_LOG_DIR="$results/server-logs"
-export K8S_TEST_PID_FILE="$results/pids"
-: >"$K8S_TEST_PID_FILE"
+
+# One pass per node count of NETSY_CLUSTER_NODES (netsy only; a single
+# count, or none, is one pass with its results directly in $results).
+read -r -a counts <<<"$(echo "${NETSY_CLUSTER_NODES:-}" | tr , ' ')"
+if [ "$target" != netsy ]; then
+  counts=("")
+elif [ "${#counts[@]}" -eq 0 ]; then
+  counts=("")
+fi
+passdir() { if [ "${#counts[@]}" -gt 1 ]; then echo "$results/nodes-$1"; else echo "$results"; fi; }
+for n in "${counts[@]}"; do
+  mkdir -p "$(passdir "$n")"
+  : >"$(passdir "$n")/pids"
+done
 
 # Stop any server a crashed or killed test process left behind.
 cleanup() {
-  local pid n=0
-  while read -r pid; do
-    [ -n "$pid" ] || continue
-    if [ "$(readlink "/proc/$pid/exe" 2>/dev/null)" = "$bin" ]; then
-      kill -9 "$pid" 2>/dev/null && n=$((n + 1))
-    fi
-  done <"$K8S_TEST_PID_FILE"
+  local pid n=0 c
+  for c in "${counts[@]}"; do
+    while read -r pid; do
+      [ -n "$pid" ] || continue
+      if [ "$(readlink "/proc/$pid/exe" 2>/dev/null)" = "$bin" ]; then
+        kill -9 "$pid" 2>/dev/null && n=$((n + 1))
+      fi
+    done <"$(passdir "$c")/pids"
+  done
   [ "$n" -eq 0 ] || echo "stopped $n leftover server process(es)" >&2
 }
 trap cleanup EXIT
@@ -138,7 +154,41 @@ for p in "${pkgs[@]}"; do
   suiteargs+=("$ip" "$dir" "$testbin")
 done
 
-echo "running ${pkgs[*]} against $target ($bin), k8s.io/apiserver@$ver; results in $results" >&2
-"$tools/k8s-suite" -test2json "$tools/test2json" -raw "$results/test.json" \
-  -timeout "${K8S_TEST_TIMEOUT:-3m}" -parallel "${K8S_TEST_PARALLEL:-4}" \
-  -run "${K8S_TEST_RUN:-}" -skip "${K8S_TEST_SKIP:-}" "${suiteargs[@]}" 2>&1 | tee "$results/summary.txt"
+# pass runs the suites once against servers of n nodes (empty: the default).
+pass() {
+  local n=$1 out
+  out=$(passdir "$n")
+  (
+    if [ -n "$n" ]; then export NETSY_CLUSTER_NODES=$n; else unset NETSY_CLUSTER_NODES; fi
+    export K8S_TEST_LOG_DIR="$out/server-logs" K8S_TEST_PID_FILE="$out/pids"
+    "$tools/k8s-suite" -test2json "$tools/test2json" -raw "$out/test.json" \
+      -timeout "${K8S_TEST_TIMEOUT:-3m}" -parallel "${K8S_TEST_PARALLEL:-4}" \
+      -run "${K8S_TEST_RUN:-}" -skip "${K8S_TEST_SKIP:-}" "${suiteargs[@]}" >"$out/summary.txt" 2>&1
+  )
+}
+
+if [ "${#counts[@]}" -le 1 ]; then
+  echo "running ${pkgs[*]} against $target ($bin), k8s.io/apiserver@$ver; results in $results" >&2
+  export K8S_TEST_LOG_DIR="$results/server-logs" K8S_TEST_PID_FILE="$results/pids"
+  "$tools/k8s-suite" -test2json "$tools/test2json" -raw "$results/test.json" \
+    -timeout "${K8S_TEST_TIMEOUT:-3m}" -parallel "${K8S_TEST_PARALLEL:-4}" \
+    -run "${K8S_TEST_RUN:-}" -skip "${K8S_TEST_SKIP:-}" "${suiteargs[@]}" 2>&1 | tee "$results/summary.txt"
+  exit
+fi
+
+# Several passes: the servers wait far more than they compute (a pass keeps
+# under half of one core busy: 62 CPU-s in a 148 s pass), so they run side
+# by side; each pass's console output is printed whole when it ends.
+echo "running ${pkgs[*]} against $target ($bin) with ${counts[*]} node(s) per server, side by side, k8s.io/apiserver@$ver; results in $results/nodes-<n>" >&2
+pids=()
+for n in "${counts[@]}"; do
+  pass "$n" &
+  pids+=($!)
+done
+rc=0
+for i in "${!counts[@]}"; do
+  wait "${pids[$i]}" || rc=1
+  echo "=== ${counts[$i]} node(s) per server (results in $(passdir "${counts[$i]}"))"
+  cat "$(passdir "${counts[$i]}")/summary.txt"
+done
+exit $rc
