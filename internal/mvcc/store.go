@@ -237,6 +237,17 @@ type logEntry struct {
 type keyIndex struct {
 	key  []byte
 	hist []*mvccpb.KeyValue
+	// first is where a new key's hist starts (see newKeyIndex): most keys
+	// of a write-heavy store are written once between compactions, and
+	// the slot saves each new key the allocation of a one-element slice.
+	first [1]*mvccpb.KeyValue
+}
+
+// newKeyIndex is the index of a key not yet written.
+func newKeyIndex(key []byte) *keyIndex {
+	ki := &keyIndex{key: key}
+	ki.hist = ki.first[:0]
+	return ki
 }
 
 func tombstone(kv *mvccpb.KeyValue) bool { return kv.Version == 0 }
@@ -353,16 +364,25 @@ func (s *Store) checkWriteRev(rev int64) {
 // must not modify them afterwards. A spilled value is copied out, so the
 // event's Kv is then not the version the store keeps.
 func (s *Store) Put(rev int64, key, value []byte, lease int64) *mvccpb.Event {
+	kv, prev := s.PutKV(rev, key, value, lease)
+	return &mvccpb.Event{Type: mvccpb.PUT, Kv: kv, PrevKv: prev}
+}
+
+// PutKV is Put without the event: it returns the event's Kv and PrevKv
+// (nil when the key was not live). The engine's write and apply paths use
+// it, since they read the two versions and an event per write would be
+// an allocation nobody keeps.
+func (s *Store) PutKV(rev int64, key, value []byte, lease int64) (kv, prev *mvccpb.KeyValue) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.checkWriteRev(rev)
 	ki := s.lookup(key)
 	if ki == nil {
-		ki = &keyIndex{key: key}
+		ki = newKeyIndex(key)
 		s.addKey(ki, true)
 	}
-	prev := ki.latest()
-	kv := &mvccpb.KeyValue{Key: ki.key, CreateRevision: rev, ModRevision: rev, Version: 1, Value: value, Lease: lease}
+	prev = ki.latest()
+	kv = &mvccpb.KeyValue{Key: ki.key, CreateRevision: rev, ModRevision: rev, Version: 1, Value: value, Lease: lease}
 	if prev != nil {
 		kv.CreateRevision = prev.CreateRevision
 		kv.Version = prev.Version + 1
@@ -371,7 +391,7 @@ func (s *Store) Put(rev int64, key, value []byte, lease int64) *mvccpb.Event {
 	}
 	s.append(ki, s.stored(kv), prev)
 	s.rev.Store(rev)
-	return &mvccpb.Event{Type: mvccpb.PUT, Kv: kv, PrevKv: s.eventPrev(prev)}
+	return kv, s.eventPrev(prev)
 }
 
 // eventPrev is prev as an event reports it, its value read back if
