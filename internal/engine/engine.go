@@ -171,9 +171,9 @@ type Engine struct {
 	writesFailed  atomic.Uint64
 
 	notifyMu sync.Mutex
-	notifyCh chan struct{}
-	// durableCh is closed and replaced when the durable index advances.
-	durableCh chan struct{}
+	notifyCh signal
+	// durableCh fires when the durable index advances.
+	durableCh signal
 
 	// feed keeps the writer's newest entries for Follow streams.
 	feed *feed
@@ -183,9 +183,11 @@ type Engine struct {
 	reqs *reqIndex
 
 	// Owned by the loop goroutine.
-	lastIdx     uint64
-	lastRev     int64
-	pending     []*pendingEntry
+	wtxn    writeTxn // see newWriteTxn
+	lastIdx uint64
+	lastRev int64
+	// pending holds records, not pointers: one allocation less per write.
+	pending     []pendingEntry
 	noopWaiters []*proposal
 
 	// pendingIDs are the request ids of the pending entries (the loop's).
@@ -243,8 +245,6 @@ func Open(cfg Config) (*Engine, error) {
 		syncKick:  make(chan struct{}, 1),
 		ctrl:      make(chan func()),
 		snapDone:  make(chan struct{}, 1),
-		notifyCh:  make(chan struct{}),
-		durableCh: make(chan struct{}),
 		feed:      newFeed(),
 		reqs:      newReqIndex(cfg.Clock),
 	}
@@ -371,7 +371,12 @@ func (e *Engine) applyEntry(ent *netsyv1.Entry) error {
 		for _, op := range ent.Ops {
 			switch op.Type {
 			case netsyv1.Op_PUT:
-				e.lease.track(e.store.Put(rev, op.Key, op.Value, op.Lease))
+				kv, prev := e.store.PutKV(rev, op.Key, op.Value, op.Lease)
+				var from int64
+				if prev != nil {
+					from = prev.Lease
+				}
+				e.lease.move(kv.Key, from, kv.Lease)
 			case netsyv1.Op_DELETE:
 				ev := e.store.Delete(rev, op.Key)
 				if ev == nil {
@@ -445,8 +450,7 @@ func (e *Engine) OnSync(index uint64, err error) {
 // durable index moved.
 func (e *Engine) notifyDurable() {
 	e.notifyMu.Lock()
-	close(e.durableCh)
-	e.durableCh = make(chan struct{})
+	e.durableCh.fire()
 	e.notifyMu.Unlock()
 }
 
@@ -461,6 +465,9 @@ func (e *Engine) run(ticker clock.Ticker) {
 	defer e.wg.Done()
 	defer ticker.Stop()
 	for {
+		// Whatever this pass appended reaches the Follow streams now, in
+		// one wake-up.
+		e.feed.publish()
 		select {
 		case <-e.ctx.Done():
 			e.failAll(ErrStopped)
@@ -628,11 +635,12 @@ func (e *Engine) commitUpTo(idx uint64) {
 			pe.p.finish(nil)
 		}
 	}
-	clear(e.pending[:n])
-	e.pending = e.pending[n:]
-	if len(e.pending) == 0 {
-		e.pending = nil
-	}
+	// Move the rest to the front instead of reslicing past the committed
+	// records, so the slice keeps its capacity and appending under load
+	// does not allocate again (the rest is at most a batch or two).
+	m := copy(e.pending, e.pending[n:])
+	clear(e.pending[m:])
+	e.pending = e.pending[:m]
 	// Read-only and no-op requests waiting for everything before them.
 	e.answerNoopWaiters(func(p *proposal) (bool, error) { return p.waitIdx <= last.index, nil })
 	e.checkDrained()
@@ -641,8 +649,7 @@ func (e *Engine) commitUpTo(idx uint64) {
 
 func (e *Engine) broadcast() {
 	e.notifyMu.Lock()
-	close(e.notifyCh)
-	e.notifyCh = make(chan struct{})
+	e.notifyCh.fire()
 	e.notifyMu.Unlock()
 }
 
@@ -724,7 +731,7 @@ func (e *Engine) termAt(index uint64) (int64, bool) {
 func (e *Engine) appendEntry(ent *netsyv1.Entry, p *proposal, revoked []*netsyv1.LeaseGrant) {
 	ent.Term = e.term.Load()
 	e.lastIdx, e.lastRev = ent.Index, ent.Revision
-	e.pending = append(e.pending, &pendingEntry{index: ent.Index, rev: ent.Revision, entry: ent, p: p, revoked: revoked})
+	e.pending = append(e.pending, pendingEntry{index: ent.Index, rev: ent.Revision, entry: ent, p: p, revoked: revoked})
 	if r := ent.GetRequestId(); r != nil {
 		if e.pendingIDs == nil {
 			e.pendingIDs = make(map[RequestID]struct{})
@@ -791,7 +798,7 @@ func (e *Engine) CommittedIndex() uint64 { return e.committedIdx.Load() }
 func (e *Engine) CommitNotify() <-chan struct{} {
 	e.notifyMu.Lock()
 	defer e.notifyMu.Unlock()
-	return e.notifyCh
+	return e.notifyCh.wait()
 }
 
 // Identity returns header identity values; the raft term is the primary
