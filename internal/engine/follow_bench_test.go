@@ -83,6 +83,7 @@ func BenchmarkFollowBatch(b *testing.B) {
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu := startCPU()
 	var commit uint64
 	for i := 0; i < n; i += batch {
 		if err := e.FollowCommit(context.Background(), 1, ents[i:i+batch], commit); err != nil {
@@ -93,8 +94,9 @@ func BenchmarkFollowBatch(b *testing.B) {
 	if err := e.CommitTo(context.Background(), commit); err != nil {
 		b.Fatal(err)
 	}
-	b.StopTimer()
 	for e.CommittedIndex() != commit {
 		<-e.CommitNotify()
 	}
+	b.StopTimer()
+	cpu.report(b)
 }

@@ -79,12 +79,18 @@ func (e *Engine) submitProposal(ctx context.Context, p *proposal) error {
 		return *f
 	}
 	p.done, p.deadline, p.reqID = make(chan struct{}), e.cfg.Clock.Now().Add(e.cfg.WriteTimeout), requestIDFrom(ctx)
+	// The queue has room nearly always: a plain send is much cheaper than
+	// a select over three channels, which is only needed when it is full.
 	select {
 	case e.proposals <- p:
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-e.ctx.Done():
-		return ErrStopped
+	default:
+		select {
+		case e.proposals <- p:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-e.ctx.Done():
+			return ErrStopped
+		}
 	}
 	var err error
 	select {
