@@ -151,6 +151,8 @@ type Engine struct {
 	committedIdx atomic.Uint64
 	compactRev   atomic.Int64
 	failed       atomic.Pointer[error]
+	// stopped is set when the loop leaves (see drainProposals).
+	stopped atomic.Bool
 	// deposed is set (for good) when the storage reports that another
 	// writer took over and no OnDeposed is configured: see ErrDeposed.
 	deposed atomic.Pointer[error]
@@ -454,6 +456,20 @@ func (e *Engine) notifyDurable() {
 	e.notifyMu.Unlock()
 }
 
+// drainProposals answers with ErrStopped every proposal queued for a loop
+// that stopped. The loop calls it as it leaves, and so does a writer that
+// queued after it left; each proposal is taken, and answered, once.
+func (e *Engine) drainProposals() {
+	for {
+		select {
+		case p := <-e.proposals:
+			p.finish(ErrStopped)
+		default:
+			return
+		}
+	}
+}
+
 // Close stops the loop. Writes not yet durable fail with ErrStopped.
 func (e *Engine) Close() error {
 	e.cancel()
@@ -471,6 +487,10 @@ func (e *Engine) run(ticker clock.Ticker) {
 		select {
 		case <-e.ctx.Done():
 			e.failAll(ErrStopped)
+			// A writer that queues after this sees stopped and drains
+			// itself: either way nobody waits on a proposal nobody takes.
+			e.stopped.Store(true)
+			e.drainProposals()
 			return
 		case p := <-e.proposals:
 			e.handle(p)

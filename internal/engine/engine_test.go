@@ -678,3 +678,40 @@ func TestStorageFailureIsNotDeposed(t *testing.T) {
 	}
 	st.Fail(nil)
 }
+
+// Writes racing Close and writes after it are answered (ErrStopped, or
+// success for one taken before), never left waiting: the writer waits on
+// its own proposal only, so a proposal queued after the loop left must be
+// answered by the drain.
+func TestWritesRacingCloseAreAnswered(t *testing.T) {
+	h := newHarness(t, nil, nil)
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for i := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := h.e.Put(ctx(t), &pb.PutRequest{Key: fmt.Appendf(nil, "k%d", i), Value: []byte("v")})
+			errs <- err
+		}()
+	}
+	h.e.Close()
+	for i := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := h.e.Put(ctx(t), &pb.PutRequest{Key: fmt.Appendf(nil, "late%d", i), Value: []byte("v")})
+			if err == nil {
+				err = errors.New("a put after Close succeeded")
+			}
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil && !errors.Is(err, ErrStopped) {
+			t.Errorf("put: %v, want nil or ErrStopped", err)
+		}
+	}
+}

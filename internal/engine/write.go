@@ -50,7 +50,8 @@ type proposal struct {
 	reqID RequestID
 }
 
-// finish answers the writer; only the loop goroutine calls it.
+// finish answers the writer; only the loop goroutine calls it, or, once
+// the loop stopped, drainProposals.
 func (p *proposal) finish(err error) {
 	if p.finished {
 		return
@@ -92,14 +93,21 @@ func (e *Engine) submitProposal(ctx context.Context, p *proposal) error {
 			return ErrStopped
 		}
 	}
+	if e.stopped.Load() {
+		// The loop is gone, or leaving: whoever drains first answers
+		// what it will never take (see run).
+		e.drainProposals()
+	}
+	// Every proposal in the queue is answered (by the loop, or by the
+	// drain once it stopped), so the writer waits on its own channel and
+	// its caller's, not on the engine's context, which every writer
+	// would share: one channel lock all of them contend for.
 	var err error
 	select {
 	case <-p.done:
 		err = p.err
 	case <-ctx.Done():
 		err = ctx.Err()
-	case <-e.ctx.Done():
-		err = ErrStopped
 	}
 	if err != nil && o.logs() && writeFailure(err) {
 		e.writesFailed.Add(1)
