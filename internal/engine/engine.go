@@ -191,6 +191,9 @@ type Engine struct {
 	// pending holds records, not pointers: one allocation less per write.
 	pending     []pendingEntry
 	noopWaiters []*proposal
+	// pendingAlarms counts the pending entries that change an alarm (see
+	// alarmsAhead); it is 0 whenever pending is empty.
+	pendingAlarms int
 
 	// pendingIDs are the request ids of the pending entries (the loop's).
 	pendingIDs map[RequestID]struct{}
@@ -641,7 +644,10 @@ func (e *Engine) commitUpTo(idx uint64) {
 			}
 			e.compactRev.Store(e.store.CompactRev())
 		}
-		e.alarms.apply(pe.entry.Alarm)
+		if pe.entry.Alarm != nil {
+			e.alarms.apply(pe.entry.Alarm)
+			e.pendingAlarms--
+		}
 	}
 	e.committedRev.Store(last.rev)
 	e.committedIdx.Store(last.index)
@@ -679,7 +685,7 @@ func (e *Engine) failAll(err error) {
 			pe.p.finish(err)
 		}
 	}
-	e.pending = nil
+	e.pending, e.pendingAlarms = nil, 0
 	for _, p := range e.noopWaiters {
 		p.finish(err)
 	}
@@ -701,7 +707,7 @@ func (e *Engine) rollbackPending() {
 		}
 	}
 	rolled := len(e.pending) > 0
-	e.pending = nil
+	e.pending, e.pendingAlarms = nil, 0
 	clear(e.pendingIDs)
 	if e.store.Rev() > e.committedRev.Load() {
 		e.store.Rollback(e.committedRev.Load())
@@ -752,6 +758,9 @@ func (e *Engine) appendEntry(ent *netsyv1.Entry, p *proposal, revoked []*netsyv1
 	ent.Term = e.term.Load()
 	e.lastIdx, e.lastRev = ent.Index, ent.Revision
 	e.pending = append(e.pending, pendingEntry{index: ent.Index, rev: ent.Revision, entry: ent, p: p, revoked: revoked})
+	if ent.Alarm != nil {
+		e.pendingAlarms++
+	}
 	if r := ent.GetRequestId(); r != nil {
 		if e.pendingIDs == nil {
 			e.pendingIDs = make(map[RequestID]struct{})

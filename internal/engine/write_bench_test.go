@@ -13,6 +13,7 @@ import (
 
 	"github.com/netsy-io/netsy/internal/clock"
 	"github.com/netsy-io/netsy/internal/datafile"
+	"github.com/netsy-io/netsy/internal/engine/enginetest"
 	"github.com/netsy-io/netsy/proto/netsyv1"
 )
 
@@ -149,4 +150,47 @@ func (m cpuMeter) report(b *testing.B) {
 	if b.N > 0 {
 		b.ReportMetric(float64(cpuNow()-m.start)/float64(b.N), "cpu-ns/op")
 	}
+}
+
+// BenchmarkPutPending measures Puts evaluated while many writes wait for
+// durability, as on a Primary whose commit waits for replica receipts:
+// rounds of 256 concurrent puts, made durable together once all are
+// appended, so a round's writes find 0 to 255 others pending.
+func BenchmarkPutPending(b *testing.B) {
+	const round = 256
+	st := &enginetest.MemStorage{Manual: true}
+	e, err := Open(Config{Storage: st, Clock: clock.NewFake(time.Unix(1_700_000_000, 0)), ClusterID: 1, MemberID: 2})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.Close()
+	val := make([]byte, 256)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu := startCPU()
+	var wg sync.WaitGroup
+	for done := 0; done < b.N; done += round {
+		base, _, _ := e.LastAppended()
+		for i := range round {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := e.Put(ctx, &pb.PutRequest{Key: fmt.Appendf(nil, "/bench/key-%04d", i), Value: val}); err != nil {
+					b.Error(err)
+				}
+			}()
+		}
+		for {
+			ch := e.AppendNotify()
+			if last, _, _ := e.LastAppended(); last >= base+round {
+				break
+			}
+			<-ch
+		}
+		st.SyncAll()
+		wg.Wait()
+	}
+	b.StopTimer()
+	cpu.report(b)
 }
