@@ -65,6 +65,7 @@ func (s *benchStorage) Attach(f func(uint64, error)) {
 func (s *benchStorage) LoadSnapshot() (*datafile.Snapshot, error)       { return nil, nil }
 func (s *benchStorage) Replay(uint64, func(*netsyv1.Entry) error) error { return nil }
 func (s *benchStorage) SaveSnapshot(snap *datafile.Snapshot) error      { snap.Release(); return nil }
+
 // Backpressure takes a lock, as a storage that judges its backlog does.
 func (s *benchStorage) Backpressure() error {
 	s.mu.Lock()
