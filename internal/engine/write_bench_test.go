@@ -174,6 +174,21 @@ func BenchmarkPutPending(b *testing.B) {
 	defer e.Close()
 	val := make([]byte, 256)
 	ctx := context.Background()
+	// A Follow stream's wake-ups: how often AppendNotify fires per put.
+	var wakes atomic.Int64
+	stop, watcher := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watcher)
+		for {
+			select {
+			case <-e.AppendNotify():
+				wakes.Add(1)
+			case <-stop:
+				return
+			}
+		}
+	}()
+	defer func() { close(stop); <-watcher }()
 	b.ReportAllocs()
 	b.ResetTimer()
 	cpu := startCPU()
@@ -201,4 +216,5 @@ func BenchmarkPutPending(b *testing.B) {
 	}
 	b.StopTimer()
 	cpu.report(b)
+	b.ReportMetric(float64(wakes.Load())/float64(b.N), "append-wakes/op")
 }
