@@ -364,6 +364,9 @@ type entryBlock struct {
 	ent netsyv1.Entry
 	op  netsyv1.Op
 	ops [1]*netsyv1.Op
+	// rid is the entry's request id when the write was forwarded (most
+	// of a cluster's writes are).
+	rid netsyv1.RequestID
 }
 
 // leaseMove is a key whose lease an op changes, from prev to next (0:
@@ -464,7 +467,14 @@ func (w *writeTxn) commit(p *proposal, revokes []int64) {
 	}
 	ent.Index, ent.Revision, ent.Ops, ent.LeaseRevokes = e.lastIdx+1, e.store.Rev(), w.ops, revokes
 	if p != nil && !p.reqID.zero() {
-		ent.RequestId = &netsyv1.RequestID{Member: p.reqID.Member, Seq: p.reqID.Seq}
+		var rid *netsyv1.RequestID
+		if w.blk != nil {
+			rid = &w.blk.rid
+		} else {
+			rid = new(netsyv1.RequestID)
+		}
+		rid.Member, rid.Seq = p.reqID.Member, p.reqID.Seq
+		ent.RequestId = rid
 		for _, b := range w.path {
 			ent.TxnPath = append(ent.TxnPath, boolByte(b))
 		}

@@ -116,6 +116,28 @@ func BenchmarkPut(b *testing.B) {
 		}
 		cpu.report(b)
 	})
+	b.Run("forwarded", func(b *testing.B) {
+		// As a write another node forwarded: its entry carries a request
+		// id, checked against the logged ones and indexed at commit.
+		e, stop := openBenchWriter(b)
+		defer stop()
+		var n atomic.Uint64
+		b.ReportAllocs()
+		b.SetParallelism(32)
+		b.ResetTimer()
+		cpu := startCPU()
+		defer cpu.report(b)
+		b.RunParallel(func(pb_ *testing.PB) {
+			for pb_.Next() {
+				i := n.Add(1)
+				ctx := WithRequestID(context.Background(), RequestID{Member: 7, Seq: i})
+				if _, err := e.Put(ctx, &pb.PutRequest{Key: keys[int(i)%len(keys)], Value: val}); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
 	b.Run("parallel", func(b *testing.B) {
 		e, stop := openBenchWriter(b)
 		defer stop()
