@@ -84,6 +84,12 @@ func (s *alarmSet) get() []*netsyv1.Alarm {
 // the writer judges new requests by. Only the loop calls it.
 func (e *Engine) alarmsAhead() []*netsyv1.Alarm {
 	list := e.alarms.get()
+	if e.pendingAlarms == 0 {
+		// Every write asks (checkQuota): walking hundreds of pending
+		// entries for the one in a million that changes an alarm made
+		// each batch quadratic in its size.
+		return list
+	}
 	for _, pe := range e.pending {
 		if c := pe.entry.Alarm; c != nil {
 			list = applyAlarm(list, c)

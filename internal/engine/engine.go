@@ -151,6 +151,8 @@ type Engine struct {
 	committedIdx atomic.Uint64
 	compactRev   atomic.Int64
 	failed       atomic.Pointer[error]
+	// stopped is set when the loop leaves (see drainProposals).
+	stopped atomic.Bool
 	// deposed is set (for good) when the storage reports that another
 	// writer took over and no OnDeposed is configured: see ErrDeposed.
 	deposed atomic.Pointer[error]
@@ -171,9 +173,9 @@ type Engine struct {
 	writesFailed  atomic.Uint64
 
 	notifyMu sync.Mutex
-	notifyCh chan struct{}
-	// durableCh is closed and replaced when the durable index advances.
-	durableCh chan struct{}
+	notifyCh signal
+	// durableCh fires when the durable index advances.
+	durableCh signal
 
 	// feed keeps the writer's newest entries for Follow streams.
 	feed *feed
@@ -183,10 +185,15 @@ type Engine struct {
 	reqs *reqIndex
 
 	// Owned by the loop goroutine.
-	lastIdx     uint64
-	lastRev     int64
-	pending     []*pendingEntry
+	wtxn    writeTxn // see newWriteTxn
+	lastIdx uint64
+	lastRev int64
+	// pending holds records, not pointers: one allocation less per write.
+	pending     []pendingEntry
 	noopWaiters []*proposal
+	// pendingAlarms counts the pending entries that change an alarm (see
+	// alarmsAhead); it is 0 whenever pending is empty.
+	pendingAlarms int
 
 	// pendingIDs are the request ids of the pending entries (the loop's).
 	pendingIDs map[RequestID]struct{}
@@ -243,8 +250,6 @@ func Open(cfg Config) (*Engine, error) {
 		syncKick:  make(chan struct{}, 1),
 		ctrl:      make(chan func()),
 		snapDone:  make(chan struct{}, 1),
-		notifyCh:  make(chan struct{}),
-		durableCh: make(chan struct{}),
 		feed:      newFeed(),
 		reqs:      newReqIndex(cfg.Clock),
 	}
@@ -371,7 +376,12 @@ func (e *Engine) applyEntry(ent *netsyv1.Entry) error {
 		for _, op := range ent.Ops {
 			switch op.Type {
 			case netsyv1.Op_PUT:
-				e.lease.track(e.store.Put(rev, op.Key, op.Value, op.Lease))
+				kv, prev := e.store.PutKV(rev, op.Key, op.Value, op.Lease)
+				var from int64
+				if prev != nil {
+					from = prev.Lease
+				}
+				e.lease.move(kv.Key, from, kv.Lease)
 			case netsyv1.Op_DELETE:
 				ev := e.store.Delete(rev, op.Key)
 				if ev == nil {
@@ -445,9 +455,22 @@ func (e *Engine) OnSync(index uint64, err error) {
 // durable index moved.
 func (e *Engine) notifyDurable() {
 	e.notifyMu.Lock()
-	close(e.durableCh)
-	e.durableCh = make(chan struct{})
+	e.durableCh.fire()
 	e.notifyMu.Unlock()
+}
+
+// drainProposals answers with ErrStopped every proposal queued for a loop
+// that stopped. The loop calls it as it leaves, and so does a writer that
+// queued after it left; each proposal is taken, and answered, once.
+func (e *Engine) drainProposals() {
+	for {
+		select {
+		case p := <-e.proposals:
+			p.finish(ErrStopped)
+		default:
+			return
+		}
+	}
 }
 
 // Close stops the loop. Writes not yet durable fail with ErrStopped.
@@ -461,9 +484,16 @@ func (e *Engine) run(ticker clock.Ticker) {
 	defer e.wg.Done()
 	defer ticker.Stop()
 	for {
+		// Whatever this pass appended reaches the Follow streams now, in
+		// one wake-up.
+		e.feed.publish()
 		select {
 		case <-e.ctx.Done():
 			e.failAll(ErrStopped)
+			// A writer that queues after this sees stopped and drains
+			// itself: either way nobody waits on a proposal nobody takes.
+			e.stopped.Store(true)
+			e.drainProposals()
 			return
 		case p := <-e.proposals:
 			e.handle(p)
@@ -614,7 +644,10 @@ func (e *Engine) commitUpTo(idx uint64) {
 			}
 			e.compactRev.Store(e.store.CompactRev())
 		}
-		e.alarms.apply(pe.entry.Alarm)
+		if pe.entry.Alarm != nil {
+			e.alarms.apply(pe.entry.Alarm)
+			e.pendingAlarms--
+		}
 	}
 	e.committedRev.Store(last.rev)
 	e.committedIdx.Store(last.index)
@@ -628,11 +661,12 @@ func (e *Engine) commitUpTo(idx uint64) {
 			pe.p.finish(nil)
 		}
 	}
-	clear(e.pending[:n])
-	e.pending = e.pending[n:]
-	if len(e.pending) == 0 {
-		e.pending = nil
-	}
+	// Move the rest to the front instead of reslicing past the committed
+	// records, so the slice keeps its capacity and appending under load
+	// does not allocate again (the rest is at most a batch or two).
+	m := copy(e.pending, e.pending[n:])
+	clear(e.pending[m:])
+	e.pending = e.pending[:m]
 	// Read-only and no-op requests waiting for everything before them.
 	e.answerNoopWaiters(func(p *proposal) (bool, error) { return p.waitIdx <= last.index, nil })
 	e.checkDrained()
@@ -641,8 +675,7 @@ func (e *Engine) commitUpTo(idx uint64) {
 
 func (e *Engine) broadcast() {
 	e.notifyMu.Lock()
-	close(e.notifyCh)
-	e.notifyCh = make(chan struct{})
+	e.notifyCh.fire()
 	e.notifyMu.Unlock()
 }
 
@@ -652,7 +685,7 @@ func (e *Engine) failAll(err error) {
 			pe.p.finish(err)
 		}
 	}
-	e.pending = nil
+	e.pending, e.pendingAlarms = nil, 0
 	for _, p := range e.noopWaiters {
 		p.finish(err)
 	}
@@ -674,7 +707,7 @@ func (e *Engine) rollbackPending() {
 		}
 	}
 	rolled := len(e.pending) > 0
-	e.pending = nil
+	e.pending, e.pendingAlarms = nil, 0
 	clear(e.pendingIDs)
 	if e.store.Rev() > e.committedRev.Load() {
 		e.store.Rollback(e.committedRev.Load())
@@ -724,7 +757,10 @@ func (e *Engine) termAt(index uint64) (int64, bool) {
 func (e *Engine) appendEntry(ent *netsyv1.Entry, p *proposal, revoked []*netsyv1.LeaseGrant) {
 	ent.Term = e.term.Load()
 	e.lastIdx, e.lastRev = ent.Index, ent.Revision
-	e.pending = append(e.pending, &pendingEntry{index: ent.Index, rev: ent.Revision, entry: ent, p: p, revoked: revoked})
+	e.pending = append(e.pending, pendingEntry{index: ent.Index, rev: ent.Revision, entry: ent, p: p, revoked: revoked})
+	if ent.Alarm != nil {
+		e.pendingAlarms++
+	}
 	if r := ent.GetRequestId(); r != nil {
 		if e.pendingIDs == nil {
 			e.pendingIDs = make(map[RequestID]struct{})
@@ -791,7 +827,7 @@ func (e *Engine) CommittedIndex() uint64 { return e.committedIdx.Load() }
 func (e *Engine) CommitNotify() <-chan struct{} {
 	e.notifyMu.Lock()
 	defer e.notifyMu.Unlock()
-	return e.notifyCh
+	return e.notifyCh.wait()
 }
 
 // Identity returns header identity values; the raft term is the primary

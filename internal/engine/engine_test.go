@@ -678,3 +678,88 @@ func TestStorageFailureIsNotDeposed(t *testing.T) {
 	}
 	st.Fail(nil)
 }
+
+// Writes racing Close and writes after it are answered (ErrStopped, or
+// success for one taken before), never left waiting: the writer waits on
+// its own proposal only, so a proposal queued after the loop left must be
+// answered by the drain.
+func TestWritesRacingCloseAreAnswered(t *testing.T) {
+	h := newHarness(t, nil, nil)
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for i := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := h.e.Put(ctx(t), &pb.PutRequest{Key: fmt.Appendf(nil, "k%d", i), Value: []byte("v")})
+			errs <- err
+		}()
+	}
+	h.e.Close()
+	for i := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := h.e.Put(ctx(t), &pb.PutRequest{Key: fmt.Appendf(nil, "late%d", i), Value: []byte("v")})
+			if err == nil {
+				err = errors.New("a put after Close succeeded")
+			}
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil && !errors.Is(err, ErrStopped) {
+			t.Errorf("put: %v, want nil or ErrStopped", err)
+		}
+	}
+}
+
+// bpStorage is a MemStorage whose backpressure a test sets.
+type bpStorage struct {
+	*enginetest.MemStorage
+	mu  sync.Mutex
+	err error
+}
+
+func (s *bpStorage) Backpressure() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+func (s *bpStorage) set(err error) {
+	s.mu.Lock()
+	s.err = err
+	s.mu.Unlock()
+}
+
+// The storage's backpressure refuses writes (ErrUnavailable) while it
+// lasts and is asked again for the next batch the loop takes, so writes
+// go through as soon as it lifts.
+func TestBackpressureRefusesWritesUntilItLifts(t *testing.T) {
+	st := &bpStorage{MemStorage: &enginetest.MemStorage{}}
+	e, err := Open(Config{Storage: st, Clock: clock.NewFake(time.Unix(1_700_000_000, 0)), ClusterID: 1, MemberID: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	put := func() error {
+		_, err := e.Put(ctx(t), &pb.PutRequest{Key: []byte("k"), Value: []byte("v")})
+		return err
+	}
+	if err := put(); err != nil {
+		t.Fatal(err)
+	}
+	st.set(errors.New("backlog too large"))
+	for range 3 {
+		if err := put(); !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("put under backpressure: %v, want ErrUnavailable", err)
+		}
+	}
+	st.set(nil)
+	if err := put(); err != nil {
+		t.Fatalf("put once backpressure lifted: %v", err)
+	}
+}

@@ -14,12 +14,16 @@ const feedEntries = 16384
 // index order, so Follow streams can send an entry before it is durable
 // here (a Primary's own fsync runs beside the sending).
 type feed struct {
-	mu     sync.Mutex
-	ents   []*netsyv1.Entry // dense indices; ents[0] is the oldest kept
-	notify chan struct{}
+	mu   sync.Mutex
+	ents []*netsyv1.Entry // dense indices; ents[0] is the oldest kept
+	// notify fires once per pass of the loop that added entries (see
+	// publish), not once per entry, so a batch of writes costs each
+	// Follow stream one wake-up and the loop at most one channel.
+	notify signal
+	added  bool
 }
 
-func newFeed() *feed { return &feed{notify: make(chan struct{})} }
+func newFeed() *feed { return &feed{} }
 
 // add appends e, which must follow the last entry (or start a new run).
 func (f *feed) add(e *netsyv1.Entry) {
@@ -34,8 +38,18 @@ func (f *feed) add(e *netsyv1.Entry) {
 		f.ents = append(f.ents[:0], f.ents[k:]...)
 	}
 	f.ents = append(f.ents, e)
-	close(f.notify)
-	f.notify = make(chan struct{})
+	f.added = true
+	f.mu.Unlock()
+}
+
+// publish wakes whoever waits (wait) if entries were added since the
+// last publish. The loop calls it before it waits for more work.
+func (f *feed) publish() {
+	f.mu.Lock()
+	if f.added {
+		f.added = false
+		f.notify.fire()
+	}
 	f.mu.Unlock()
 }
 
@@ -84,5 +98,27 @@ func (f *feed) term(index uint64) (int64, bool) {
 func (f *feed) wait() <-chan struct{} {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.notify
+	return f.notify.wait()
+}
+
+// signal is a channel closed when an event happens, for any number of
+// waiters. It is made only when someone asks for it (wait), so an event
+// nobody waits for (the durable index of a writer no replica watches, a
+// commit with no watcher) costs no allocation. Its owner's lock guards it.
+type signal struct{ ch chan struct{} }
+
+// wait returns a channel closed at the next fire.
+func (s *signal) wait() <-chan struct{} {
+	if s.ch == nil {
+		s.ch = make(chan struct{})
+	}
+	return s.ch
+}
+
+// fire closes the channel waiters hold, if any.
+func (s *signal) fire() {
+	if s.ch != nil {
+		close(s.ch)
+		s.ch = nil
+	}
 }

@@ -243,12 +243,17 @@ func (l *lessor) track(ev *mvccpb.Event) {
 	if ev.Type == mvccpb.PUT {
 		next = ev.Kv.Lease
 	}
+	l.move(ev.Kv.Key, prev, next)
+}
+
+// move moves key's attachment from lease prev to lease next (0: none).
+func (l *lessor) move(k []byte, prev, next int64) {
 	if prev == next {
 		return
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	key := string(ev.Kv.Key)
+	key := string(k)
 	if le := l.leases[prev]; prev != 0 && le != nil {
 		delete(le.keys, key)
 	}

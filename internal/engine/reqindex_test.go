@@ -142,3 +142,29 @@ func TestRequestIndexRingKeepsNewest(t *testing.T) {
 		}
 	}
 }
+
+// Ids are mapped when a lookup asks, not when observed: lookups between
+// observations find every kept id, dropped ones leave the map with the
+// ring, so the map never holds more than the ring.
+func TestRequestIndexMapsOnLookupAndStaysBounded(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	x := newReqIndex(clk)
+	x.maxCount = 100
+	x.reset(0)
+	for i := uint64(1); i <= 1000; i++ {
+		x.observe(&netsyv1.Entry{Index: i, Revision: int64(i) + 1, RequestId: &netsyv1.RequestID{Member: 1, Seq: i}})
+		if i%7 == 0 {
+			if lr, ok, _ := x.lookup(RequestID{Member: 1, Seq: i - 3}); !ok || lr.Index != i-3 {
+				t.Fatalf("after %d: id %d found=%v at %d", i, i-3, ok, lr.Index)
+			}
+		}
+		if len(x.ids) > x.n {
+			t.Fatalf("after %d: the map holds %d ids, the ring %d", i, len(x.ids), x.n)
+		}
+	}
+	for i := uint64(1); i <= 1000; i++ {
+		if _, ok, _ := x.lookup(RequestID{Member: 1, Seq: i}); ok != (i > 900) {
+			t.Fatalf("id %d: found=%v, want %v", i, ok, i > 900)
+		}
+	}
+}

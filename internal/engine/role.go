@@ -273,7 +273,7 @@ func (e *Engine) AppendNotify() <-chan struct{} { return e.feed.wait() }
 func (e *Engine) DurableNotify() <-chan struct{} {
 	e.notifyMu.Lock()
 	defer e.notifyMu.Unlock()
-	return e.durableCh
+	return e.durableCh.wait()
 }
 
 // catchUpStorage applies what the storage holds after the applied state:

@@ -50,7 +50,8 @@ type proposal struct {
 	reqID RequestID
 }
 
-// finish answers the writer; only the loop goroutine calls it.
+// finish answers the writer; only the loop goroutine calls it, or, once
+// the loop stopped, drainProposals.
 func (p *proposal) finish(err error) {
 	if p.finished {
 		return
@@ -64,28 +65,49 @@ func (p *proposal) finish(err error) {
 
 // submit hands o to the loop and waits for its answer.
 func (e *Engine) submit(ctx context.Context, o op) error {
+	return e.submitProposal(ctx, &proposal{op: o})
+}
+
+// submitProposal hands p, whose op is set, to the loop and waits for its
+// answer. The hot ops (Put, DeleteRange, Txn) carry their proposal inside
+// them, so a write allocates one object for both.
+func (e *Engine) submitProposal(ctx context.Context, p *proposal) error {
+	o := p.op
 	if f := e.failed.Load(); f != nil {
 		if o.logs() {
 			e.writesFailed.Add(1)
 		}
 		return *f
 	}
-	p := &proposal{op: o, done: make(chan struct{}), deadline: e.cfg.Clock.Now().Add(e.cfg.WriteTimeout), reqID: requestIDFrom(ctx)}
+	p.done, p.deadline, p.reqID = make(chan struct{}), e.cfg.Clock.Now().Add(e.cfg.WriteTimeout), requestIDFrom(ctx)
+	// The queue has room nearly always: a plain send is much cheaper than
+	// a select over three channels, which is only needed when it is full.
 	select {
 	case e.proposals <- p:
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-e.ctx.Done():
-		return ErrStopped
+	default:
+		select {
+		case e.proposals <- p:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-e.ctx.Done():
+			return ErrStopped
+		}
 	}
+	if e.stopped.Load() {
+		// The loop is gone, or leaving: whoever drains first answers
+		// what it will never take (see run).
+		e.drainProposals()
+	}
+	// Every proposal in the queue is answered (by the loop, or by the
+	// drain once it stopped), so the writer waits on its own channel and
+	// its caller's, not on the engine's context, which every writer
+	// would share: one channel lock all of them contend for.
 	var err error
 	select {
 	case <-p.done:
 		err = p.err
 	case <-ctx.Done():
 		err = ctx.Err()
-	case <-e.ctx.Done():
-		err = ErrStopped
 	}
 	if err != nil && o.logs() && writeFailure(err) {
 		e.writesFailed.Add(1)
@@ -93,22 +115,34 @@ func (e *Engine) submit(ctx context.Context, o op) error {
 	return err
 }
 
+// putOp is a Put with its proposal, response and header in one
+// allocation: the write path's objects live exactly as long as each other
+// (until the caller drops the response).
 type putOp struct {
+	p    proposal
 	req  *pb.PutRequest
 	resp *pb.PutResponse
+	out  pb.PutResponse
+	hdr  pb.ResponseHeader
 }
 
 func (o *putOp) logs() bool { return true }
 func (o *putOp) evaluate(e *Engine, p *proposal) {
 	e.evaluateWrite(p, func(w *writeTxn) (err error) {
-		o.resp, err = w.applyPut(o.req)
+		o.resp, err = w.applyPut(o.req, &o.out)
 		return err
-	}, func(h *pb.ResponseHeader) { o.resp.Header = h })
+	}, func(rev int64) {
+		o.hdr.Revision = rev
+		o.resp.Header = &o.hdr
+	})
 }
 
+// deleteOp is a DeleteRange with its proposal and header (as putOp).
 type deleteOp struct {
+	p    proposal
 	req  *pb.DeleteRangeRequest
 	resp *pb.DeleteRangeResponse
+	hdr  pb.ResponseHeader
 }
 
 func (o *deleteOp) logs() bool { return true }
@@ -116,12 +150,18 @@ func (o *deleteOp) evaluate(e *Engine, p *proposal) {
 	e.evaluateWrite(p, func(w *writeTxn) (err error) {
 		o.resp, err = w.applyDelete(o.req)
 		return err
-	}, func(h *pb.ResponseHeader) { o.resp.Header = h })
+	}, func(rev int64) {
+		o.hdr.Revision = rev
+		o.resp.Header = &o.hdr
+	})
 }
 
+// txnOp is a write Txn with its proposal and header (as putOp).
 type txnOp struct {
+	p    proposal
 	req  *pb.TxnRequest
 	resp *pb.TxnResponse
+	hdr  pb.ResponseHeader
 }
 
 func (o *txnOp) logs() bool { return true }
@@ -129,9 +169,10 @@ func (o *txnOp) evaluate(e *Engine, p *proposal) {
 	e.evaluateWrite(p, func(w *writeTxn) (err error) {
 		o.resp, err = w.applyTxn(o.req)
 		return err
-	}, func(h *pb.ResponseHeader) {
-		o.resp.Header = h
-		setNestedHeaders(o.resp, h.Revision)
+	}, func(rev int64) {
+		o.hdr.Revision = rev
+		o.resp.Header = &o.hdr
+		setNestedHeaders(o.resp, rev)
 	})
 }
 
@@ -163,7 +204,7 @@ func (o *leaseRevokeOp) evaluate(e *Engine, p *proposal) {
 		return
 	}
 	o.resp = &pb.LeaseRevokeResponse{}
-	e.revokeLease(o.req.ID, p, func(h *pb.ResponseHeader) { o.resp.Header = h })
+	e.revokeLease(o.req.ID, p, func(rev int64) { o.resp.Header = &pb.ResponseHeader{Revision: rev} })
 }
 
 // snapshotOp captures the applied state; it is answered once everything
@@ -185,7 +226,8 @@ func (barrierOp) evaluate(e *Engine, p *proposal) { e.waitForLast(p) }
 // Put sets a key.
 func (e *Engine) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error) {
 	o := &putOp{req: r}
-	if err := e.submit(ctx, o); err != nil {
+	o.p.op = o
+	if err := e.submitProposal(ctx, &o.p); err != nil {
 		return nil, err
 	}
 	return o.resp, nil
@@ -194,7 +236,8 @@ func (e *Engine) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, er
 // DeleteRange deletes keys.
 func (e *Engine) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
 	o := &deleteOp{req: r}
-	if err := e.submit(ctx, o); err != nil {
+	o.p.op = o
+	if err := e.submitProposal(ctx, &o.p); err != nil {
 		return nil, err
 	}
 	return o.resp, nil
@@ -218,7 +261,8 @@ func (e *Engine) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, er
 		return resp, nil
 	}
 	o := &txnOp{req: r}
-	if err := e.submit(ctx, o); err != nil {
+	o.p.op = o
+	if err := e.submitProposal(ctx, &o.p); err != nil {
 		return nil, err
 	}
 	return o.resp, nil
@@ -294,28 +338,86 @@ func (e *Engine) handle(p *proposal) {
 }
 
 // writeTxn accumulates the ops of one write while applying them to the
-// store at a single new revision.
+// store at a single new revision. The loop has one (Engine.wtxn), reset
+// by newWriteTxn for every write: a write is evaluated and logged within
+// one call, and nothing keeps the txn afterwards.
 type writeTxn struct {
-	e      *Engine
-	base   int64
-	rev    int64
-	ops    []*netsyv1.Op
-	events []*mvccpb.Event
+	e    *Engine
+	base int64
+	rev  int64
+	// blk holds the entry the txn logs and its first op; ops starts in
+	// it (see entryBlock).
+	blk *entryBlock
+	ops []*netsyv1.Op
+	// moves are the lease attachments the ops change, made when the
+	// txn commits.
+	moves []leaseMove
 	// path is a Txn's branches (see txnPath), logged with a forwarded
 	// request so that its sender can rebuild the response.
 	path []bool
 }
 
-func (e *Engine) newWriteTxn() *writeTxn {
-	base := e.store.Rev()
-	return &writeTxn{e: e, base: base, rev: base + 1}
+// entryBlock is what a write of one op logs, allocated in one piece: the
+// entry, the op and the entry's ops slice. A txn of more ops grows ops
+// past the block as append does.
+type entryBlock struct {
+	ent netsyv1.Entry
+	op  netsyv1.Op
+	ops [1]*netsyv1.Op
+	// rid is the entry's request id when the write was forwarded (most
+	// of a cluster's writes are).
+	rid netsyv1.RequestID
 }
 
-func (w *writeTxn) put(key, value []byte, lease int64) *mvccpb.Event {
-	ev := w.e.store.Put(w.rev, key, value, lease)
-	w.ops = append(w.ops, &netsyv1.Op{Type: netsyv1.Op_PUT, Key: key, Value: value, Lease: lease})
-	w.events = append(w.events, ev)
-	return ev
+// leaseMove is a key whose lease an op changes, from prev to next (0:
+// none).
+type leaseMove struct {
+	key        []byte
+	prev, next int64
+}
+
+func (e *Engine) newWriteTxn() *writeTxn {
+	base := e.store.Rev()
+	w := &e.wtxn
+	clear(w.moves)
+	*w = writeTxn{e: e, base: base, rev: base + 1, moves: w.moves[:0]}
+	return w
+}
+
+// addOp returns a new op of the txn's entry.
+func (w *writeTxn) addOp() *netsyv1.Op {
+	if w.blk == nil {
+		w.blk = new(entryBlock)
+		w.ops = w.blk.ops[:0]
+		w.ops = append(w.ops, &w.blk.op)
+		return &w.blk.op
+	}
+	op := new(netsyv1.Op)
+	w.ops = append(w.ops, op)
+	return op
+}
+
+// moved notes an op's lease change for commit.
+func (w *writeTxn) moved(kv, prev *mvccpb.KeyValue) {
+	var from, to int64
+	if prev != nil {
+		from = prev.Lease
+	}
+	if kv.Version != 0 {
+		to = kv.Lease
+	}
+	if from != to {
+		w.moves = append(w.moves, leaseMove{key: kv.Key, prev: from, next: to})
+	}
+}
+
+// put writes key and returns the version it replaced (nil if none).
+func (w *writeTxn) put(key, value []byte, lease int64) (prev *mvccpb.KeyValue) {
+	kv, prev := w.e.store.PutKV(w.rev, key, value, lease)
+	op := w.addOp()
+	op.Type, op.Key, op.Value, op.Lease = netsyv1.Op_PUT, key, value, lease
+	w.moved(kv, prev)
+	return prev
 }
 
 func (w *writeTxn) del(key []byte) *mvccpb.Event {
@@ -323,8 +425,9 @@ func (w *writeTxn) del(key []byte) *mvccpb.Event {
 	if ev == nil {
 		return nil
 	}
-	w.ops = append(w.ops, &netsyv1.Op{Type: netsyv1.Op_DELETE, Key: key})
-	w.events = append(w.events, ev)
+	op := w.addOp()
+	op.Type, op.Key = netsyv1.Op_DELETE, key
+	w.moved(ev.Kv, ev.PrevKv)
 	return ev
 }
 
@@ -346,8 +449,8 @@ func (w *writeTxn) commit(p *proposal, revokes []int64) {
 		e.waitForLast(p)
 		return
 	}
-	for _, ev := range w.events {
-		e.lease.track(ev)
+	for _, m := range w.moves {
+		e.lease.move(m.key, m.prev, m.next)
 	}
 	var revoked []*netsyv1.LeaseGrant
 	for _, id := range revokes {
@@ -356,9 +459,22 @@ func (w *writeTxn) commit(p *proposal, revokes []int64) {
 		}
 		e.lease.revoke(id)
 	}
-	ent := &netsyv1.Entry{Index: e.lastIdx + 1, Revision: e.store.Rev(), Ops: w.ops, LeaseRevokes: revokes}
+	var ent *netsyv1.Entry
+	if w.blk != nil {
+		ent = &w.blk.ent
+	} else {
+		ent = new(netsyv1.Entry)
+	}
+	ent.Index, ent.Revision, ent.Ops, ent.LeaseRevokes = e.lastIdx+1, e.store.Rev(), w.ops, revokes
 	if p != nil && !p.reqID.zero() {
-		ent.RequestId = &netsyv1.RequestID{Member: p.reqID.Member, Seq: p.reqID.Seq}
+		var rid *netsyv1.RequestID
+		if w.blk != nil {
+			rid = &w.blk.rid
+		} else {
+			rid = new(netsyv1.RequestID)
+		}
+		rid.Member, rid.Seq = p.reqID.Member, p.reqID.Seq
+		ent.RequestId = rid
 		for _, b := range w.path {
 			ent.TxnPath = append(ent.TxnPath, boolByte(b))
 		}
@@ -368,7 +484,7 @@ func (w *writeTxn) commit(p *proposal, revokes []int64) {
 
 // evaluateWrite runs apply in one write txn at the next revision, gives
 // the response its header through setHeader and logs the txn.
-func (e *Engine) evaluateWrite(p *proposal, apply func(*writeTxn) error, setHeader func(*pb.ResponseHeader)) {
+func (e *Engine) evaluateWrite(p *proposal, apply func(*writeTxn) error, setHeader func(rev int64)) {
 	w := e.newWriteTxn()
 	if err := apply(w); err != nil {
 		w.abort()
@@ -384,7 +500,7 @@ func (e *Engine) evaluateWrite(p *proposal, apply func(*writeTxn) error, setHead
 		p.finish(*e.failed.Load())
 		return
 	}
-	setHeader(&pb.ResponseHeader{Revision: w.finishRev()})
+	setHeader(w.finishRev())
 	w.commit(p, nil)
 }
 
@@ -400,7 +516,9 @@ func (w *writeTxn) get(key []byte) *mvccpb.KeyValue {
 	return res.KVs[0]
 }
 
-func (w *writeTxn) applyPut(r *pb.PutRequest) (*pb.PutResponse, error) {
+// applyPut applies r and returns its response: out, or a new one when out
+// is nil.
+func (w *writeTxn) applyPut(r *pb.PutRequest, out *pb.PutResponse) (*pb.PutResponse, error) {
 	value, lease := r.Value, r.Lease
 	if r.IgnoreValue || r.IgnoreLease {
 		cur := w.get(r.Key)
@@ -417,10 +535,13 @@ func (w *writeTxn) applyPut(r *pb.PutRequest) (*pb.PutResponse, error) {
 	if lease != 0 && !w.e.lease.exists(lease) {
 		return nil, ErrLeaseNotFound
 	}
-	ev := w.put(r.Key, value, lease)
-	resp := &pb.PutResponse{}
+	prev := w.put(r.Key, value, lease)
+	resp := out
+	if resp == nil {
+		resp = &pb.PutResponse{}
+	}
 	if r.PrevKv {
-		resp.PrevKv = ev.PrevKv
+		resp.PrevKv = prev
 	}
 	return resp, nil
 }
@@ -475,7 +596,7 @@ func (w *writeTxn) applyTxnPath(r *pb.TxnRequest, path *[]bool) (*pb.TxnResponse
 			}
 			out.Response = &pb.ResponseOp_ResponseRange{ResponseRange: rr}
 		case *pb.RequestOp_RequestPut:
-			pr, err := w.applyPut(v.RequestPut)
+			pr, err := w.applyPut(v.RequestPut, nil)
 			if err != nil {
 				return nil, err
 			}
@@ -674,13 +795,13 @@ func (e *Engine) handleLeaseGrant(o *leaseGrantOp, p *proposal) {
 
 // revokeLease deletes a lease's keys at a new revision and logs the revoke.
 // p and setHeader are nil for expiry.
-func (e *Engine) revokeLease(id int64, p *proposal, setHeader func(*pb.ResponseHeader)) {
+func (e *Engine) revokeLease(id int64, p *proposal, setHeader func(rev int64)) {
 	w := e.newWriteTxn()
 	for _, k := range e.lease.keys(id) {
 		w.del(k)
 	}
 	if setHeader != nil {
-		setHeader(&pb.ResponseHeader{Revision: w.finishRev()})
+		setHeader(w.finishRev())
 	}
 	w.commit(p, []int64{id})
 }

@@ -298,3 +298,26 @@ func TestCaptureReadsAhead(t *testing.T) {
 		}
 	}
 }
+
+// PutKV returns the version the store keeps: without its value when the
+// value was spilled (so no copy is made), and reads still return it.
+func TestPutKVReturnsTheKeptVersion(t *testing.T) {
+	s, err := Open(Options{SpillDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	big := bytes.Repeat([]byte("v"), DefaultSpillMin)
+	kv, prev := s.PutKV(1, []byte("k"), big, 0)
+	if prev != nil || kv.Value != nil || kv != s.lookup([]byte("k")).hist[0] {
+		t.Fatalf("PutKV returned %v (prev %v), want the kept version without its value", kv, prev)
+	}
+	kv2, prev := s.PutKV(2, []byte("k"), []byte("small"), 0)
+	if !bytes.Equal(prev.Value, big) || !bytes.Equal(kv2.Value, []byte("small")) {
+		t.Fatalf("second put: kv %v prev %v", kv2, prev)
+	}
+	res, err := s.Range([]byte("k"), nil, RangeOptions{Rev: 1})
+	if err != nil || len(res.KVs) != 1 || !bytes.Equal(res.KVs[0].Value, big) {
+		t.Fatalf("range at 1: %v %v", res, err)
+	}
+}

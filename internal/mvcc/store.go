@@ -124,20 +124,20 @@ func (s *Store) valueLen(kv *mvccpb.KeyValue) int {
 	return len(kv.Value)
 }
 
-// stored returns the version to keep for kv: kv itself, or a copy without
-// its value when the value went to the spill files.
-func (s *Store) stored(kv *mvccpb.KeyValue) *mvccpb.KeyValue {
+// spillValue moves kv's value to the spill files when it is large enough,
+// in place (kv must not be published yet): the version the store keeps
+// then has no Value, and spilled says where it is.
+func (s *Store) spillValue(kv *mvccpb.KeyValue) {
 	if s.sp == nil || len(kv.Value) < s.spillMin {
-		return kv
+		return
 	}
 	r, err := s.sp.put(kv.Value)
 	if err != nil {
 		// The file cannot take more: the value stays in memory.
-		return kv
+		return
 	}
-	cp := withValue(kv, nil)
-	s.spilled[&cp] = r
-	return &cp
+	kv.Value = nil
+	s.spilled[kv] = r
 }
 
 // withValue is a copy of kv with value v.
@@ -237,6 +237,17 @@ type logEntry struct {
 type keyIndex struct {
 	key  []byte
 	hist []*mvccpb.KeyValue
+	// first is where a new key's hist starts (see newKeyIndex): most keys
+	// of a write-heavy store are written once between compactions, and
+	// the slot saves each new key the allocation of a one-element slice.
+	first [1]*mvccpb.KeyValue
+}
+
+// newKeyIndex is the index of a key not yet written.
+func newKeyIndex(key []byte) *keyIndex {
+	ki := &keyIndex{key: key}
+	ki.hist = ki.first[:0]
+	return ki
 }
 
 func tombstone(kv *mvccpb.KeyValue) bool { return kv.Version == 0 }
@@ -353,25 +364,42 @@ func (s *Store) checkWriteRev(rev int64) {
 // must not modify them afterwards. A spilled value is copied out, so the
 // event's Kv is then not the version the store keeps.
 func (s *Store) Put(rev int64, key, value []byte, lease int64) *mvccpb.Event {
+	kv, prev := s.PutKV(rev, key, value, lease)
+	if kv.Value == nil && len(value) > 0 {
+		// Spilled: the event carries the value, the store a version
+		// without it.
+		cp := withValue(kv, value)
+		kv = &cp
+	}
+	return &mvccpb.Event{Type: mvccpb.PUT, Kv: kv, PrevKv: prev}
+}
+
+// PutKV is Put without the event: it returns the version the store now
+// keeps, whose Value is nil when the value went to the spill files, and
+// the event's PrevKv (nil when the key was not live). The engine's write
+// and apply paths use it: they read neither the new value nor an event,
+// and each would be an allocation per write nobody keeps.
+func (s *Store) PutKV(rev int64, key, value []byte, lease int64) (kv, prev *mvccpb.KeyValue) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.checkWriteRev(rev)
 	ki := s.lookup(key)
 	if ki == nil {
-		ki = &keyIndex{key: key}
+		ki = newKeyIndex(key)
 		s.addKey(ki, true)
 	}
-	prev := ki.latest()
-	kv := &mvccpb.KeyValue{Key: ki.key, CreateRevision: rev, ModRevision: rev, Version: 1, Value: value, Lease: lease}
+	prev = ki.latest()
+	kv = &mvccpb.KeyValue{Key: ki.key, CreateRevision: rev, ModRevision: rev, Version: 1, Value: value, Lease: lease}
 	if prev != nil {
 		kv.CreateRevision = prev.CreateRevision
 		kv.Version = prev.Version + 1
 	} else if len(ki.hist) > 0 {
 		s.idx.setLive(key, true)
 	}
-	s.append(ki, s.stored(kv), prev)
+	s.spillValue(kv)
+	s.append(ki, kv, prev)
 	s.rev.Store(rev)
-	return &mvccpb.Event{Type: mvccpb.PUT, Kv: kv, PrevKv: s.eventPrev(prev)}
+	return kv, s.eventPrev(prev)
 }
 
 // eventPrev is prev as an event reports it, its value read back if

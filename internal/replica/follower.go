@@ -409,9 +409,12 @@ func (f *Follower) session(ctx context.Context, target *netsyv1.NodeInfo, term u
 		}
 		return false, err
 	}
+	// One envelope for every message of the stream: decoding resets it
+	// and allocates what it holds afresh, so the entries handed to the
+	// engine (which keeps them) are never overwritten.
+	m := new(netsyv1.FollowResponse)
 	for {
-		m, err := stream.Recv()
-		if err != nil {
+		if err := stream.RecvMsg(m); err != nil {
 			return end(err)
 		}
 		if m.PrimaryTerm != term {
