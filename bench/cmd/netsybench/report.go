@@ -82,7 +82,7 @@ func buildRows(c *config, results map[string][][]measurement) []row {
 	var rows []row
 	n := len(c.Targets)
 	for i := range c.Workloads {
-		for _, spec := range rowSpecs(&c.Workloads[i], c.MemKeys, c.MemValSize, c.pitrRevisions()) {
+		for _, spec := range c.rowSpecs(&c.Workloads[i]) {
 			r := row{Workload: spec.Name, Group: spec.Group, Metric: spec.Metric, LatencyPct: spec.Latency, Goal: spec.Goal, Desc: spec.Desc}
 			r.Sides = make([]side, n)
 			if res := results[spec.Name]; res != nil {
