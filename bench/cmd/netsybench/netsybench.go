@@ -60,6 +60,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		t4Args     = fs.String("t4-args", "", "extra flags for every t4 node's `t4 run` (space-separated)")
 		pitrRevs   = fs.Int("pitr-revisions", 1_000_000, "revisions of the history the pitr rows load (× -scale)")
 		scaleKeys  = fs.Int("scale-keys", 1_000_000, "distinct keys the scale rows load (× -scale)")
+		scaleVal   = fs.Int("scale-val-size", 256, "value size in bytes for the scale rows")
 		scaleWait  = fs.Duration("scale-settle", 5*time.Second, "wait after the scale rows' load and restart before reading RSS and disk")
 		list       = fs.Bool("list", false, "list workloads and targets and exit")
 	)
@@ -82,7 +83,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			case w.PITR:
 				desc = "netsy-minio: " + w.Desc
 			case w.DataScale:
-				desc = "load -scale-keys × 256 B keys (put, 64 clients), read RSS and du of the data dirs, SIGTERM + restart until a Get succeeds, RSS again; single and cluster targets"
+				desc = "load -scale-keys × -scale-val-size keys (put, 64 clients), read RSS and du of the data dirs, SIGTERM + restart until a Get succeeds, RSS again; single and cluster targets"
 			}
 			if w.MinIOBaseline {
 				desc += "; on netsy-minio then MinIO's own sequential conditional-PUT rate (same count, 16 KiB bodies)"
@@ -108,6 +109,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		FailoverRuns:  max(*failRuns, 1),
 		PITRRevisions: max(*pitrRevs, 1),
 		ScaleKeys:     max(*scaleKeys, 1),
+		ScaleValSize:  max(*scaleVal, 1),
 		ScaleSettle:   *scaleWait,
 		notes:         new([]string),
 	}
@@ -223,6 +225,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if slices.ContainsFunc(c.Workloads, func(w workload) bool { return w.DataScale }) {
 		rep.Settings["scale_keys"] = c.scaleKeys()
 		rep.Settings["scale_settle"] = c.ScaleSettle.String()
+		rep.Settings["scale_val_size"] = c.ScaleValSize
 	}
 	if c.Total > 0 {
 		rep.Settings["total"] = c.Total

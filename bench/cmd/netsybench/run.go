@@ -42,11 +42,13 @@ type config struct {
 	FailoverRuns int
 	// PITRRevisions is the history the pitr rows load, before -scale.
 	PITRRevisions int
-	// ScaleKeys is how many keys the scale rows load, before -scale;
-	// ScaleSettle the wait after the load and after the restart before
-	// RSS and the data directory are read.
-	ScaleKeys   int
-	ScaleSettle time.Duration
+	// ScaleKeys is how many keys the scale rows load, before -scale, and
+	// ScaleValSize their values' size; ScaleSettle is the wait after the
+	// load and after the restart before RSS and the data directories are
+	// read.
+	ScaleKeys    int
+	ScaleValSize int
+	ScaleSettle  time.Duration
 
 	bins    binaries
 	minio   *minioServer

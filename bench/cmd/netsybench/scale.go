@@ -14,7 +14,8 @@ import (
 )
 
 // The scale group (issue 22 item 5) measures what grows with the data.
-// ScaleKeys distinct keys (× -scale) of scaleValSize bytes are loaded by
+// ScaleKeys distinct keys (× -scale) of ScaleValSize bytes (256 unless
+// -scale-val-size says otherwise) are loaded by
 // etcd's `benchmark put` (64 clients, 8 connections, sequential keys, a
 // key space as large as the total, so every put creates a key) into a
 // fresh deployment: one server, or every node of a cluster, the tool
@@ -35,7 +36,6 @@ import (
 // data, and restart is the time from that launch until a linearizable Get
 // through any endpoint succeeds; rss after restart is VmRSS ScaleSettle
 // later. The targets are the issue's: put ≥ 1.5×, the rest ≤ 1.0× etcd.
-const scaleValSize = 256
 
 // Row suffixes of the scale workload; the row is "scale-<keys> <suffix>".
 const (
@@ -131,7 +131,7 @@ func runScale(ctx context.Context, c *config, d *deployment, tag string) (map[st
 	row := func(suffix string) string { return scaleRow(keys, suffix) }
 	n := strconv.Itoa(keys)
 	args := []string{"put", "--clients", "64", "--conns", "8", "--key-size", "8", "--sequential-keys",
-		"--val-size", strconv.Itoa(scaleValSize), "--total", n, "--key-space-size", n}
+		"--val-size", strconv.Itoa(c.ScaleValSize), "--total", n, "--key-space-size", n}
 	loadPath := filepath.Join(c.rawDir, tag+".load.txt")
 	meter := startCPU(d, c.minio, d.v.MinIO)
 	sums, err := runToolWithin(ctx, c, scaleLoadTimeout(c.RunTimeout, keys), d.endpoint(), args, loadPath)
