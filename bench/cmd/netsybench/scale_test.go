@@ -84,7 +84,7 @@ func TestScaleRowsFollowTheKeyCountAndTheTargets(t *testing.T) {
 		return out
 	}
 	single := scaleConfig(t, 1, "netsy-local", "etcd")
-	if got, want := names(single), []string{"scale-1m put", "scale-1m rss", "scale-1m disk", "scale-1m restart", "scale-1m rss after restart"}; !slices.Equal(got, want) {
+	if got, want := names(single), []string{"scale-1m put", "scale-1m rss", "scale-1m disk", "scale-1m restart", "scale-1m restart cpu", "scale-1m rss after restart"}; !slices.Equal(got, want) {
 		t.Errorf("single rows %q, want %q", got, want)
 	}
 	// -quick's scale, and a MinIO target: its bucket has a row of its own.
@@ -93,14 +93,14 @@ func TestScaleRowsFollowTheKeyCountAndTheTargets(t *testing.T) {
 	}
 	cluster := scaleConfig(t, 5, "netsy-cluster", "etcd-cluster")
 	if got, want := names(cluster), []string{"scale-5m put", "scale-5m rss", "scale-5m rss leader", "scale-5m disk", "scale-5m disk leader",
-		"scale-5m bucket", "scale-5m restart", "scale-5m rss after restart"}; !slices.Equal(got, want) {
+		"scale-5m bucket", "scale-5m restart", "scale-5m restart cpu", "scale-5m rss after restart"}; !slices.Equal(got, want) {
 		t.Errorf("cluster rows %q, want %q", got, want)
 	}
 	if got := (&config{Scale: 0.0001, ScaleKeys: 1_000_000}).scaleKeys(); got != 1000 {
 		t.Errorf("tiny scale: %d keys, want the floor 1000", got)
 	}
-	// The targets: put ≥ 1.5×, the others ≤ 1×; the leader's and
-	// the bucket's rows are shown without one.
+	// The targets: put ≥ 1.5×, the others ≤ 1×; the leader's,
+	// the bucket's and the restart's CPU rows are shown without one.
 	for _, s := range cluster.rowSpecs(&cluster.Workloads[0]) {
 		_, what, _ := strings.Cut(s.Name, " ")
 		var want string
