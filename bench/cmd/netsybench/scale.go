@@ -110,8 +110,8 @@ type nodeMemory struct {
 	Status map[string]int64 `json:"status"`
 }
 
-// nodeDisk is one node's data directory: MiB in total and per top-level
-// entry.
+// nodeDisk is one node's data directory: MiB in total and per part
+// (diskPart).
 type nodeDisk struct {
 	Node    string             `json:"node"`
 	Leader  bool               `json:"leader,omitempty"`
@@ -290,12 +290,12 @@ func (d *deployment) memory(leader int) (sum, lead float64, nodes []nodeMemory, 
 // leader's (0 when leader < 0) in MiB, with each node's breakdown.
 func (d *deployment) disk(leader int) (sum, lead float64, nodes []nodeDisk, err error) {
 	for i, srv := range d.nodes {
-		total, top, err := diskUsage(srv.DataDir)
+		total, parts, err := diskUsage(srv.DataDir)
 		if err != nil {
 			return 0, 0, nil, fmt.Errorf("%s: %w", srv.label(), err)
 		}
 		nd := nodeDisk{Node: srv.label(), Leader: i == leader, MiB: mib(total), Entries: map[string]float64{}}
-		for name, b := range top {
+		for name, b := range parts {
 			nd.Entries[name] = mib(b)
 		}
 		sum += nd.MiB
@@ -312,13 +312,13 @@ func mib(b int64) float64 { return float64(b) / (1 << 20) }
 // diskUsage returns what the tree under dir occupies on disk, as du
 // counts it: allocated blocks (st_blocks × 512, so the holes of a sparse
 // file are not counted), directories included, a file with several hard
-// links once; and the same per top-level entry of dir. The server may
+// links once; and the same per part of dir (diskPart). The server may
 // still be writing, so an entry that disappears during the walk is
 // skipped rather than failing the row.
-func diskUsage(dir string) (total int64, top map[string]int64, err error) {
+func diskUsage(dir string) (total int64, parts map[string]int64, err error) {
 	type inode struct{ dev, ino uint64 }
 	seen := map[inode]bool{}
-	top = map[string]int64{}
+	parts = map[string]int64{}
 	err = filepath.WalkDir(dir, func(path string, e fs.DirEntry, err error) error {
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) && path != dir {
@@ -345,12 +345,24 @@ func diskUsage(dir string) (total int64, top map[string]int64, err error) {
 		n := st.Blocks * 512
 		total += n
 		if rel, _ := filepath.Rel(dir, path); rel != "." {
-			first, _, _ := strings.Cut(rel, string(filepath.Separator))
-			top[first] += n
+			parts[diskPart(rel)] += n
 		}
 		return nil
 	})
-	return total, top, err
+	return total, parts, err
+}
+
+// diskPart names the part of a data directory a path (relative to it)
+// is counted in: the top-level entry, or the top-level directory and the
+// directory inside it, so that etcd's member/wal and member/snap and the
+// directories of netsy's file store show apart while the files directly
+// in netsy's wal/ or values/ add up under that name.
+func diskPart(rel string) string {
+	parts := strings.SplitN(filepath.ToSlash(rel), "/", 3)
+	if len(parts) < 3 {
+		return parts[0]
+	}
+	return parts[0] + "/" + parts[1]
 }
 
 // withoutScale drops the scale group from a default selection: with

@@ -11,7 +11,7 @@ import (
 
 func TestDiskUsageCountsAllocatedBlocksOncePerInode(t *testing.T) {
 	dir := t.TempDir()
-	for _, d := range []string{"a", "b"} {
+	for _, d := range []string{"a", "b", "b/c"} {
 		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -22,7 +22,7 @@ func TestDiskUsageCountsAllocatedBlocksOncePerInode(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A hard link is the same blocks: du counts them once.
-	if err := os.Link(data, filepath.Join(dir, "b", "link")); err != nil {
+	if err := os.Link(data, filepath.Join(dir, "b", "c", "link")); err != nil {
 		t.Fatal(err)
 	}
 	// A sparse file's holes take no blocks (a preallocated-by-truncate
@@ -36,24 +36,48 @@ func TestDiskUsageCountsAllocatedBlocksOncePerInode(t *testing.T) {
 	}
 	f.Close()
 
-	total, top, err := diskUsage(dir)
+	total, parts, err := diskUsage(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if total < written || total > written+(256<<10) {
 		t.Errorf("total %d bytes, want the %d written plus a few directory blocks", total, written)
 	}
-	if top["a"] < written {
-		t.Errorf("a: %d bytes, want at least %d", top["a"], written)
+	if parts["a"] < written {
+		t.Errorf("a: %d bytes, want at least %d", parts["a"], written)
 	}
-	if top["b"] >= written {
-		t.Errorf("b: %d bytes, the hard link counted twice", top["b"])
+	if parts["b/c"] >= written {
+		t.Errorf("b/c: %d bytes, the hard link counted twice", parts["b/c"])
 	}
-	if top["sparse"] >= 1<<20 {
-		t.Errorf("sparse: %d bytes, its holes counted", top["sparse"])
+	if parts["sparse"] >= 1<<20 {
+		t.Errorf("sparse: %d bytes, its holes counted", parts["sparse"])
+	}
+	var sum int64
+	for _, n := range parts {
+		sum += n
+	}
+	if sum > total || total-sum > 64<<10 {
+		t.Errorf("parts add up to %d of %d bytes: want every entry but dir itself in one part", sum, total)
 	}
 	if _, _, err := diskUsage(filepath.Join(dir, "missing")); err == nil {
 		t.Error("a missing data directory measured without an error")
+	}
+}
+
+func TestDiskPartSplitsTheSecondLevelOfDirectoriesOnly(t *testing.T) {
+	for rel, want := range map[string]string{
+		"member":                  "member",
+		"member/wal":              "member",
+		"member/wal/0000.wal":     "member/wal",
+		"member/snap/db":          "member/snap",
+		"wal/00000001.seg":        "wal",
+		"values/000001":           "values",
+		"objects/chunks/a/b/c.wz": "objects/chunks",
+		"LOCK":                    "LOCK",
+	} {
+		if got := diskPart(rel); got != want {
+			t.Errorf("diskPart(%q) = %q, want %q", rel, got, want)
+		}
 	}
 }
 
