@@ -136,6 +136,7 @@ func runScale(ctx context.Context, c *config, d *deployment, tag string) (map[st
 	args := []string{"put", "--clients", "64", "--conns", "8", "--key-size", "8", "--sequential-keys",
 		"--val-size", strconv.Itoa(c.ScaleValSize), "--total", n, "--key-space-size", n}
 	loadPath := filepath.Join(c.rawDir, tag+".load.txt")
+	fallbacksBefore, fbErr := d.quorumFallbacks(ctx)
 	meter := startCPU(d, c.minio, d.v.MinIO)
 	sums, err := runToolWithin(ctx, c, scaleLoadTimeout(c.RunTimeout, keys), d.endpoint(), args, loadPath)
 	if err != nil {
@@ -163,7 +164,19 @@ func runScale(ctx context.Context, c *config, d *deployment, tag string) (map[st
 	if loaded != int64(keys) {
 		c.notef("%s: %d keys after loading %d", tag, loaded, keys)
 	}
-	put.Extra = map[string]int64{"keys": loaded}
+	extra := map[string]int64{"keys": loaded}
+	if fbErr == nil {
+		if after, err := d.quorumFallbacks(ctx); err == nil && after >= 0 {
+			n := int64(after - fallbacksBefore)
+			extra["quorum_fallbacks"] = n
+			if n > 0 {
+				c.notef("%s: during the load the Primary fell back %d times to acknowledging writes through object storage "+
+					"(netsy_quorum_fallbacks_total; the log says why, e.g. its lease lapsed on a starved machine): the put row is not "+
+					"the quorum mode's rate alone", tag, n)
+			}
+		}
+	}
+	put.Extra = extra
 	out := map[string]measurement{row(scalePut): put}
 
 	leader := -1
@@ -247,6 +260,24 @@ func runScale(ctx context.Context, c *config, d *deployment, tag string) (map[st
 	}
 	out[row(scaleRSSAfter)] = measurement{Value: rss, Extra: mem}
 	return out, nil
+}
+
+// quorumFallbacks sums netsy_quorum_fallbacks_total over the nodes of a
+// netsy deployment: how often a Primary gave up acknowledging on its
+// quorum and waited for object storage instead. It is -1 on other kinds.
+func (d *deployment) quorumFallbacks(ctx context.Context) (float64, error) {
+	if d.v.Kind != kindNetsy {
+		return -1, nil
+	}
+	sum := 0.0
+	for _, s := range d.nodes {
+		ms, err := scrapeMetrics(ctx, s.HTTPAddr)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", s.label(), err)
+		}
+		sum += ms["netsy_quorum_fallbacks_total"]
+	}
+	return sum, nil
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
