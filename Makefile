@@ -164,8 +164,9 @@ clean:
 
 # bench runs Netsy (sync mode on the file store, --quorum -1, sync mode on a
 # harness-started MinIO) and etcd side by side with etcd's benchmark tool (not
-# part of test or CI), then bench-cluster and bench-pitr; results go to bench/results/.
-# BENCHFLAGS=-quick for a smoke run.
+# part of test or CI), with the 1 M-key scale row, then bench-cluster and
+# bench-pitr; results go to bench/results/. BENCHFLAGS=-quick for a smoke run
+# (without the scale row unless named in -workloads).
 BENCHFLAGS ?=
 bench:
 	$(GO) run ./bench/cmd/netsybench $(BENCHFLAGS)
@@ -174,7 +175,8 @@ bench:
 
 # bench-cluster compares a 3-node Netsy cluster on MinIO with a 3-node t4 on the
 # same MinIO (scripts/build-t4.sh) and a 3-member etcd cluster: put, range and
-# watch rows with CPU per 1000 operations, and failover (leader SIGKILL, handoff).
+# watch rows with CPU per 1000 operations, failover (leader SIGKILL, handoff)
+# and the 1 M-key scale row on the clusters.
 # BENCHCLUSTERFLAGS (default: BENCHFLAGS) are its flags.
 BENCHCLUSTERFLAGS ?= $(BENCHFLAGS)
 bench-cluster:

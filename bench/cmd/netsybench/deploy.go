@@ -25,6 +25,9 @@ type deployment struct {
 	v     variant
 	tag   string
 	nodes []*server
+	// bucket is the deployment's bucket on the harness's MinIO, empty
+	// for a target that does not use it.
+	bucket string
 }
 
 // deploy starts target t for the run named tag, with its data under dir
@@ -74,6 +77,7 @@ func deploy(ctx context.Context, c *config, t int, dir, tag string, pprof bool) 
 			return nil, cleanup, fmt.Errorf("minio: %w", err)
 		}
 		cleanups = append(cleanups, func() { c.minio.removeBucket(context.WithoutCancel(ctx), bucket) })
+		d.bucket = bucket
 		for _, s := range d.nodes {
 			if v.Kind == kindT4 {
 				s.extra = append(c.minio.t4Args(bucket, tag), s.extra...)

@@ -144,6 +144,21 @@ func (m *minioServer) removeBucket(ctx context.Context, name string) {
 	_ = m.client.RemoveBucketWithOptions(ctx, name, minio.RemoveBucketOptions{ForceDelete: true})
 }
 
+// bucketBytes sums the sizes of the objects in bucket (what a server
+// stored there, not MinIO's own metadata beside them) and counts them.
+func (m *minioServer) bucketBytes(ctx context.Context, bucket string) (int64, int, error) {
+	var total int64
+	var n int
+	for obj := range m.client.ListObjects(ctx, bucket, minio.ListObjectsOptions{Recursive: true}) {
+		if obj.Err != nil {
+			return 0, 0, fmt.Errorf("list %s: %w", bucket, obj.Err)
+		}
+		total += obj.Size
+		n++
+	}
+	return total, n, nil
+}
+
 // seqPutWarmup PUTs open the connection before a baseline is timed.
 const seqPutWarmup = 10
 

@@ -40,10 +40,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
 	var (
 		targets    = fs.String("targets", "netsy,netsy-local,netsy-minio,etcd", "server variants to compare, `A,...,BASE`; every ratio is X / BASE (the last); e.g. etcd,etcd to check the harness")
-		only       = fs.String("workloads", "all", "comma-separated workload names or groups (put, range, txn, watch, lease, memory; failover on cluster targets)")
+		only       = fs.String("workloads", "all", "comma-separated workload names or groups (put, range, txn, watch, lease, memory, scale; failover on cluster targets; pitr)")
 		clusterRun = fs.Bool("cluster", false, "compare clusters: -targets "+clusterTargets+" and -workloads "+clusterWorkloads+" unless given")
 		failRuns   = fs.Int("failover-runs", 10, "repetitions within one run of each failover workload (median and max are over all of them)")
-		quick      = fs.Bool("quick", false, "smoke run: scale 0.05, 5000 memory keys, 1s settle")
+		quick      = fs.Bool("quick", false, "smoke run: scale 0.05, 5000 memory keys, 1s settle; the scale group only when named in -workloads")
 		scale      = fs.Float64("scale", 1, "multiply every workload's default request total")
 		total      = fs.Int("total", 0, "use this request total for every tool workload (overrides -scale)")
 		runs       = fs.Int("runs", 1, "repeat every workload on each target; cells are medians")
@@ -59,6 +59,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		etcdArgs   = fs.String("etcd-args", "", "extra flags for every etcd server (space-separated)")
 		t4Args     = fs.String("t4-args", "", "extra flags for every t4 node's `t4 run` (space-separated)")
 		pitrRevs   = fs.Int("pitr-revisions", 1_000_000, "revisions of the history the pitr rows load (× -scale)")
+		scaleKeys  = fs.Int("scale-keys", 1_000_000, "distinct keys the scale rows load (× -scale)")
+		scaleVal   = fs.Int("scale-val-size", 256, "value size in bytes for the scale rows")
+		scaleWait  = fs.Duration("scale-settle", 5*time.Second, "wait after the scale rows' load and restart before reading RSS and disk")
 		list       = fs.Bool("list", false, "list workloads and targets and exit")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -79,6 +82,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 				desc = "cluster targets: " + w.Desc
 			case w.PITR:
 				desc = "netsy-minio: " + w.Desc
+			case w.DataScale:
+				desc = "load -scale-keys × -scale-val-size keys (put, 64 clients), read RSS and du of the data dirs, SIGTERM + restart until a Get succeeds, RSS again; single and cluster targets"
 			}
 			if w.MinIOBaseline {
 				desc += "; on netsy-minio then MinIO's own sequential conditional-PUT rate (same count, 16 KiB bodies)"
@@ -103,6 +108,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			kindT4: strings.Fields(*t4Args)},
 		FailoverRuns:  max(*failRuns, 1),
 		PITRRevisions: max(*pitrRevs, 1),
+		ScaleKeys:     max(*scaleKeys, 1),
+		ScaleValSize:  max(*scaleVal, 1),
+		ScaleSettle:   *scaleWait,
 		notes:         new([]string),
 	}
 	set := map[string]bool{}
@@ -131,6 +139,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if !set["settle"] {
 			c.Settle = time.Second
 		}
+		if !set["scale-settle"] {
+			c.ScaleSettle = time.Second
+		}
 	}
 	names := strings.Split(*targets, ",")
 	if len(names) < 2 {
@@ -152,6 +163,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var err error
 	if c.Workloads, err = selectWorkloads(*only); err != nil {
 		return fail(err)
+	}
+	if *quick && !set["workloads"] {
+		c.Workloads = withoutScale(c.Workloads)
 	}
 	for _, p := range strings.Split(*profile, ",") {
 		if p = strings.TrimSpace(p); p == "" {
@@ -207,6 +221,11 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if needCtl {
 		rep.Settings["pitr_revisions"] = c.pitrRevisions()
+	}
+	if slices.ContainsFunc(c.Workloads, func(w workload) bool { return w.DataScale }) {
+		rep.Settings["scale_keys"] = c.scaleKeys()
+		rep.Settings["scale_settle"] = c.ScaleSettle.String()
+		rep.Settings["scale_val_size"] = c.ScaleValSize
 	}
 	if c.Total > 0 {
 		rep.Settings["total"] = c.Total

@@ -82,7 +82,7 @@ func buildRows(c *config, results map[string][][]measurement) []row {
 	var rows []row
 	n := len(c.Targets)
 	for i := range c.Workloads {
-		for _, spec := range rowSpecs(&c.Workloads[i], c.MemKeys, c.MemValSize, c.pitrRevisions()) {
+		for _, spec := range c.rowSpecs(&c.Workloads[i]) {
 			r := row{Workload: spec.Name, Group: spec.Group, Metric: spec.Metric, LatencyPct: spec.Latency, Goal: spec.Goal, Desc: spec.Desc}
 			r.Sides = make([]side, n)
 			if res := results[spec.Name]; res != nil {
@@ -209,7 +209,7 @@ func (r *report) markdown() string {
 		fmt.Fprintf(&b, "- %s: %s\n", v.Name, describeVariant(v))
 	}
 	fmt.Fprintf(&b, "- ratio = target / %s; latencies in ms; each cell is the median over runs, target order rotating per workload, fresh servers per run\n", e)
-	fmt.Fprintf(&b, "- CPU = the servers' user + system CPU seconds (every process of the target, from /proc/PID/stat, over the measured part) per 1000 operations as the row counts them (events on watch rows, puts loaded on the rss row); `+x MinIO` is MinIO's on targets that use it; CPU ratio = target / %s\n", e)
+	fmt.Fprintf(&b, "- CPU = the servers' user + system CPU seconds (every process of the target, from /proc/PID/stat, over the measured part) per 1000 operations as the row counts them (events on watch rows, puts loaded on the memory and scale rows); `+x MinIO` is MinIO's on targets that use it; CPU ratio = target / %s\n", e)
 
 	generic := slices.ContainsFunc(r.Rows, func(row row) bool { return !ownTable(row.Group) })
 	for t := range n - 1 {

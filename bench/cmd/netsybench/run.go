@@ -42,6 +42,13 @@ type config struct {
 	FailoverRuns int
 	// PITRRevisions is the history the pitr rows load, before -scale.
 	PITRRevisions int
+	// ScaleKeys is how many keys the scale rows load, before -scale, and
+	// ScaleValSize their values' size; ScaleSettle is the wait after the
+	// load and after the restart before RSS and the data directories are
+	// read.
+	ScaleKeys    int
+	ScaleValSize int
+	ScaleSettle  time.Duration
 
 	bins    binaries
 	minio   *minioServer
@@ -118,10 +125,15 @@ type rowSpec struct {
 	Desc string
 }
 
-func rowSpecs(w *workload, memKeys, memValSize, pitrRevs int) []rowSpec {
+func (c *config) rowSpecs(w *workload) []rowSpec {
+	if w.DataScale {
+		cluster := slices.ContainsFunc(c.Targets, variant.cluster)
+		bucket := slices.ContainsFunc(c.Targets, func(v variant) bool { return v.MinIO })
+		return scaleSpecs(w, c.scaleKeys(), cluster, bucket)
+	}
 	if w.PITR {
 		var out []rowSpec
-		for _, name := range pitrRows(pitrRevs) {
+		for _, name := range pitrRows(c.pitrRevisions()) {
 			out = append(out, rowSpec{Name: name, Group: w.Group, Metric: "s", Desc: w.Desc})
 		}
 		return out
@@ -132,7 +144,7 @@ func rowSpecs(w *workload, memKeys, memValSize, pitrRevs int) []rowSpec {
 	if !w.Memory {
 		return []rowSpec{{Name: w.Name, Group: w.Group, Metric: "ops/s", Latency: w.Latency, Goal: w.Goal}}
 	}
-	load := fmt.Sprintf("%s×%s", countLabel(memKeys), sizeLabel(memValSize))
+	load := fmt.Sprintf("%s×%s", countLabel(c.MemKeys), sizeLabel(c.MemValSize))
 	return []rowSpec{
 		{Name: "rss " + load, Group: w.Group, Metric: "RSS MiB", Goal: &goal{Metric: "value", Op: "<=", Bound: 1.0}},
 		{Name: "restart " + load, Group: w.Group, Metric: "s to serve"},
@@ -198,7 +210,7 @@ func runAll(ctx context.Context, c *config, log io.Writer) (map[string][][]measu
 					baselineInto(ctx, c, w, t, r, ms)
 				}
 				var parts []string
-				for _, spec := range rowSpecs(w, c.MemKeys, c.MemValSize, c.pitrRevisions()) {
+				for _, spec := range c.rowSpecs(w) {
 					m, ok := ms[spec.Name]
 					if !ok {
 						continue
@@ -211,7 +223,13 @@ func runAll(ctx context.Context, c *config, log io.Writer) (map[string][][]measu
 						parts = append(parts, fmt.Sprintf("median %.1f ms, max %.1f ms of %d", m.Value*1000, slices.Max(m.Samples)*1000, len(m.Samples)))
 						continue
 					}
-					parts = append(parts, fmt.Sprintf("%s %s", fmtNum(m.Value), spec.Metric))
+					part := fmt.Sprintf("%s %s", fmtNum(m.Value), spec.Metric)
+					if w.DataScale {
+						// Several rows share a metric: say which.
+						_, what, _ := strings.Cut(spec.Name, " ")
+						part = what + " " + part
+					}
+					parts = append(parts, part)
 					if cpu := m.cpuPer1k(); cpu != nil {
 						parts = append(parts, fmt.Sprintf("CPU %s s/1k", fmtNum(*cpu)))
 					}
@@ -275,6 +293,9 @@ func runOne(ctx context.Context, c *config, w *workload, t, run int) (map[string
 	}
 	if w.Memory {
 		return runMemory(ctx, c, d, tag)
+	}
+	if w.DataScale {
+		return runScale(ctx, c, d, tag)
 	}
 	if w.Failover != nil {
 		m, err := w.Failover(ctx, c, d, c.FailoverRuns)
@@ -426,7 +447,12 @@ func (d *deployment) scrapeObjwal(ctx context.Context) (objwalCounters, error) {
 // runTool runs etcd's benchmark tool against endpoint, saving its output,
 // and returns the parsed summaries.
 func runTool(ctx context.Context, c *config, endpoint string, args []string, outPath string) ([]*summary, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.RunTimeout)
+	return runToolWithin(ctx, c, c.RunTimeout, endpoint, args, outPath)
+}
+
+// runToolWithin is runTool with its own limit instead of -run-timeout.
+func runToolWithin(ctx context.Context, c *config, timeout time.Duration, endpoint string, args []string, outPath string) ([]*summary, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	full := append([]string{"--endpoints", endpoint, "--precise"}, args...)
 	f, err := os.Create(outPath)
@@ -447,7 +473,7 @@ func runTool(ctx context.Context, c *config, endpoint string, args []string, out
 	}
 	if err := <-done; err != nil {
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("benchmark %s: %w (timeout %v)", args[0], ctx.Err(), c.RunTimeout)
+			return nil, fmt.Errorf("benchmark %s: %w (timeout %v)", args[0], ctx.Err(), timeout)
 		}
 		return nil, fmt.Errorf("benchmark %s: %w (output in %s)", args[0], err, outPath)
 	}

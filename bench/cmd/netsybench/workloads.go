@@ -69,6 +69,11 @@ type workload struct {
 	// Failover, if set, replaces the tool on a cluster target: it moves
 	// the leader's role reps times and returns the times (Samples).
 	Failover func(ctx context.Context, c *config, d *deployment, reps int) (measurement, error)
+	// DataScale marks the scale workload (runScale): it loads
+	// -scale × 1 M keys into one server or every node of a cluster and
+	// reads the load's rate, RSS, the data directories and the time a
+	// restart takes until a read is served.
+	DataScale bool
 	// PITR marks the pitr workload (runPITR): it loads a history, then
 	// times restore and branch creation on it; two rows, netsy on MinIO
 	// only.
@@ -164,6 +169,11 @@ var workloads = []workload{
 
 	{Name: "memory", Group: "memory", Memory: true},
 
+	// Issue 22 item 5: 1 M distinct keys × 256 B (× -scale) on one
+	// server or a cluster; dropped from -quick's default selection
+	// (withoutScale).
+	{Name: "scale-1m", Group: "scale", DataScale: true},
+
 	// Cluster targets only (netsy-cluster, etcd-cluster, t4-cluster); not
 	// in "all". t4 has no handoff command: failover-handoff skips it.
 	{Name: "failover-kill", Group: "failover", Failover: failoverKill,
@@ -195,10 +205,12 @@ const clusterTargets = "netsy-cluster,t4-cluster,etcd-cluster"
 
 // clusterWorkloads are the workloads -cluster selects by default.
 // watch-notify gives t4, on which watch-latency does not run, a watch row.
-const clusterWorkloads = "put-seq,put-64,put-256,range-l,watch-latency,watch-notify,failover"
+const clusterWorkloads = "put-seq,put-64,put-256,range-l,watch-latency,watch-notify,failover,scale"
 
 // tool reports whether the workload runs etcd's benchmark tool.
-func (w *workload) tool() bool { return !w.Memory && w.Client == nil && w.Failover == nil && !w.PITR }
+func (w *workload) tool() bool {
+	return !w.Memory && !w.DataScale && w.Client == nil && w.Failover == nil && !w.PITR
+}
 
 // scaled returns the tool arguments for a run with the given total.
 func (w *workload) toolArgs(total int) []string {
