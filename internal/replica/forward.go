@@ -91,6 +91,9 @@ type fcall struct {
 	req  *netsyv1.ForwardRequest
 	size int
 	done chan fresult
+	// gone is the caller's ctx.Done(): a write whose caller gave up
+	// before it was sent is not sent (as an etcd call would not be).
+	gone <-chan struct{}
 }
 
 type fresult struct {
@@ -108,7 +111,7 @@ func (f *forwarder) do(ctx context.Context, conn *grpc.ClientConn, term uint64, 
 		// when the client would have. At least 1 ms: 0 means none.
 		req.TimeoutMs = max(dl.Sub(f.clk.Now()).Milliseconds(), 1)
 	}
-	c := &fcall{req: req, size: len(req.Request) + 48, done: make(chan fresult, 1)}
+	c := &fcall{req: req, size: len(req.Request) + 48, done: make(chan fresult, 1), gone: ctx.Done()}
 	f.mu.Lock()
 	if t, ok := f.legacy[conn]; f.closed || (ok && t == term) {
 		f.mu.Unlock()
@@ -178,28 +181,36 @@ func (s *fstream) enqueue(c *fcall) bool {
 }
 
 // take moves what is queued (up to maxForwardBatchBytes, and at least one
-// write) to sent and returns it as a batch.
+// write) to sent and returns it as a batch; writes whose caller is gone
+// are dropped.
 func (s *fstream) take() []*netsyv1.ForwardRequest {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.err != nil || len(s.queue) == 0 {
+	if s.err != nil {
 		return nil
 	}
+	var reqs []*netsyv1.ForwardRequest
 	n, size := 0, 0
-	for n < len(s.queue) && (n == 0 || size+s.queue[n].size <= maxForwardBatchBytes) {
-		size += s.queue[n].size
-		n++
-	}
-	reqs := make([]*netsyv1.ForwardRequest, n)
-	for i, c := range s.queue[:n] {
-		reqs[i] = c.req
+	for ; n < len(s.queue); n++ {
+		c := s.queue[n]
+		if len(reqs) > 0 && size+c.size > maxForwardBatchBytes {
+			break
+		}
+		select {
+		case <-c.gone:
+			continue
+		default:
+		}
+		if reqs == nil {
+			reqs = make([]*netsyv1.ForwardRequest, 0, len(s.queue)-n)
+		}
+		size += c.size
+		reqs = append(reqs, c.req)
 		s.sent[c.req.Seq] = c
 	}
-	if n == len(s.queue) {
-		s.queue = s.queue[:0]
-	} else {
-		s.queue = append(s.queue[:0], s.queue[n:]...)
-	}
+	rest := copy(s.queue, s.queue[n:])
+	clear(s.queue[rest:])
+	s.queue = s.queue[:rest]
 	return reqs
 }
 

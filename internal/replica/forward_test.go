@@ -327,3 +327,38 @@ func TestBackendCloseEndsForwardStreams(t *testing.T) {
 	conn.Close() // the pool's connection goroutines are not the Backend's
 	goleak.VerifyNone(t, before)
 }
+
+// A write whose client gave up while it waited for its turn is not sent,
+// as an etcd call whose context ended is not.
+func TestForwardDropsWritesWhoseClientGaveUpBeforeSending(t *testing.T) {
+	w := newWorld(t)
+	p := w.serve("p", 10, true)
+	p.put = putAnswersByKey
+	n := w.startBackend(p.info, 1)
+	hold := holdSends(n)
+	put := func(ctx context.Context, i int) <-chan outcome[*pb.PutResponse] {
+		return async(func() (*pb.PutResponse, error) {
+			return n.b.Put(ctx, &pb.PutRequest{Key: []byte(fmt.Sprintf("k%d", i)), Value: []byte("v")})
+		})
+	}
+	if o := await(t, "the first write", put(context.Background(), 0)); o.err != nil {
+		t.Fatal(o.err)
+	}
+	hold.Lock()
+	ctx, cancel := context.WithCancel(context.Background())
+	gaveUp := put(ctx, 1)
+	waitFor(t, "the write to queue", func() bool { return n.forwardQueued(p.info.PeerAddr) == 1 })
+	cancel()
+	if o := await(t, "the write given up", gaveUp); o.err == nil {
+		t.Fatalf("a write whose client gave up: %v", o.v)
+	}
+	kept := put(context.Background(), 2)
+	waitFor(t, "the next write to queue", func() bool { return n.forwardQueued(p.info.PeerAddr) == 2 })
+	hold.Unlock()
+	if o := await(t, "the next write", kept); o.err != nil || o.v.Header.GetRevision() != 102 {
+		t.Fatalf("the next write: %v, %v", o.v, o.err)
+	}
+	if b, c := p.batchSizes(), p.count("Put"); !slices.Equal(b, []int{1, 1}) || c != 2 {
+		t.Fatalf("the Primary received batches %v and evaluated %d puts; want [1 1] and 2", b, c)
+	}
+}
