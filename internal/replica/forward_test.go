@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/netsy-io/netsy/internal/clock"
 	"github.com/netsy-io/netsy/internal/engine"
 	"github.com/netsy-io/netsy/internal/engine/enginetest"
 	"github.com/netsy-io/netsy/internal/peer"
@@ -360,5 +362,46 @@ func TestForwardDropsWritesWhoseClientGaveUpBeforeSending(t *testing.T) {
 	}
 	if b, c := p.batchSizes(), p.count("Put"); !slices.Equal(b, []int{1, 1}) || c != 2 {
 		t.Fatalf("the Primary received batches %v and evaluated %d puts; want [1 1] and 2", b, c)
+	}
+}
+
+// The Primary evaluates the writes of one batch concurrently (so they
+// group-commit together, as separate etcd calls do): each of these puts
+// answers only once all of them are being evaluated.
+func TestForwardEvaluatesABatchConcurrently(t *testing.T) {
+	w := newWorld(t)
+	p := w.serve("p", 10, true)
+	const batch = 6
+	var arrived sync.WaitGroup
+	arrived.Add(batch)
+	all := make(chan struct{})
+	go func() { arrived.Wait(); close(all) }()
+	p.put = func(ctx context.Context, call int, r *pb.PutRequest) (*pb.PutResponse, error) {
+		arrived.Done()
+		select {
+		case <-all:
+			return putAnswersByKey(ctx, call, r)
+		case <-clock.Real().After(10 * time.Second):
+			return nil, fmt.Errorf("put %s: the batch's other writes were not evaluated meanwhile", r.Key)
+		}
+	}
+	n := w.startBackend(p.info, 1)
+	hold := holdSends(n)
+	hold.Lock()
+	var res []<-chan outcome[*pb.PutResponse]
+	for i := range batch {
+		res = append(res, async(func() (*pb.PutResponse, error) {
+			return n.b.Put(context.Background(), &pb.PutRequest{Key: []byte(fmt.Sprintf("k%d", i)), Value: []byte("v")})
+		}))
+	}
+	waitFor(t, "the writes to queue", func() bool { return n.forwardQueued(p.info.PeerAddr) == batch })
+	hold.Unlock()
+	for i, ch := range res {
+		if o := await(t, "a write", ch); o.err != nil || o.v.Header.GetRevision() != int64(100+i) {
+			t.Fatalf("write k%d: %v, %v", i, o.v, o.err)
+		}
+	}
+	if b := p.batchSizes(); !slices.Equal(b, []int{batch}) {
+		t.Fatalf("the Primary received batches %v, want one of %d", b, batch)
 	}
 }

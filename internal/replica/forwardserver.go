@@ -69,7 +69,13 @@ func (s *ForwardServer) Forward(stream netsyv1.Forward_ForwardServer) error {
 	out := &replyQueue{wake: make(chan struct{}, 1)}
 	sent := make(chan error, 1)
 	go func() { sent <- out.run(stream) }()
-	var evals sync.WaitGroup
+	// Each request is evaluated on a worker of the stream's: an idle one
+	// if any (the unbuffered send finds it), else a new one. Workers
+	// live as long as the stream, so their stacks, grown by the write
+	// path, are reused, as the etcd calls' server workers are (etcdapi's
+	// streamWorkers).
+	jobs := make(chan *netsyv1.ForwardRequest)
+	var workers sync.WaitGroup
 	var err error
 	for {
 		batch, rerr := stream.Recv()
@@ -80,14 +86,22 @@ func (s *ForwardServer) Forward(stream netsyv1.Forward_ForwardServer) error {
 			break
 		}
 		for _, r := range batch.Requests {
-			evals.Add(1)
+			select {
+			case jobs <- r:
+				continue
+			default:
+			}
+			workers.Add(1)
 			go func() {
-				defer evals.Done()
-				out.add(s.eval(ctx, r))
+				defer workers.Done()
+				for ok := true; ok; r, ok = <-jobs {
+					out.add(s.eval(ctx, r))
+				}
 			}()
 		}
 	}
-	evals.Wait()
+	close(jobs)
+	workers.Wait()
 	out.close()
 	if serr := <-sent; err == nil {
 		err = serr
