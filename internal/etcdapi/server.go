@@ -168,6 +168,12 @@ func (s *Server) register(g *grpc.Server) {
 	healthpb.RegisterHealthServer(g, hs)
 }
 
+// KV is the KV service as NewGRPCServer serves it (validation, the
+// Backend, etcd's error table, the header), for a caller that takes etcd
+// requests over a transport of its own: the Primary's Forward stream
+// (replica.ForwardServer) answers forwarded writes through it.
+func (s *Server) KV() pb.KVServer { return &kvServer{s} }
+
 // NewGRPCServer returns a gRPC server with ServerOptions, extra (TLS
 // credentials, interceptors) and every service registered.
 func (s *Server) NewGRPCServer(extra ...grpc.ServerOption) *grpc.Server {

@@ -74,6 +74,9 @@ type Node struct {
 	// dirWatch notices the data directory deleted under the node.
 	dirWatch *dataDirWatch
 
+	// apiBackend is api's Backend: it owns the Forward streams.
+	apiBackend *replica.Backend
+
 	// scratch is a directory under the data directory that only this run
 	// uses (a read-only node's spilled values), removed at close.
 	scratch string
@@ -285,14 +288,20 @@ func StartWith(ctx context.Context, cfg config.Config, logger hclog.Logger, deps
 	peerOpts = append(peerOpts, grpcMetricsOptions(n.metrics.peerGRPC)...)
 	n.peerGRPC = n.peerAPI.NewGRPCServer(append(peerOpts, n.tls.peerServerOptions()...)...)
 	r.RegisterPeerServices(n.peerGRPC)
+	// Writes other nodes forward while this one is the Primary come on
+	// one stream per node, answered through the peer port's KV service.
+	netsyv1.RegisterForwardServer(n.peerGRPC, replica.NewForwardServer(replica.ForwardServerConfig{
+		KV: n.peerAPI.KV(), Committed: n.eng.CommittedIndex, Clock: clk,
+	}))
 	n.metrics.peerGRPC.InitializeMetrics(n.peerGRPC)
 	n.peerServing = peer.Serve(n.peerGRPC, n.peerL)
 
+	n.apiBackend = replica.NewBackend(replica.BackendConfig{
+		Local: n.eng, Roles: r, Clock: clk,
+		Conn: n.pool.Conn,
+	})
 	n.api = etcdapi.New(etcdapi.Config{
-		Backend: replica.NewBackend(replica.BackendConfig{
-			Local: n.eng, Roles: r, Clock: clk,
-			Conn: n.pool.Conn,
-		}),
+		Backend:                n.apiBackend,
 		Clock:                  clk,
 		Logger:                 logger,
 		ProgressNotifyInterval: cfg.ProgressNotifyInterval,
@@ -543,6 +552,10 @@ func (n *Node) shutdown(graceful bool) error {
 			}
 		}
 		n.stopGateway()
+		if n.apiBackend != nil {
+			// No client request is left: end the Forward streams.
+			n.apiBackend.Close()
+		}
 		if n.http != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			_ = n.http.Shutdown(ctx)

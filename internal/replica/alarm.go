@@ -24,7 +24,7 @@ func (b *Backend) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.AlarmRespo
 		return l.Alarm(ctx, r)
 	}
 	return write(ctx, b, func(ctx context.Context) (*pb.AlarmResponse, error) { return l.Alarm(ctx, r) },
-		func(ctx context.Context, c *grpc.ClientConn, opts ...grpc.CallOption) (*pb.AlarmResponse, error) {
+		unary(func(ctx context.Context, c *grpc.ClientConn, opts ...grpc.CallOption) (*pb.AlarmResponse, error) {
 			return pb.NewMaintenanceClient(c).Alarm(ctx, r, opts...)
-		}, nil)
+		}), nil)
 }

@@ -114,6 +114,9 @@ type Backend struct {
 	l        Local
 	readIdx  batcher[*netsyv1.ReadIndexResponse]
 	identity func() (uint64, uint64)
+	// fwd carries forwarded writes to the Primary (nil on the peer port's
+	// Backend, which never forwards).
+	fwd *forwarder
 }
 
 // NewBackend returns a Backend.
@@ -133,7 +136,19 @@ func NewBackend(cfg BackendConfig) *Backend {
 	b := &Backend{cfg: cfg, l: cfg.Local}
 	b.seq.Store(randomSeq())
 	b.readIdx.do, b.readIdx.clk = b.fetchReadIndex, cfg.Clock
+	if cfg.Conn != nil {
+		b.fwd = newForwarder(cfg.Clock)
+	}
 	return b
+}
+
+// Close ends the Backend's Forward streams (writes in flight on them end
+// as if the connection broke) and waits for their goroutines. Writes
+// after Close go to the Primary as etcd calls of their own.
+func (b *Backend) Close() {
+	if b.fwd != nil {
+		b.fwd.close()
+	}
 }
 
 // errNoPrimary is returned when no Primary took over in time.
@@ -190,7 +205,7 @@ func (b *Backend) knownPrimary(avoid string) (conn *grpc.ClientConn, ok bool, er
 // notEvaluated reports whether err says the request was refused before
 // it was evaluated (the target is not the Primary), so it may go again.
 func notEvaluated(err error) bool {
-	if errors.Is(err, engine.ErrNotPrimary) || errors.Is(err, engine.ErrNoLeader) {
+	if errors.Is(err, engine.ErrNotPrimary) || errors.Is(err, engine.ErrNoLeader) || errors.Is(err, errNotSent) {
 		return true
 	}
 	s, ok := status.FromError(err)
@@ -213,7 +228,7 @@ func notEvaluated(err error) bool {
 // the next Primary's log, it is answered from there; never written, it is
 // sent once more. Past its first answer, the write is bounded by the
 // client's deadline and ForwardWait.
-func write[T any](ctx context.Context, b *Backend, local func(context.Context) (T, error), remote func(context.Context, *grpc.ClientConn, ...grpc.CallOption) (T, error), rebuild func(context.Context, engine.LoggedRequest) (T, error)) (T, error) {
+func write[T any](ctx context.Context, b *Backend, local func(context.Context) (T, error), remote remoteFunc[T], rebuild func(context.Context, engine.LoggedRequest) (T, error)) (T, error) {
 	var zero T
 	// The ForwardWait bound starts when the first answer was not the
 	// write's: the common path arms no timer of its own (one per write
@@ -254,17 +269,14 @@ func write[T any](ctx context.Context, b *Backend, local func(context.Context) (
 		p, sentTerm := b.cfg.Roles.Primary()
 		sentCommit := b.l.CommittedIndex()
 		var resp T
-		var trailer metadata.MD
+		var commitIdx uint64
+		var hasCommit bool
 		sends++
 		if conn == nil {
 			resp, err = local(engine.WithRequestID(ctx, id))
 			err = wireError(err)
 		} else {
-			rctx := ctx
-			if rebuild != nil {
-				rctx = metadata.AppendToOutgoingContext(ctx, RequestIDHeader, formatRequestID(id))
-			}
-			resp, err = remote(rctx, conn, grpc.Trailer(&trailer))
+			resp, commitIdx, hasCommit, err = remote(ctx, target{conn: conn, term: sentTerm, id: id, named: rebuild != nil})
 		}
 		if err == nil && conn != nil {
 			// As on etcd, a write answered by a node is applied there: a
@@ -274,8 +286,8 @@ func write[T any](ctx context.Context, b *Backend, local func(context.Context) (
 			// not following, or lags) answers an error instead of OK: the
 			// write happened, but an OK its client could not read back on
 			// this node would break read-your-writes.
-			if idx, perr := strconv.ParseUint(firstOf(trailer.Get(CommitIndexTrailer)), 10, 64); perr == nil {
-				if werr := b.waitApplied(ctx, idx); werr != nil {
+			if hasCommit {
+				if werr := b.waitApplied(ctx, commitIdx); werr != nil {
 					if rebuild == nil || !b.primaryMoved(p, sentTerm) || ctx.Err() != nil {
 						return zero, fmt.Errorf("the Primary applied the write, but %w", werr)
 					}
@@ -372,9 +384,10 @@ func firstOf(vs []string) string {
 
 func (b *Backend) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error) {
 	return write(ctx, b, func(ctx context.Context) (*pb.PutResponse, error) { return b.l.Put(ctx, r) },
-		func(ctx context.Context, c *grpc.ClientConn, opts ...grpc.CallOption) (*pb.PutResponse, error) {
-			return pb.NewKVClient(c).Put(ctx, r, opts...)
-		},
+		streamed(b, netsyv1.ForwardKind_FORWARD_PUT, r, func() *pb.PutResponse { return &pb.PutResponse{} },
+			func(ctx context.Context, c *grpc.ClientConn, opts ...grpc.CallOption) (*pb.PutResponse, error) {
+				return pb.NewKVClient(c).Put(ctx, r, opts...)
+			}),
 		func(ctx context.Context, lr engine.LoggedRequest) (*pb.PutResponse, error) {
 			return b.rebuildPut(ctx, r, lr)
 		})
@@ -382,9 +395,10 @@ func (b *Backend) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, e
 
 func (b *Backend) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
 	return write(ctx, b, func(ctx context.Context) (*pb.DeleteRangeResponse, error) { return b.l.DeleteRange(ctx, r) },
-		func(ctx context.Context, c *grpc.ClientConn, opts ...grpc.CallOption) (*pb.DeleteRangeResponse, error) {
-			return pb.NewKVClient(c).DeleteRange(ctx, r, opts...)
-		},
+		streamed(b, netsyv1.ForwardKind_FORWARD_DELETE_RANGE, r, func() *pb.DeleteRangeResponse { return &pb.DeleteRangeResponse{} },
+			func(ctx context.Context, c *grpc.ClientConn, opts ...grpc.CallOption) (*pb.DeleteRangeResponse, error) {
+				return pb.NewKVClient(c).DeleteRange(ctx, r, opts...)
+			}),
 		func(ctx context.Context, lr engine.LoggedRequest) (*pb.DeleteRangeResponse, error) {
 			return b.rebuildDelete(ctx, r, lr)
 		})
@@ -392,28 +406,28 @@ func (b *Backend) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*p
 
 func (b *Backend) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error) {
 	return write(ctx, b, func(ctx context.Context) (*pb.CompactionResponse, error) { return b.l.Compact(ctx, r) },
-		func(ctx context.Context, c *grpc.ClientConn, opts ...grpc.CallOption) (*pb.CompactionResponse, error) {
+		unary(func(ctx context.Context, c *grpc.ClientConn, opts ...grpc.CallOption) (*pb.CompactionResponse, error) {
 			return pb.NewKVClient(c).Compact(ctx, r, opts...)
-		}, nil)
+		}), nil)
 }
 
 func (b *Backend) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
 	return write(ctx, b, func(ctx context.Context) (*pb.LeaseGrantResponse, error) { return b.l.LeaseGrant(ctx, r) },
-		func(ctx context.Context, c *grpc.ClientConn, opts ...grpc.CallOption) (*pb.LeaseGrantResponse, error) {
+		unary(func(ctx context.Context, c *grpc.ClientConn, opts ...grpc.CallOption) (*pb.LeaseGrantResponse, error) {
 			return pb.NewLeaseClient(c).LeaseGrant(ctx, r, opts...)
-		}, nil)
+		}), nil)
 }
 
 func (b *Backend) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
 	return write(ctx, b, func(ctx context.Context) (*pb.LeaseRevokeResponse, error) { return b.l.LeaseRevoke(ctx, r) },
-		func(ctx context.Context, c *grpc.ClientConn, opts ...grpc.CallOption) (*pb.LeaseRevokeResponse, error) {
+		unary(func(ctx context.Context, c *grpc.ClientConn, opts ...grpc.CallOption) (*pb.LeaseRevokeResponse, error) {
 			return pb.NewLeaseClient(c).LeaseRevoke(ctx, r, opts...)
-		}, nil)
+		}), nil)
 }
 
 func (b *Backend) LeaseRenew(ctx context.Context, id int64) (int64, error) {
 	return write(ctx, b, func(ctx context.Context) (int64, error) { return b.l.LeaseRenew(ctx, id) },
-		func(ctx context.Context, c *grpc.ClientConn, opts ...grpc.CallOption) (int64, error) {
+		unary(func(ctx context.Context, c *grpc.ClientConn, opts ...grpc.CallOption) (int64, error) {
 			resp, err := netsyv1.NewNodeClient(c).LeaseRenew(ctx, &netsyv1.LeaseRenewRequest{Id: id})
 			if err != nil {
 				if s, ok := status.FromError(err); ok && s.Message() == engine.ErrLeaseNotFound.Error() {
@@ -422,7 +436,7 @@ func (b *Backend) LeaseRenew(ctx context.Context, id int64) (int64, error) {
 				return 0, err
 			}
 			return resp.Ttl, nil
-		}, nil)
+		}), nil)
 }
 
 // LeaseTimeToLive and LeaseLeases are linearizable reads of the local
@@ -459,9 +473,10 @@ func (b *Backend) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRespo
 func (b *Backend) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {
 	if engine.IsWriteTxn(r) {
 		return write(ctx, b, func(ctx context.Context) (*pb.TxnResponse, error) { return b.l.Txn(ctx, r) },
-			func(ctx context.Context, c *grpc.ClientConn, opts ...grpc.CallOption) (*pb.TxnResponse, error) {
-				return pb.NewKVClient(c).Txn(ctx, r, opts...)
-			},
+			streamed(b, netsyv1.ForwardKind_FORWARD_TXN, r, func() *pb.TxnResponse { return &pb.TxnResponse{} },
+				func(ctx context.Context, c *grpc.ClientConn, opts ...grpc.CallOption) (*pb.TxnResponse, error) {
+					return pb.NewKVClient(c).Txn(ctx, r, opts...)
+				}),
 			func(ctx context.Context, lr engine.LoggedRequest) (*pb.TxnResponse, error) {
 				return b.rebuildTxn(ctx, r, lr)
 			})

@@ -2,12 +2,19 @@ package replica
 
 import (
 	"context"
+	"net"
+	"runtime"
+	"sync/atomic"
 	"testing"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/grpc"
 
 	"github.com/netsy-io/netsy/internal/clock"
 	"github.com/netsy-io/netsy/internal/engine"
+	"github.com/netsy-io/netsy/internal/peer"
+	"github.com/netsy-io/netsy/internal/peer/memnet"
+	"github.com/netsy-io/netsy/proto/netsyv1"
 )
 
 // instantLocal is an engine that answers every Put at once, so a
@@ -84,5 +91,116 @@ func TestRequestIDReadsBackAsWritten(t *testing.T) {
 		if got, ok := parseRequestID(formatRequestID(id)); !ok || got != id {
 			t.Fatalf("%+v reads back as %+v (%v)", id, got, ok)
 		}
+	}
+}
+
+// instantKV is a Primary's KV service that answers every Put at once.
+type instantKV struct{ *pb.UnimplementedKVServer }
+
+func (instantKV) Put(context.Context, *pb.PutRequest) (*pb.PutResponse, error) {
+	return &pb.PutResponse{Header: &pb.ResponseHeader{Revision: 2}}, nil
+}
+
+// appliedLocal has applied everything: a forwarded write waits for
+// nothing after its answer.
+type appliedLocal struct{ Local }
+
+func (appliedLocal) CommittedIndex() uint64 { return 1 << 62 }
+
+// countingNet counts the writes to every connection it dials or accepts:
+// on TCP, each is a syscall and, for the peer, a wake-up.
+type countingNet struct {
+	peer.Network
+	writes *atomic.Int64
+}
+
+func (n countingNet) Dial(ctx context.Context, addr string) (net.Conn, error) {
+	c, err := n.Network.Dial(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	return countingConn{c, n.writes}, nil
+}
+
+func (n countingNet) Listen(addr string) (net.Listener, error) {
+	l, err := n.Network.Listen(addr)
+	if err != nil {
+		return nil, err
+	}
+	return countingListener{l, n.writes}, nil
+}
+
+type countingListener struct {
+	net.Listener
+	writes *atomic.Int64
+}
+
+func (l countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return countingConn{c, l.writes}, nil
+}
+
+type countingConn struct {
+	net.Conn
+	writes *atomic.Int64
+}
+
+func (c countingConn) Write(p []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(p)
+}
+
+// BenchmarkForwardedPuts measures 64 clients' puts forwarded by a replica
+// to a Primary that answers at once, over the in-memory network: as one
+// etcd call each (what an older Primary gets) and over the Forward
+// stream. writes/op counts the connection writes of both sides (syscalls
+// on TCP).
+func BenchmarkForwardedPuts(b *testing.B) {
+	for _, stream := range []bool{false, true} {
+		name := "unary"
+		if stream {
+			name = "stream"
+		}
+		b.Run(name, func(b *testing.B) {
+			var writes atomic.Int64
+			mn := memnet.New()
+			defer mn.Close()
+			info := &netsyv1.NodeInfo{NodeId: "p", MemberId: 10, PeerAddr: "p:2380"}
+			g := peer.NewServer(grpc.ChainUnaryInterceptor(CommitIndexInterceptor(func() uint64 { return 1 })))
+			pb.RegisterKVServer(g, instantKV{})
+			if stream {
+				netsyv1.RegisterForwardServer(g, NewForwardServer(ForwardServerConfig{KV: instantKV{}, Committed: func() uint64 { return 1 }}))
+			}
+			l, err := countingNet{mn.Host("p"), &writes}.Listen(info.PeerAddr)
+			if err != nil {
+				b.Fatal(err)
+			}
+			srv := peer.Serve(g, l)
+			defer srv.Close()
+			pool := peer.NewPool(countingNet{mn.Host("r"), &writes})
+			defer pool.Close()
+			be := NewBackend(BackendConfig{Local: appliedLocal{}, Roles: newFakeRoles(info, 5), Conn: pool.Conn, Clock: clock.Real()})
+			defer be.Close()
+			req := &pb.PutRequest{Key: []byte("key"), Value: make([]byte, 256)}
+			if _, err := be.Put(context.Background(), req); err != nil {
+				b.Fatal(err)
+			}
+			writes.Store(0)
+			b.SetParallelism(max(64/runtime.GOMAXPROCS(0), 1))
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := be.Put(context.Background(), req); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(writes.Load())/float64(b.N), "writes/op")
+		})
 	}
 }

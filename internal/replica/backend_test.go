@@ -88,14 +88,71 @@ type fakePrimary struct {
 
 	mu    sync.Mutex
 	calls map[string]int // by method name
+	// batches is how many requests each ForwardBatch received carried;
+	// fwdIDs the request ids of the forwarded requests evaluated.
+	batches []int
+	fwdIDs  []engine.RequestID
+}
+
+// note counts a call of method and returns its number.
+func (p *fakePrimary) note(method string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.calls[method]++
+	return p.calls[method]
+}
+
+// countBatches notes every ForwardBatch the Primary receives.
+func (p *fakePrimary) countBatches(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	return h(srv, batchCounter{ss, p})
+}
+
+type batchCounter struct {
+	grpc.ServerStream
+	p *fakePrimary
+}
+
+func (c batchCounter) RecvMsg(m any) error {
+	err := c.ServerStream.RecvMsg(m)
+	if b, ok := m.(*netsyv1.ForwardBatch); ok && err == nil {
+		c.p.mu.Lock()
+		c.p.batches = append(c.p.batches, len(b.Requests))
+		c.p.mu.Unlock()
+	}
+	return err
+}
+
+// fakeForwardKV is the fake Primary's KV as its ForwardServer calls it:
+// counted and numbered as the etcd calls are.
+type fakeForwardKV struct{ p *fakePrimary }
+
+func (k fakeForwardKV) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error) {
+	return k.p.Put(context.WithValue(ctx, callKey{}, k.p.note("Put")), r)
+}
+
+func (k fakeForwardKV) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
+	k.p.note("DeleteRange")
+	return k.p.UnimplementedKVServer.DeleteRange(ctx, r)
+}
+
+func (k fakeForwardKV) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {
+	k.p.note("Txn")
+	return k.p.UnimplementedKVServer.Txn(ctx, r)
 }
 
 type callKey struct{}
 
+// servePrimary serves a Primary of an older version: the etcd calls
+// only, no Forward stream (writes reach it by the unary fallback).
 func (w *world) servePrimary(id string, memberID uint64) *fakePrimary {
 	w.t.Helper()
+	return w.serve(id, memberID, false)
+}
+
+func (w *world) serve(id string, memberID uint64, forward bool) *fakePrimary {
+	w.t.Helper()
 	p := &fakePrimary{info: &netsyv1.NodeInfo{NodeId: id, MemberId: memberID, PeerAddr: id + ":2380"}, calls: map[string]int{}}
-	g := peer.NewServer(grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	g := peer.NewServer(grpc.ChainStreamInterceptor(p.countBatches), grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		p.mu.Lock()
 		m := path.Base(info.FullMethod)
 		p.calls[m]++
@@ -105,6 +162,16 @@ func (w *world) servePrimary(id string, memberID uint64) *fakePrimary {
 	}, CommitIndexInterceptor(p.commit.Load)))
 	netsyv1.RegisterNodeServer(g, p)
 	pb.RegisterKVServer(g, p)
+	if forward {
+		fs := NewForwardServer(ForwardServerConfig{KV: fakeForwardKV{p}, Committed: p.commit.Load, Clock: w.clk})
+		fs.withID = func(ctx context.Context, id engine.RequestID) context.Context {
+			p.mu.Lock()
+			p.fwdIDs = append(p.fwdIDs, id)
+			p.mu.Unlock()
+			return engine.WithRequestID(ctx, id)
+		}
+		netsyv1.RegisterForwardServer(g, fs)
+	}
 	l, err := w.net.Host(id).Listen(p.info.PeerAddr)
 	if err != nil {
 		w.t.Fatal(err)
@@ -200,13 +267,14 @@ func (w *world) startBackend(p *netsyv1.NodeInfo, applied uint64) *backendNode {
 	n.local = &watchedLocal{Local: n.eng}
 	n.net = &dialLog{Network: w.net.Host("r")}
 	pool := peer.NewPool(n.net)
-	w.t.Cleanup(func() {
-		pool.Close()
-		n.eng.Close()
-	})
 	n.b = NewBackend(BackendConfig{
 		Local: n.local, Roles: n.roles, Clock: w.clk,
 		Conn: func(addr string) (*grpc.ClientConn, error) { n.conns.Add(1); return pool.Conn(addr) },
+	})
+	w.t.Cleanup(func() {
+		n.b.Close()
+		pool.Close()
+		n.eng.Close()
 	})
 	n.hold(w.t, applied)
 	n.apply(w.t, applied)

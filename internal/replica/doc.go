@@ -43,7 +43,7 @@
 //     evaluating it (it is not, or no longer, the Primary) waits for the
 //     next Primary and is sent there. A Put, DeleteRange or write Txn
 //     carries a request id (this node's member id and a sequence that
-//     starts at random; RequestIDHeader) that its entry keeps. When its
+//     starts at random) that its entry keeps. When its
 //     outcome is unknown (the Primary died or stepped down with it in
 //     flight; on the Active Primary itself, only a step-down of its own
 //     engine), the node waits until a Primary is Active, applies that
@@ -63,6 +63,26 @@
 //     only once this node has applied the Primary's commit index from the
 //     answer; if it has not within ReadIndexWait, the client gets
 //     ErrTimeout instead (read-your-writes on every node).
+//   - Put, DeleteRange and write Txn reach the Primary over one Forward
+//     stream per connection to it (forward.go), opened by the first write
+//     that needs it, reopened by the next after it broke, ended by Close.
+//     One goroutine sends: the writes queued while it sent the previous
+//     message go in the next, with no timer; one receives and hands each
+//     reply to its write. Only the transport differs from an etcd call:
+//     the answer is the call's (the Primary's error rebuilt from its
+//     status, or the response and the commit index). A broken stream
+//     fails the writes it sent as a lost call (unknown outcome, resolved
+//     by request id) and those not yet sent as refused unevaluated. A
+//     Primary that answers Unimplemented (an older version, in a rolling
+//     upgrade) is sent each write as an etcd call (request id in
+//     RequestIDHeader, commit index in CommitIndexTrailer) for the rest
+//     of its term; compaction and lease requests always are.
+//   - ForwardServer is the Primary's side: it evaluates every request of
+//     a batch at once, concurrently, through the peer port's etcd KV
+//     service with its request id (so they group-commit together, and a
+//     node that is not the Active Primary refuses them as the call
+//     would), and sends replies, as many in a message as are ready, from
+//     one goroutine per stream.
 //   - Serializable reads are served locally at once. Linearizable reads are
 //     served locally after a read index: the Primary confirms its commit
 //     point (concurrent reads share one request that began after they

@@ -142,6 +142,60 @@ func (PrimaryState) EnumDescriptor() ([]byte, []int) {
 	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{1}
 }
 
+// ForwardKind is the etcd request a ForwardRequest carries.
+type ForwardKind int32
+
+const (
+	ForwardKind_FORWARD_KIND_UNKNOWN ForwardKind = 0
+	ForwardKind_FORWARD_PUT          ForwardKind = 1
+	ForwardKind_FORWARD_DELETE_RANGE ForwardKind = 2
+	// FORWARD_TXN: a Txn that writes (a read-only one is never forwarded).
+	ForwardKind_FORWARD_TXN ForwardKind = 3
+)
+
+// Enum value maps for ForwardKind.
+var (
+	ForwardKind_name = map[int32]string{
+		0: "FORWARD_KIND_UNKNOWN",
+		1: "FORWARD_PUT",
+		2: "FORWARD_DELETE_RANGE",
+		3: "FORWARD_TXN",
+	}
+	ForwardKind_value = map[string]int32{
+		"FORWARD_KIND_UNKNOWN": 0,
+		"FORWARD_PUT":          1,
+		"FORWARD_DELETE_RANGE": 2,
+		"FORWARD_TXN":          3,
+	}
+)
+
+func (x ForwardKind) Enum() *ForwardKind {
+	p := new(ForwardKind)
+	*p = x
+	return p
+}
+
+func (x ForwardKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ForwardKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_netsy_v1_peer_proto_enumTypes[2].Descriptor()
+}
+
+func (ForwardKind) Type() protoreflect.EnumType {
+	return &file_netsy_v1_peer_proto_enumTypes[2]
+}
+
+func (x ForwardKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ForwardKind.Descriptor instead.
+func (ForwardKind) EnumDescriptor() ([]byte, []int) {
+	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{2}
+}
+
 // NodeInfo names a node and how to reach it.
 type NodeInfo struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
@@ -2437,6 +2491,267 @@ func (x *Compact) GetRevision() int64 {
 	return 0
 }
 
+// ForwardBatch is the writes a replica forwards to the Primary, as many as
+// were waiting when its stream was free to send.
+type ForwardBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Requests      []*ForwardRequest      `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForwardBatch) Reset() {
+	*x = ForwardBatch{}
+	mi := &file_netsy_v1_peer_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForwardBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForwardBatch) ProtoMessage() {}
+
+func (x *ForwardBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_netsy_v1_peer_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForwardBatch.ProtoReflect.Descriptor instead.
+func (*ForwardBatch) Descriptor() ([]byte, []int) {
+	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ForwardBatch) GetRequests() []*ForwardRequest {
+	if x != nil {
+		return x.Requests
+	}
+	return nil
+}
+
+// ForwardRequest is one forwarded write.
+type ForwardRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// seq numbers the requests of one stream; the reply carries it back.
+	Seq uint64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// The request id (engine.RequestID) the Primary's entry keeps, as the
+	// unary path's netsy-request-id header: the forwarding node's member id
+	// and its own sequence. The node resolves a write whose reply it lost
+	// by this id.
+	RequestMember uint64      `protobuf:"varint,2,opt,name=request_member,json=requestMember,proto3" json:"request_member,omitempty"`
+	RequestSeq    uint64      `protobuf:"varint,3,opt,name=request_seq,json=requestSeq,proto3" json:"request_seq,omitempty"`
+	Kind          ForwardKind `protobuf:"varint,4,opt,name=kind,proto3,enum=netsy.v1.ForwardKind" json:"kind,omitempty"`
+	// request is the etcd request (PutRequest, DeleteRangeRequest or
+	// TxnRequest), marshalled.
+	Request []byte `protobuf:"bytes,5,opt,name=request,proto3" json:"request,omitempty"`
+	// timeout_ms, when not 0, is what was left of the client's deadline
+	// when the request was sent: the Primary gives up on it then, as a unary
+	// call's grpc-timeout says.
+	TimeoutMs     int64 `protobuf:"varint,6,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForwardRequest) Reset() {
+	*x = ForwardRequest{}
+	mi := &file_netsy_v1_peer_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForwardRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForwardRequest) ProtoMessage() {}
+
+func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_netsy_v1_peer_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForwardRequest.ProtoReflect.Descriptor instead.
+func (*ForwardRequest) Descriptor() ([]byte, []int) {
+	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *ForwardRequest) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *ForwardRequest) GetRequestMember() uint64 {
+	if x != nil {
+		return x.RequestMember
+	}
+	return 0
+}
+
+func (x *ForwardRequest) GetRequestSeq() uint64 {
+	if x != nil {
+		return x.RequestSeq
+	}
+	return 0
+}
+
+func (x *ForwardRequest) GetKind() ForwardKind {
+	if x != nil {
+		return x.Kind
+	}
+	return ForwardKind_FORWARD_KIND_UNKNOWN
+}
+
+func (x *ForwardRequest) GetRequest() []byte {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *ForwardRequest) GetTimeoutMs() int64 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+// ForwardReplies is the Primary's answers on a Forward stream, as many as
+// were ready when its stream was free to send.
+type ForwardReplies struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Replies       []*ForwardReply        `protobuf:"bytes,1,rep,name=replies,proto3" json:"replies,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForwardReplies) Reset() {
+	*x = ForwardReplies{}
+	mi := &file_netsy_v1_peer_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForwardReplies) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForwardReplies) ProtoMessage() {}
+
+func (x *ForwardReplies) ProtoReflect() protoreflect.Message {
+	mi := &file_netsy_v1_peer_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForwardReplies.ProtoReflect.Descriptor instead.
+func (*ForwardReplies) Descriptor() ([]byte, []int) {
+	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *ForwardReplies) GetReplies() []*ForwardReply {
+	if x != nil {
+		return x.Replies
+	}
+	return nil
+}
+
+// ForwardReply answers the ForwardRequest with the same seq: either
+// response (the etcd response, marshalled) or status (a google.rpc.Status,
+// marshalled: the gRPC error a unary call would have returned, code,
+// message and details).
+type ForwardReply struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Seq      uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Response []byte                 `protobuf:"bytes,2,opt,name=response,proto3" json:"response,omitempty"`
+	Status   []byte                 `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
+	// commit_index is the Primary's commit index after the write (the unary
+	// path's netsy-commit-index trailer); set only with a response.
+	CommitIndex   uint64 `protobuf:"varint,4,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForwardReply) Reset() {
+	*x = ForwardReply{}
+	mi := &file_netsy_v1_peer_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForwardReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForwardReply) ProtoMessage() {}
+
+func (x *ForwardReply) ProtoReflect() protoreflect.Message {
+	mi := &file_netsy_v1_peer_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForwardReply.ProtoReflect.Descriptor instead.
+func (*ForwardReply) Descriptor() ([]byte, []int) {
+	return file_netsy_v1_peer_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *ForwardReply) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *ForwardReply) GetResponse() []byte {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
+func (x *ForwardReply) GetStatus() []byte {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+func (x *ForwardReply) GetCommitIndex() uint64 {
+	if x != nil {
+		return x.CommitIndex
+	}
+	return 0
+}
+
 var File_netsy_v1_peer_proto protoreflect.FileDescriptor
 
 const file_netsy_v1_peer_proto_rawDesc = "" +
@@ -2607,7 +2922,25 @@ const file_netsy_v1_peer_proto_rawDesc = "" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\"%\n" +
 	"\aCompact\x12\x1a\n" +
-	"\brevision\x18\x01 \x01(\x03R\brevision*I\n" +
+	"\brevision\x18\x01 \x01(\x03R\brevision\"D\n" +
+	"\fForwardBatch\x124\n" +
+	"\brequests\x18\x01 \x03(\v2\x18.netsy.v1.ForwardRequestR\brequests\"\xce\x01\n" +
+	"\x0eForwardRequest\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12%\n" +
+	"\x0erequest_member\x18\x02 \x01(\x04R\rrequestMember\x12\x1f\n" +
+	"\vrequest_seq\x18\x03 \x01(\x04R\n" +
+	"requestSeq\x12)\n" +
+	"\x04kind\x18\x04 \x01(\x0e2\x15.netsy.v1.ForwardKindR\x04kind\x12\x18\n" +
+	"\arequest\x18\x05 \x01(\fR\arequest\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x06 \x01(\x03R\ttimeoutMs\"B\n" +
+	"\x0eForwardReplies\x120\n" +
+	"\areplies\x18\x01 \x03(\v2\x16.netsy.v1.ForwardReplyR\areplies\"w\n" +
+	"\fForwardReply\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x1a\n" +
+	"\bresponse\x18\x02 \x01(\fR\bresponse\x12\x16\n" +
+	"\x06status\x18\x03 \x01(\fR\x06status\x12!\n" +
+	"\fcommit_index\x18\x04 \x01(\x04R\vcommitIndex*I\n" +
 	"\vHealthState\x12\x12\n" +
 	"\x0eHEALTH_UNKNOWN\x10\x00\x12\v\n" +
 	"\aLOADING\x10\x01\x12\v\n" +
@@ -2619,7 +2952,12 @@ const file_netsy_v1_peer_proto_rawDesc = "" +
 	"\bSTARTING\x10\x02\x12\n" +
 	"\n" +
 	"\x06ACTIVE\x10\x03\x12\f\n" +
-	"\bDRAINING\x10\x042\xf9\x02\n" +
+	"\bDRAINING\x10\x04*c\n" +
+	"\vForwardKind\x12\x18\n" +
+	"\x14FORWARD_KIND_UNKNOWN\x10\x00\x12\x0f\n" +
+	"\vFORWARD_PUT\x10\x01\x12\x18\n" +
+	"\x14FORWARD_DELETE_RANGE\x10\x02\x12\x0f\n" +
+	"\vFORWARD_TXN\x10\x032\xf9\x02\n" +
 	"\aElector\x12M\n" +
 	"\fRegisterNode\x12\x1d.netsy.v1.RegisterNodeRequest\x1a\x1e.netsy.v1.RegisterNodeResponse\x12S\n" +
 	"\x0eDeregisterNode\x12\x1f.netsy.v1.DeregisterNodeRequest\x1a .netsy.v1.DeregisterNodeResponse\x12=\n" +
@@ -2635,7 +2973,9 @@ const file_netsy_v1_peer_proto_rawDesc = "" +
 	"\n" +
 	"LeaseRenew\x12\x1b.netsy.v1.LeaseRenewRequest\x1a\x1c.netsy.v1.LeaseRenewResponse2I\n" +
 	"\x06Follow\x12?\n" +
-	"\x06Follow\x12\x17.netsy.v1.FollowRequest\x1a\x18.netsy.v1.FollowResponse(\x010\x01B1Z/github.com/netsy-io/netsy/proto/netsyv1;netsyv1b\x06proto3"
+	"\x06Follow\x12\x17.netsy.v1.FollowRequest\x1a\x18.netsy.v1.FollowResponse(\x010\x012J\n" +
+	"\aForward\x12?\n" +
+	"\aForward\x12\x16.netsy.v1.ForwardBatch\x1a\x18.netsy.v1.ForwardReplies(\x010\x01B1Z/github.com/netsy-io/netsy/proto/netsyv1;netsyv1b\x06proto3"
 
 var (
 	file_netsy_v1_peer_proto_rawDescOnce sync.Once
@@ -2649,106 +2989,116 @@ func file_netsy_v1_peer_proto_rawDescGZIP() []byte {
 	return file_netsy_v1_peer_proto_rawDescData
 }
 
-var file_netsy_v1_peer_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_netsy_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_netsy_v1_peer_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_netsy_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_netsy_v1_peer_proto_goTypes = []any{
 	(HealthState)(0),                 // 0: netsy.v1.HealthState
 	(PrimaryState)(0),                // 1: netsy.v1.PrimaryState
-	(*NodeInfo)(nil),                 // 2: netsy.v1.NodeInfo
-	(*Heartbeat)(nil),                // 3: netsy.v1.Heartbeat
-	(*Replication)(nil),              // 4: netsy.v1.Replication
-	(*ReplicaStatus)(nil),            // 5: netsy.v1.ReplicaStatus
-	(*HeartbeatResponse)(nil),        // 6: netsy.v1.HeartbeatResponse
-	(*ClusterState)(nil),             // 7: netsy.v1.ClusterState
-	(*NodeStatus)(nil),               // 8: netsy.v1.NodeStatus
-	(*Event)(nil),                    // 9: netsy.v1.Event
-	(*RegisterNodeRequest)(nil),      // 10: netsy.v1.RegisterNodeRequest
-	(*RegisterNodeResponse)(nil),     // 11: netsy.v1.RegisterNodeResponse
-	(*DeregisterNodeRequest)(nil),    // 12: netsy.v1.DeregisterNodeRequest
-	(*DeregisterNodeResponse)(nil),   // 13: netsy.v1.DeregisterNodeResponse
-	(*GetClusterStateRequest)(nil),   // 14: netsy.v1.GetClusterStateRequest
-	(*GetNodeStateRequest)(nil),      // 15: netsy.v1.GetNodeStateRequest
-	(*NodeState)(nil),                // 16: netsy.v1.NodeState
-	(*PushClusterStateResponse)(nil), // 17: netsy.v1.PushClusterStateResponse
-	(*HandoffRequest)(nil),           // 18: netsy.v1.HandoffRequest
-	(*HandoffResponse)(nil),          // 19: netsy.v1.HandoffResponse
-	(*ResignRequest)(nil),            // 20: netsy.v1.ResignRequest
-	(*ResignResponse)(nil),           // 21: netsy.v1.ResignResponse
-	(*ReadIndexRequest)(nil),         // 22: netsy.v1.ReadIndexRequest
-	(*ReadIndexResponse)(nil),        // 23: netsy.v1.ReadIndexResponse
-	(*LeaseRenewRequest)(nil),        // 24: netsy.v1.LeaseRenewRequest
-	(*LeaseRenewResponse)(nil),       // 25: netsy.v1.LeaseRenewResponse
-	(*FollowRequest)(nil),            // 26: netsy.v1.FollowRequest
-	(*FollowStart)(nil),              // 27: netsy.v1.FollowStart
-	(*Receipt)(nil),                  // 28: netsy.v1.Receipt
-	(*FollowResponse)(nil),           // 29: netsy.v1.FollowResponse
-	(*Initial)(nil),                  // 30: netsy.v1.Initial
-	(*EntryBatch)(nil),               // 31: netsy.v1.EntryBatch
-	(*Commit)(nil),                   // 32: netsy.v1.Commit
-	(*Compact)(nil),                  // 33: netsy.v1.Compact
-	(*Entry)(nil),                    // 34: netsy.v1.Entry
+	(ForwardKind)(0),                 // 2: netsy.v1.ForwardKind
+	(*NodeInfo)(nil),                 // 3: netsy.v1.NodeInfo
+	(*Heartbeat)(nil),                // 4: netsy.v1.Heartbeat
+	(*Replication)(nil),              // 5: netsy.v1.Replication
+	(*ReplicaStatus)(nil),            // 6: netsy.v1.ReplicaStatus
+	(*HeartbeatResponse)(nil),        // 7: netsy.v1.HeartbeatResponse
+	(*ClusterState)(nil),             // 8: netsy.v1.ClusterState
+	(*NodeStatus)(nil),               // 9: netsy.v1.NodeStatus
+	(*Event)(nil),                    // 10: netsy.v1.Event
+	(*RegisterNodeRequest)(nil),      // 11: netsy.v1.RegisterNodeRequest
+	(*RegisterNodeResponse)(nil),     // 12: netsy.v1.RegisterNodeResponse
+	(*DeregisterNodeRequest)(nil),    // 13: netsy.v1.DeregisterNodeRequest
+	(*DeregisterNodeResponse)(nil),   // 14: netsy.v1.DeregisterNodeResponse
+	(*GetClusterStateRequest)(nil),   // 15: netsy.v1.GetClusterStateRequest
+	(*GetNodeStateRequest)(nil),      // 16: netsy.v1.GetNodeStateRequest
+	(*NodeState)(nil),                // 17: netsy.v1.NodeState
+	(*PushClusterStateResponse)(nil), // 18: netsy.v1.PushClusterStateResponse
+	(*HandoffRequest)(nil),           // 19: netsy.v1.HandoffRequest
+	(*HandoffResponse)(nil),          // 20: netsy.v1.HandoffResponse
+	(*ResignRequest)(nil),            // 21: netsy.v1.ResignRequest
+	(*ResignResponse)(nil),           // 22: netsy.v1.ResignResponse
+	(*ReadIndexRequest)(nil),         // 23: netsy.v1.ReadIndexRequest
+	(*ReadIndexResponse)(nil),        // 24: netsy.v1.ReadIndexResponse
+	(*LeaseRenewRequest)(nil),        // 25: netsy.v1.LeaseRenewRequest
+	(*LeaseRenewResponse)(nil),       // 26: netsy.v1.LeaseRenewResponse
+	(*FollowRequest)(nil),            // 27: netsy.v1.FollowRequest
+	(*FollowStart)(nil),              // 28: netsy.v1.FollowStart
+	(*Receipt)(nil),                  // 29: netsy.v1.Receipt
+	(*FollowResponse)(nil),           // 30: netsy.v1.FollowResponse
+	(*Initial)(nil),                  // 31: netsy.v1.Initial
+	(*EntryBatch)(nil),               // 32: netsy.v1.EntryBatch
+	(*Commit)(nil),                   // 33: netsy.v1.Commit
+	(*Compact)(nil),                  // 34: netsy.v1.Compact
+	(*ForwardBatch)(nil),             // 35: netsy.v1.ForwardBatch
+	(*ForwardRequest)(nil),           // 36: netsy.v1.ForwardRequest
+	(*ForwardReplies)(nil),           // 37: netsy.v1.ForwardReplies
+	(*ForwardReply)(nil),             // 38: netsy.v1.ForwardReply
+	(*Entry)(nil),                    // 39: netsy.v1.Entry
 }
 var file_netsy_v1_peer_proto_depIdxs = []int32{
 	0,  // 0: netsy.v1.Heartbeat.health:type_name -> netsy.v1.HealthState
 	1,  // 1: netsy.v1.Heartbeat.primary_state:type_name -> netsy.v1.PrimaryState
-	4,  // 2: netsy.v1.Heartbeat.replication:type_name -> netsy.v1.Replication
-	5,  // 3: netsy.v1.Replication.replicas:type_name -> netsy.v1.ReplicaStatus
-	7,  // 4: netsy.v1.HeartbeatResponse.cluster_state:type_name -> netsy.v1.ClusterState
+	5,  // 2: netsy.v1.Heartbeat.replication:type_name -> netsy.v1.Replication
+	6,  // 3: netsy.v1.Replication.replicas:type_name -> netsy.v1.ReplicaStatus
+	8,  // 4: netsy.v1.HeartbeatResponse.cluster_state:type_name -> netsy.v1.ClusterState
 	0,  // 5: netsy.v1.HeartbeatResponse.health:type_name -> netsy.v1.HealthState
-	2,  // 6: netsy.v1.ClusterState.elector:type_name -> netsy.v1.NodeInfo
-	2,  // 7: netsy.v1.ClusterState.primary:type_name -> netsy.v1.NodeInfo
-	8,  // 8: netsy.v1.ClusterState.nodes:type_name -> netsy.v1.NodeStatus
-	9,  // 9: netsy.v1.ClusterState.events:type_name -> netsy.v1.Event
-	2,  // 10: netsy.v1.ClusterState.members:type_name -> netsy.v1.NodeInfo
-	2,  // 11: netsy.v1.NodeStatus.info:type_name -> netsy.v1.NodeInfo
+	3,  // 6: netsy.v1.ClusterState.elector:type_name -> netsy.v1.NodeInfo
+	3,  // 7: netsy.v1.ClusterState.primary:type_name -> netsy.v1.NodeInfo
+	9,  // 8: netsy.v1.ClusterState.nodes:type_name -> netsy.v1.NodeStatus
+	10, // 9: netsy.v1.ClusterState.events:type_name -> netsy.v1.Event
+	3,  // 10: netsy.v1.ClusterState.members:type_name -> netsy.v1.NodeInfo
+	3,  // 11: netsy.v1.NodeStatus.info:type_name -> netsy.v1.NodeInfo
 	0,  // 12: netsy.v1.NodeStatus.health:type_name -> netsy.v1.HealthState
-	3,  // 13: netsy.v1.NodeStatus.last:type_name -> netsy.v1.Heartbeat
-	2,  // 14: netsy.v1.RegisterNodeRequest.node:type_name -> netsy.v1.NodeInfo
-	7,  // 15: netsy.v1.RegisterNodeResponse.cluster_state:type_name -> netsy.v1.ClusterState
-	3,  // 16: netsy.v1.NodeState.state:type_name -> netsy.v1.Heartbeat
-	2,  // 17: netsy.v1.NodeState.info:type_name -> netsy.v1.NodeInfo
-	7,  // 18: netsy.v1.NodeState.cluster_state:type_name -> netsy.v1.ClusterState
-	9,  // 19: netsy.v1.NodeState.events:type_name -> netsy.v1.Event
-	7,  // 20: netsy.v1.PushClusterStateResponse.current:type_name -> netsy.v1.ClusterState
-	7,  // 21: netsy.v1.HandoffResponse.cluster_state:type_name -> netsy.v1.ClusterState
-	27, // 22: netsy.v1.FollowRequest.start:type_name -> netsy.v1.FollowStart
-	28, // 23: netsy.v1.FollowRequest.receipt:type_name -> netsy.v1.Receipt
-	3,  // 24: netsy.v1.FollowRequest.heartbeat:type_name -> netsy.v1.Heartbeat
-	3,  // 25: netsy.v1.Receipt.heartbeat:type_name -> netsy.v1.Heartbeat
-	30, // 26: netsy.v1.FollowResponse.initial:type_name -> netsy.v1.Initial
-	31, // 27: netsy.v1.FollowResponse.entries:type_name -> netsy.v1.EntryBatch
-	32, // 28: netsy.v1.FollowResponse.commit:type_name -> netsy.v1.Commit
-	33, // 29: netsy.v1.FollowResponse.compact:type_name -> netsy.v1.Compact
-	34, // 30: netsy.v1.EntryBatch.entries:type_name -> netsy.v1.Entry
-	10, // 31: netsy.v1.Elector.RegisterNode:input_type -> netsy.v1.RegisterNodeRequest
-	12, // 32: netsy.v1.Elector.DeregisterNode:input_type -> netsy.v1.DeregisterNodeRequest
-	3,  // 33: netsy.v1.Elector.Heartbeat:input_type -> netsy.v1.Heartbeat
-	14, // 34: netsy.v1.Elector.GetClusterState:input_type -> netsy.v1.GetClusterStateRequest
-	18, // 35: netsy.v1.Elector.Handoff:input_type -> netsy.v1.HandoffRequest
-	7,  // 36: netsy.v1.Node.PushClusterState:input_type -> netsy.v1.ClusterState
-	15, // 37: netsy.v1.Node.GetNodeState:input_type -> netsy.v1.GetNodeStateRequest
-	18, // 38: netsy.v1.Node.Drain:input_type -> netsy.v1.HandoffRequest
-	20, // 39: netsy.v1.Node.ResignElector:input_type -> netsy.v1.ResignRequest
-	22, // 40: netsy.v1.Node.ReadIndex:input_type -> netsy.v1.ReadIndexRequest
-	24, // 41: netsy.v1.Node.LeaseRenew:input_type -> netsy.v1.LeaseRenewRequest
-	26, // 42: netsy.v1.Follow.Follow:input_type -> netsy.v1.FollowRequest
-	11, // 43: netsy.v1.Elector.RegisterNode:output_type -> netsy.v1.RegisterNodeResponse
-	13, // 44: netsy.v1.Elector.DeregisterNode:output_type -> netsy.v1.DeregisterNodeResponse
-	6,  // 45: netsy.v1.Elector.Heartbeat:output_type -> netsy.v1.HeartbeatResponse
-	7,  // 46: netsy.v1.Elector.GetClusterState:output_type -> netsy.v1.ClusterState
-	19, // 47: netsy.v1.Elector.Handoff:output_type -> netsy.v1.HandoffResponse
-	17, // 48: netsy.v1.Node.PushClusterState:output_type -> netsy.v1.PushClusterStateResponse
-	16, // 49: netsy.v1.Node.GetNodeState:output_type -> netsy.v1.NodeState
-	19, // 50: netsy.v1.Node.Drain:output_type -> netsy.v1.HandoffResponse
-	21, // 51: netsy.v1.Node.ResignElector:output_type -> netsy.v1.ResignResponse
-	23, // 52: netsy.v1.Node.ReadIndex:output_type -> netsy.v1.ReadIndexResponse
-	25, // 53: netsy.v1.Node.LeaseRenew:output_type -> netsy.v1.LeaseRenewResponse
-	29, // 54: netsy.v1.Follow.Follow:output_type -> netsy.v1.FollowResponse
-	43, // [43:55] is the sub-list for method output_type
-	31, // [31:43] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	4,  // 13: netsy.v1.NodeStatus.last:type_name -> netsy.v1.Heartbeat
+	3,  // 14: netsy.v1.RegisterNodeRequest.node:type_name -> netsy.v1.NodeInfo
+	8,  // 15: netsy.v1.RegisterNodeResponse.cluster_state:type_name -> netsy.v1.ClusterState
+	4,  // 16: netsy.v1.NodeState.state:type_name -> netsy.v1.Heartbeat
+	3,  // 17: netsy.v1.NodeState.info:type_name -> netsy.v1.NodeInfo
+	8,  // 18: netsy.v1.NodeState.cluster_state:type_name -> netsy.v1.ClusterState
+	10, // 19: netsy.v1.NodeState.events:type_name -> netsy.v1.Event
+	8,  // 20: netsy.v1.PushClusterStateResponse.current:type_name -> netsy.v1.ClusterState
+	8,  // 21: netsy.v1.HandoffResponse.cluster_state:type_name -> netsy.v1.ClusterState
+	28, // 22: netsy.v1.FollowRequest.start:type_name -> netsy.v1.FollowStart
+	29, // 23: netsy.v1.FollowRequest.receipt:type_name -> netsy.v1.Receipt
+	4,  // 24: netsy.v1.FollowRequest.heartbeat:type_name -> netsy.v1.Heartbeat
+	4,  // 25: netsy.v1.Receipt.heartbeat:type_name -> netsy.v1.Heartbeat
+	31, // 26: netsy.v1.FollowResponse.initial:type_name -> netsy.v1.Initial
+	32, // 27: netsy.v1.FollowResponse.entries:type_name -> netsy.v1.EntryBatch
+	33, // 28: netsy.v1.FollowResponse.commit:type_name -> netsy.v1.Commit
+	34, // 29: netsy.v1.FollowResponse.compact:type_name -> netsy.v1.Compact
+	39, // 30: netsy.v1.EntryBatch.entries:type_name -> netsy.v1.Entry
+	36, // 31: netsy.v1.ForwardBatch.requests:type_name -> netsy.v1.ForwardRequest
+	2,  // 32: netsy.v1.ForwardRequest.kind:type_name -> netsy.v1.ForwardKind
+	38, // 33: netsy.v1.ForwardReplies.replies:type_name -> netsy.v1.ForwardReply
+	11, // 34: netsy.v1.Elector.RegisterNode:input_type -> netsy.v1.RegisterNodeRequest
+	13, // 35: netsy.v1.Elector.DeregisterNode:input_type -> netsy.v1.DeregisterNodeRequest
+	4,  // 36: netsy.v1.Elector.Heartbeat:input_type -> netsy.v1.Heartbeat
+	15, // 37: netsy.v1.Elector.GetClusterState:input_type -> netsy.v1.GetClusterStateRequest
+	19, // 38: netsy.v1.Elector.Handoff:input_type -> netsy.v1.HandoffRequest
+	8,  // 39: netsy.v1.Node.PushClusterState:input_type -> netsy.v1.ClusterState
+	16, // 40: netsy.v1.Node.GetNodeState:input_type -> netsy.v1.GetNodeStateRequest
+	19, // 41: netsy.v1.Node.Drain:input_type -> netsy.v1.HandoffRequest
+	21, // 42: netsy.v1.Node.ResignElector:input_type -> netsy.v1.ResignRequest
+	23, // 43: netsy.v1.Node.ReadIndex:input_type -> netsy.v1.ReadIndexRequest
+	25, // 44: netsy.v1.Node.LeaseRenew:input_type -> netsy.v1.LeaseRenewRequest
+	27, // 45: netsy.v1.Follow.Follow:input_type -> netsy.v1.FollowRequest
+	35, // 46: netsy.v1.Forward.Forward:input_type -> netsy.v1.ForwardBatch
+	12, // 47: netsy.v1.Elector.RegisterNode:output_type -> netsy.v1.RegisterNodeResponse
+	14, // 48: netsy.v1.Elector.DeregisterNode:output_type -> netsy.v1.DeregisterNodeResponse
+	7,  // 49: netsy.v1.Elector.Heartbeat:output_type -> netsy.v1.HeartbeatResponse
+	8,  // 50: netsy.v1.Elector.GetClusterState:output_type -> netsy.v1.ClusterState
+	20, // 51: netsy.v1.Elector.Handoff:output_type -> netsy.v1.HandoffResponse
+	18, // 52: netsy.v1.Node.PushClusterState:output_type -> netsy.v1.PushClusterStateResponse
+	17, // 53: netsy.v1.Node.GetNodeState:output_type -> netsy.v1.NodeState
+	20, // 54: netsy.v1.Node.Drain:output_type -> netsy.v1.HandoffResponse
+	22, // 55: netsy.v1.Node.ResignElector:output_type -> netsy.v1.ResignResponse
+	24, // 56: netsy.v1.Node.ReadIndex:output_type -> netsy.v1.ReadIndexResponse
+	26, // 57: netsy.v1.Node.LeaseRenew:output_type -> netsy.v1.LeaseRenewResponse
+	30, // 58: netsy.v1.Follow.Follow:output_type -> netsy.v1.FollowResponse
+	37, // 59: netsy.v1.Forward.Forward:output_type -> netsy.v1.ForwardReplies
+	47, // [47:60] is the sub-list for method output_type
+	34, // [34:47] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_netsy_v1_peer_proto_init() }
@@ -2773,10 +3123,10 @@ func file_netsy_v1_peer_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_netsy_v1_peer_proto_rawDesc), len(file_netsy_v1_peer_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   32,
+			NumEnums:      3,
+			NumMessages:   36,
 			NumExtensions: 0,
-			NumServices:   3,
+			NumServices:   4,
 		},
 		GoTypes:           file_netsy_v1_peer_proto_goTypes,
 		DependencyIndexes: file_netsy_v1_peer_proto_depIdxs,

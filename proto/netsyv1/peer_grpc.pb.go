@@ -686,3 +686,109 @@ var Follow_ServiceDesc = grpc.ServiceDesc{
 	},
 	Metadata: "netsy/v1/peer.proto",
 }
+
+const (
+	Forward_Forward_FullMethodName = "/netsy.v1.Forward/Forward"
+)
+
+// ForwardClient is the client API for Forward service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// The Forward service is answered by the Primary on the peer port: a
+// replica forwards its clients' writes (Put, DeleteRange, write Txn) over
+// one long-lived stream per connection instead of one etcd call each. A
+// node that does not serve it (an older version) is sent the etcd calls.
+type ForwardClient interface {
+	Forward(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ForwardBatch, ForwardReplies], error)
+}
+
+type forwardClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewForwardClient(cc grpc.ClientConnInterface) ForwardClient {
+	return &forwardClient{cc}
+}
+
+func (c *forwardClient) Forward(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ForwardBatch, ForwardReplies], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Forward_ServiceDesc.Streams[0], Forward_Forward_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ForwardBatch, ForwardReplies]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Forward_ForwardClient = grpc.BidiStreamingClient[ForwardBatch, ForwardReplies]
+
+// ForwardServer is the server API for Forward service.
+// All implementations must embed UnimplementedForwardServer
+// for forward compatibility.
+//
+// The Forward service is answered by the Primary on the peer port: a
+// replica forwards its clients' writes (Put, DeleteRange, write Txn) over
+// one long-lived stream per connection instead of one etcd call each. A
+// node that does not serve it (an older version) is sent the etcd calls.
+type ForwardServer interface {
+	Forward(grpc.BidiStreamingServer[ForwardBatch, ForwardReplies]) error
+	mustEmbedUnimplementedForwardServer()
+}
+
+// UnimplementedForwardServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedForwardServer struct{}
+
+func (UnimplementedForwardServer) Forward(grpc.BidiStreamingServer[ForwardBatch, ForwardReplies]) error {
+	return status.Errorf(codes.Unimplemented, "method Forward not implemented")
+}
+func (UnimplementedForwardServer) mustEmbedUnimplementedForwardServer() {}
+func (UnimplementedForwardServer) testEmbeddedByValue()                 {}
+
+// UnsafeForwardServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to ForwardServer will
+// result in compilation errors.
+type UnsafeForwardServer interface {
+	mustEmbedUnimplementedForwardServer()
+}
+
+func RegisterForwardServer(s grpc.ServiceRegistrar, srv ForwardServer) {
+	// If the following call pancis, it indicates UnimplementedForwardServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&Forward_ServiceDesc, srv)
+}
+
+func _Forward_Forward_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(ForwardServer).Forward(&grpc.GenericServerStream[ForwardBatch, ForwardReplies]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Forward_ForwardServer = grpc.BidiStreamingServer[ForwardBatch, ForwardReplies]
+
+// Forward_ServiceDesc is the grpc.ServiceDesc for Forward service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var Forward_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "netsy.v1.Forward",
+	HandlerType: (*ForwardServer)(nil),
+	Methods:     []grpc.MethodDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Forward",
+			Handler:       _Forward_Forward_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
+	Metadata: "netsy/v1/peer.proto",
+}

@@ -1,0 +1,405 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/netsy-io/netsy/internal/clock"
+	"github.com/netsy-io/netsy/internal/engine"
+	"github.com/netsy-io/netsy/proto/netsyv1"
+)
+
+// The Forward stream is the replica's side of forwarding writes: one
+// long-lived stream per connection to a Primary carries every Put,
+// DeleteRange and write Txn this node forwards, instead of an etcd call
+// (an HTTP/2 stream, its headers, trailers and interceptors) per write.
+// Whatever is queued when the stream is free to send goes out as one
+// message, so a lone write waits for nothing and a busy node sends few
+// messages.
+
+var (
+	// errNotSent: the write never left this node (the stream could not
+	// be opened, or broke while the write waited for its turn), so the
+	// Primary never saw it and it may go again (notEvaluated).
+	errNotSent = errors.New("the write was not sent to the Primary")
+	// errUseUnary: the Primary does not serve the Forward stream (an
+	// older version, in a rolling upgrade), or this Backend is closed: the
+	// write goes as an etcd call of its own. Never returned to write().
+	errUseUnary = errors.New("the Primary does not serve the Forward stream")
+)
+
+// maxForwardBatchBytes bounds the requests (or replies) one Forward
+// message carries, well under peer.MaxMessageBytes: a request alone is
+// bounded by --max-request-bytes, a batch of them is not.
+const maxForwardBatchBytes = 8 << 20
+
+// forwarder owns a Backend's Forward streams, one per Primary connection,
+// each opened on the first write that needs it and dropped when it
+// breaks. Close ends them all.
+type forwarder struct {
+	clk    clock.Clock
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	closed  bool
+	streams map[*grpc.ClientConn]*fstream
+	// legacy is the Primary term at which a connection's node answered
+	// Unimplemented: writes to it at that term go as etcd calls. A
+	// restarted (perhaps upgraded) process is Primary only at a newer
+	// term, and is asked again.
+	legacy map[*grpc.ClientConn]uint64
+
+	// opened counts the streams opened (tests and benchmarks read it).
+	opened atomic.Int64
+	// beforeSend, when set (tests only), runs on a stream's send
+	// goroutine each time it is about to take the queue.
+	beforeSend func()
+}
+
+func newForwarder(clk clock.Clock) *forwarder {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &forwarder{clk: clk, ctx: ctx, cancel: cancel,
+		streams: map[*grpc.ClientConn]*fstream{}, legacy: map[*grpc.ClientConn]uint64{}}
+}
+
+// close ends every stream (their writes in flight fail as if the
+// connection broke) and waits for their goroutines.
+func (f *forwarder) close() {
+	f.mu.Lock()
+	f.closed = true
+	f.mu.Unlock()
+	f.cancel()
+	f.wg.Wait()
+}
+
+// fcall is one write on a stream: its request, and where its reply goes.
+type fcall struct {
+	req  *netsyv1.ForwardRequest
+	size int
+	done chan fresult
+	// gone is the caller's ctx.Done(): a write whose caller gave up
+	// before it was sent is not sent (as an etcd call would not be).
+	gone <-chan struct{}
+}
+
+type fresult struct {
+	reply *netsyv1.ForwardReply
+	err   error
+}
+
+// do sends req (its seq is the stream's to set) to the Primary behind
+// conn, at primary term term, and waits for the reply. Its errors are
+// errUseUnary (send it as an etcd call instead), errNotSent (it never left
+// this node), ctx's error, or a lost stream's (the outcome is unknown).
+func (f *forwarder) do(ctx context.Context, conn *grpc.ClientConn, term uint64, req *netsyv1.ForwardRequest) (*netsyv1.ForwardReply, error) {
+	if dl, ok := ctx.Deadline(); ok {
+		// As grpc-timeout does for a unary call: the Primary gives up
+		// when the client would have. At least 1 ms: 0 means none.
+		req.TimeoutMs = max(dl.Sub(f.clk.Now()).Milliseconds(), 1)
+	}
+	c := &fcall{req: req, size: len(req.Request) + 48, done: make(chan fresult, 1), gone: ctx.Done()}
+	f.mu.Lock()
+	if t, ok := f.legacy[conn]; f.closed || (ok && t == term) {
+		f.mu.Unlock()
+		return nil, errUseUnary
+	}
+	if s := f.streams[conn]; s == nil || !s.enqueue(c) {
+		f.open(conn, term, c)
+	}
+	f.mu.Unlock()
+	select {
+	case r := <-c.done:
+		return r.reply, r.err
+	case <-ctx.Done():
+		// The write stays in flight; its reply, when it comes, is
+		// dropped (done has room for it).
+		return nil, ctx.Err()
+	}
+}
+
+// open starts a stream to conn with first queued on it (before its
+// goroutine starts, so however the stream ends, first learns it); f.mu is
+// held.
+func (f *forwarder) open(conn *grpc.ClientConn, term uint64, first *fcall) {
+	ctx, cancel := context.WithCancel(f.ctx)
+	s := &fstream{f: f, conn: conn, term: term, ctx: ctx, cancel: cancel,
+		sent: map[uint64]*fcall{}, wake: make(chan struct{}, 1)}
+	s.enqueue(first)
+	f.streams[conn] = s
+	f.opened.Add(1)
+	f.wg.Add(1)
+	go s.run()
+}
+
+// fstream is one Forward stream: its send goroutine (run) alone calls
+// Send, its receive goroutine alone calls Recv.
+type fstream struct {
+	f      *forwarder
+	conn   *grpc.ClientConn
+	term   uint64
+	ctx    context.Context
+	cancel context.CancelFunc
+	wake   chan struct{}
+
+	mu    sync.Mutex
+	err   error // set once the stream broke: it takes no more writes
+	next  uint64
+	queue []*fcall          // waiting to be sent
+	sent  map[uint64]*fcall // sent, waiting for their reply, by seq
+}
+
+// enqueue queues c for the next message, unless the stream broke.
+func (s *fstream) enqueue(c *fcall) bool {
+	s.mu.Lock()
+	if s.err != nil {
+		s.mu.Unlock()
+		return false
+	}
+	s.next++
+	c.req.Seq = s.next
+	s.queue = append(s.queue, c)
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// take moves what is queued (up to maxForwardBatchBytes, and at least one
+// write) to sent and returns it as a batch; writes whose caller is gone
+// are dropped.
+func (s *fstream) take() []*netsyv1.ForwardRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return nil
+	}
+	var reqs []*netsyv1.ForwardRequest
+	n, size := 0, 0
+	for ; n < len(s.queue); n++ {
+		c := s.queue[n]
+		if len(reqs) > 0 && size+c.size > maxForwardBatchBytes {
+			break
+		}
+		select {
+		case <-c.gone:
+			continue
+		default:
+		}
+		if reqs == nil {
+			reqs = make([]*netsyv1.ForwardRequest, 0, len(s.queue)-n)
+		}
+		size += c.size
+		reqs = append(reqs, c.req)
+		s.sent[c.req.Seq] = c
+	}
+	rest := copy(s.queue, s.queue[n:])
+	clear(s.queue[rest:])
+	s.queue = s.queue[:rest]
+	return reqs
+}
+
+// run opens the stream and sends until it breaks or the forwarder closes.
+func (s *fstream) run() {
+	defer s.f.wg.Done()
+	stream, err := netsyv1.NewForwardClient(s.conn).Forward(s.ctx)
+	if err != nil {
+		s.broken(err)
+		return
+	}
+	s.f.wg.Add(1)
+	go s.receive(stream)
+	for {
+		select {
+		case <-s.wake:
+		case <-s.ctx.Done():
+			s.broken(s.ctx.Err())
+			return
+		}
+		for {
+			if s.f.beforeSend != nil {
+				s.f.beforeSend()
+			}
+			reqs := s.take()
+			if len(reqs) == 0 {
+				break
+			}
+			if err := stream.Send(&netsyv1.ForwardBatch{Requests: reqs}); err != nil {
+				if errors.Is(err, io.EOF) {
+					// The Primary ended the stream: Recv says why
+					// (Unimplemented, from an older version).
+					<-s.ctx.Done()
+					return
+				}
+				s.broken(err)
+				return
+			}
+		}
+	}
+}
+
+// receive hands each reply to its write until the stream breaks.
+func (s *fstream) receive(stream netsyv1.Forward_ForwardClient) {
+	defer s.f.wg.Done()
+	for {
+		msg, err := stream.Recv()
+		if err != nil {
+			s.broken(err)
+			return
+		}
+		s.mu.Lock()
+		for _, r := range msg.Replies {
+			if c := s.sent[r.Seq]; c != nil {
+				delete(s.sent, r.Seq)
+				c.done <- fresult{reply: r}
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
+// broken ends the stream with err: writes never sent fail as not sent,
+// writes in flight with an error whose outcome is unknown (write()
+// resolves them by request id, as a unary call lost in flight); both go
+// as etcd calls when the Primary does not serve the stream.
+func (s *fstream) broken(err error) {
+	s.mu.Lock()
+	if s.err != nil {
+		s.mu.Unlock()
+		return
+	}
+	s.err = err
+	queued, sent := s.queue, s.sent
+	s.queue, s.sent = nil, nil
+	s.mu.Unlock()
+	s.cancel()
+	unimplemented := status.Code(err) == codes.Unimplemented
+	f := s.f
+	f.mu.Lock()
+	if f.streams[s.conn] == s {
+		delete(f.streams, s.conn)
+	}
+	if unimplemented {
+		f.legacy[s.conn] = s.term
+	}
+	f.mu.Unlock()
+	notSent := fmt.Errorf("%w: %v", errNotSent, err)
+	// Not wrapped: the stream's status code (Canceled, Unavailable, ...)
+	// must not pass for the Primary's answer to the write.
+	lost := fmt.Errorf("the forward stream to the Primary broke with the write in flight: %v", err)
+	if unimplemented {
+		notSent, lost = errUseUnary, errUseUnary
+	}
+	for _, c := range queued {
+		c.done <- fresult{err: notSent}
+	}
+	for _, c := range sent {
+		c.done <- fresult{err: lost}
+	}
+}
+
+// target is where and how write() sends a request: the Primary's
+// connection, its term, and the request id (named: the request carries
+// one).
+type target struct {
+	conn  *grpc.ClientConn
+	term  uint64
+	id    engine.RequestID
+	named bool
+}
+
+// remoteFunc sends a request to the Primary behind to.conn and returns
+// its answer and, with a successful one, the Primary's commit index after
+// it (hasCommit: the Primary said).
+type remoteFunc[T any] func(ctx context.Context, to target) (resp T, commit uint64, hasCommit bool, err error)
+
+// unary sends a request as an etcd (or Node) call of its own: the request
+// id goes in RequestIDHeader, the commit index comes back in
+// CommitIndexTrailer (CommitIndexInterceptor).
+func unary[T any](call func(context.Context, *grpc.ClientConn, ...grpc.CallOption) (T, error)) remoteFunc[T] {
+	return func(ctx context.Context, to target) (T, uint64, bool, error) {
+		if to.named {
+			ctx = metadata.AppendToOutgoingContext(ctx, RequestIDHeader, formatRequestID(to.id))
+		}
+		var trailer metadata.MD
+		resp, err := call(ctx, to.conn, grpc.Trailer(&trailer))
+		idx, perr := strconv.ParseUint(firstOf(trailer.Get(CommitIndexTrailer)), 10, 64)
+		return resp, idx, perr == nil, err
+	}
+}
+
+// etcdMarshaler and etcdResponse are the etcd messages' own (generated)
+// codec.
+type etcdMarshaler interface{ Marshal() ([]byte, error) }
+type etcdResponse interface{ Unmarshal([]byte) error }
+
+// streamed sends a named request (Put, DeleteRange, write Txn) over the
+// Backend's Forward stream to the Primary, and as the etcd call call when
+// the Primary does not serve the stream. Its answers are the unary
+// call's: the Primary's gRPC error rebuilt from its status (code, message,
+// details), or the response and the commit index.
+func streamed[T etcdResponse](b *Backend, kind netsyv1.ForwardKind, req etcdMarshaler, newResp func() T, call func(context.Context, *grpc.ClientConn, ...grpc.CallOption) (T, error)) remoteFunc[T] {
+	return func(ctx context.Context, to target) (T, uint64, bool, error) {
+		var zero T
+		if !to.named || b.fwd == nil {
+			return unary(call)(ctx, to)
+		}
+		data, err := req.Marshal()
+		if err != nil {
+			return zero, 0, false, status.Errorf(codes.InvalidArgument, "marshal the forwarded request: %v", err)
+		}
+		reply, err := b.fwd.do(ctx, to.conn, to.term, &netsyv1.ForwardRequest{
+			RequestMember: to.id.Member, RequestSeq: to.id.Seq, Kind: kind, Request: data})
+		switch {
+		case errors.Is(err, errUseUnary):
+			return unary(call)(ctx, to)
+		case err != nil:
+			return zero, 0, false, err
+		case len(reply.Status) > 0:
+			return zero, 0, false, decodeStatus(reply.Status)
+		}
+		resp := newResp()
+		if err := resp.Unmarshal(reply.Response); err != nil {
+			// The Primary answered, but not legibly: its outcome is
+			// unknown here (Internal), and resolved by request id.
+			return zero, 0, false, status.Errorf(codes.Internal, "unmarshal the Primary's response: %v", err)
+		}
+		return resp, reply.CommitIndex, true, nil
+	}
+}
+
+// decodeStatus is the gRPC error a ForwardReply's status stands for.
+func decodeStatus(b []byte) error {
+	var sp spb.Status
+	if err := proto.Unmarshal(b, &sp); err != nil {
+		return status.Errorf(codes.Internal, "decode the Primary's error: %v", err)
+	}
+	if err := status.FromProto(&sp).Err(); err != nil {
+		return err
+	}
+	return status.Error(codes.Internal, "the Primary answered with neither a response nor an error")
+}
+
+// encodeStatus is err's status, as a ForwardReply carries it.
+func encodeStatus(err error) []byte {
+	b, merr := proto.Marshal(status.Convert(err).Proto())
+	if merr != nil {
+		b, _ = proto.Marshal(status.New(codes.Internal, err.Error()).Proto())
+	}
+	return b
+}

@@ -1,0 +1,244 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/netsy-io/netsy/internal/clock"
+	"github.com/netsy-io/netsy/internal/engine"
+	"github.com/netsy-io/netsy/internal/peer"
+	"github.com/netsy-io/netsy/proto/netsyv1"
+)
+
+// ForwardKV is the etcd KV service a ForwardServer evaluates forwarded
+// writes with: the peer port's (validation, the local-only Backend, and
+// etcd's error table), so a write answers on the stream exactly as the
+// same etcd call to the peer port does.
+type ForwardKV interface {
+	Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error)
+	DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error)
+	Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error)
+}
+
+// ForwardServerConfig configures a ForwardServer.
+type ForwardServerConfig struct {
+	KV ForwardKV
+	// Committed is the engine's commit index, said with every answer
+	// (CommitIndexTrailer's number).
+	Committed func() uint64
+	Clock     clock.Clock
+}
+
+// ForwardServer is the Primary's side of the Forward stream, served on
+// the peer port. Each request of a batch is evaluated at once, all of
+// them concurrently (they group-commit together, as separate etcd calls
+// do), with its request id handed to the engine; replies go out, on one
+// send goroutine, as many in a message as are ready. A node that is not
+// the Active Primary refuses every request unevaluated (etcd's "not
+// leader"), as the etcd call would.
+type ForwardServer struct {
+	netsyv1.UnsafeForwardServer
+	cfg ForwardServerConfig
+	// withID hands a request id to the engine (tests watch it).
+	withID func(context.Context, engine.RequestID) context.Context
+}
+
+var _ netsyv1.ForwardServer = (*ForwardServer)(nil)
+
+// NewForwardServer returns a ForwardServer; cfg.KV and cfg.Committed must
+// be set.
+func NewForwardServer(cfg ForwardServerConfig) *ForwardServer {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real()
+	}
+	return &ForwardServer{cfg: cfg, withID: engine.WithRequestID}
+}
+
+// Forward serves one stream until the forwarding node ends it or it
+// breaks; it returns once every request it took has been answered (or
+// its answer dropped with the stream) and its goroutines have ended.
+func (s *ForwardServer) Forward(stream netsyv1.Forward_ForwardServer) error {
+	ctx := stream.Context()
+	out := &replyQueue{wake: make(chan struct{}, 1)}
+	sent := make(chan error, 1)
+	go func() { sent <- out.run(stream) }()
+	// Each request is evaluated on a worker of the stream's: an idle one
+	// if any (the unbuffered send finds it), else a new one. Workers
+	// live as long as the stream, so their stacks, grown by the write
+	// path, are reused, as the etcd calls' server workers are (etcdapi's
+	// streamWorkers).
+	jobs := make(chan *netsyv1.ForwardRequest)
+	var workers sync.WaitGroup
+	var err error
+	for {
+		batch, rerr := stream.Recv()
+		if rerr != nil {
+			if !errors.Is(rerr, io.EOF) {
+				err = rerr
+			}
+			break
+		}
+		for _, r := range batch.Requests {
+			select {
+			case jobs <- r:
+				continue
+			default:
+			}
+			workers.Add(1)
+			go func() {
+				defer workers.Done()
+				for ok := true; ok; r, ok = <-jobs {
+					out.add(s.eval(ctx, r))
+				}
+			}()
+		}
+	}
+	close(jobs)
+	workers.Wait()
+	out.close()
+	if serr := <-sent; err == nil {
+		err = serr
+	}
+	return err
+}
+
+// eval answers one forwarded request.
+func (s *ForwardServer) eval(ctx context.Context, r *netsyv1.ForwardRequest) *netsyv1.ForwardReply {
+	ctx = s.withID(ctx, engine.RequestID{Member: r.RequestMember, Seq: r.RequestSeq})
+	if r.TimeoutMs > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = clock.WithTimeout(ctx, s.cfg.Clock, time.Duration(r.TimeoutMs)*time.Millisecond)
+		defer cancel()
+	}
+	var resp etcdMarshaler
+	var err error
+	switch r.Kind {
+	case netsyv1.ForwardKind_FORWARD_PUT:
+		req := &pb.PutRequest{}
+		if err = req.Unmarshal(r.Request); err == nil {
+			resp, err = nonNil(s.cfg.KV.Put(ctx, req))
+		}
+	case netsyv1.ForwardKind_FORWARD_DELETE_RANGE:
+		req := &pb.DeleteRangeRequest{}
+		if err = req.Unmarshal(r.Request); err == nil {
+			resp, err = nonNil(s.cfg.KV.DeleteRange(ctx, req))
+		}
+	case netsyv1.ForwardKind_FORWARD_TXN:
+		req := &pb.TxnRequest{}
+		if err = req.Unmarshal(r.Request); err == nil {
+			resp, err = nonNil(s.cfg.KV.Txn(ctx, req))
+		}
+	default:
+		err = status.Errorf(codes.Unimplemented, "netsy: a forwarded request of kind %v", r.Kind)
+	}
+	reply := &netsyv1.ForwardReply{Seq: r.Seq}
+	if err == nil {
+		reply.Response, err = resp.Marshal()
+	}
+	if err != nil {
+		reply.Response, reply.Status = nil, encodeStatus(err)
+		return reply
+	}
+	if len(reply.Response)+64 > peer.MaxMessageBytes {
+		// The etcd call's own answer would not have fitted either.
+		reply.Response = nil
+		reply.Status = encodeStatus(status.Error(codes.ResourceExhausted, "netsy: the forwarded write's response is larger than a peer message"))
+		return reply
+	}
+	// As CommitIndexInterceptor: read after the write, so it covers it.
+	reply.CommitIndex = s.cfg.Committed()
+	return reply
+}
+
+// nonNil keeps a nil response out of an interface (a typed nil would not
+// be nil there).
+func nonNil[T interface {
+	comparable
+	etcdMarshaler
+}](resp T, err error) (etcdMarshaler, error) {
+	var zero T
+	if err == nil && resp == zero {
+		return nil, status.Error(codes.Internal, "netsy: the Primary evaluated the write to no response")
+	}
+	return resp, err
+}
+
+// replyQueue is the replies of one stream waiting for its send goroutine.
+type replyQueue struct {
+	wake   chan struct{}
+	mu     sync.Mutex
+	queue  []*netsyv1.ForwardReply
+	closed bool
+}
+
+func (q *replyQueue) add(r *netsyv1.ForwardReply) {
+	q.mu.Lock()
+	q.queue = append(q.queue, r)
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// close makes run return once it has sent what is queued.
+func (q *replyQueue) close() {
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take returns what is queued, up to maxForwardBatchBytes (at least one
+// reply), and whether the queue is closed.
+func (q *replyQueue) take() ([]*netsyv1.ForwardReply, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n, size := 0, 0
+	for n < len(q.queue) {
+		sz := len(q.queue[n].Response) + len(q.queue[n].Status) + 32
+		if n > 0 && size+sz > maxForwardBatchBytes {
+			break
+		}
+		size += sz
+		n++
+	}
+	batch := q.queue[:n:n]
+	q.queue = q.queue[n:]
+	if len(q.queue) == 0 {
+		q.queue = nil
+	}
+	return batch, q.closed && len(q.queue) == 0
+}
+
+// run sends replies until the queue is closed and empty. After a failed
+// send it drops the rest (the stream is broken: Recv ends the handler)
+// and returns the error.
+func (q *replyQueue) run(stream netsyv1.Forward_ForwardServer) error {
+	var err error
+	for range q.wake {
+		for {
+			batch, closed := q.take()
+			if len(batch) > 0 && err == nil {
+				err = stream.Send(&netsyv1.ForwardReplies{Replies: batch})
+			}
+			if closed {
+				return err
+			}
+			if len(batch) == 0 {
+				break
+			}
+		}
+	}
+	return err
+}
