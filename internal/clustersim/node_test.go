@@ -315,6 +315,9 @@ func (p *proc) close() {
 			<-s.Done()
 		}
 	}
+	if p.backend != nil {
+		p.backend.Close()
+	}
 	if p.r != nil {
 		p.r.Close()
 	}
@@ -599,6 +602,9 @@ func (n *simNode) start(ctx context.Context, cfg config.Config, inc int) (*proc,
 	p.g = peerAPI.NewGRPCServer(append(peer.ServerOptions(),
 		grpc.ChainUnaryInterceptor(replica.CommitIndexInterceptor(p.eng.CommittedIndex)))...)
 	p.r.RegisterPeerServices(p.g)
+	netsyv1.RegisterForwardServer(p.g, replica.NewForwardServer(replica.ForwardServerConfig{
+		KV: peerAPI.KV(), Committed: p.eng.CommittedIndex, Clock: n.clk,
+	}))
 	p.backend = replica.NewBackend(replica.BackendConfig{Local: p.eng, Roles: p.r, Clock: n.clk, Conn: p.pool.Conn})
 	n.mu.Lock()
 	refusing := n.refusing || n.inc != inc
