@@ -128,10 +128,12 @@ type node struct {
 	store *faulty.Store
 	rec   *syncRec
 	puts  chan putResult
-	snaps chan string
-	opts  Options
-	l     *Log
-	spin  bool // move the fake clock while Open runs
+	// lastPut is the highest seq of an upload result read from puts.
+	lastPut uint64
+	snaps   chan string
+	opts    Options
+	l       *Log
+	spin    bool // move the fake clock while Open runs
 }
 
 type putResult struct {
@@ -230,11 +232,21 @@ func (e *env) shutdown(l *Log) {
 	}
 }
 
-// drainPuts forgets the results of earlier upload attempts.
+// drainPuts forgets the results of earlier upload attempts: it first
+// waits for the result of the last chunk uploaded so far, which a
+// durability report can come before (a result read later would be taken
+// for the next attempt's; TestFencing failed so at load 17).
 func (n *node) drainPuts() {
+	n.t.Helper()
+	if last := n.l.Stats().Seq - 1; last > n.lastPut {
+		for n.lastPut < last {
+			n.nextPut()
+		}
+	}
 	for {
 		select {
-		case <-n.puts:
+		case p := <-n.puts:
+			n.lastPut = max(n.lastPut, p.seq)
 		default:
 			return
 		}
@@ -263,6 +275,7 @@ func (n *node) nextPut() putResult {
 	n.t.Helper()
 	select {
 	case p := <-n.puts:
+		n.lastPut = max(n.lastPut, p.seq)
 		return p
 	case <-n.t.Context().Done():
 		n.t.Fatal("waiting for an upload attempt")
