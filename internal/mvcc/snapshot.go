@@ -313,6 +313,9 @@ func (s *Store) load(l Load) error {
 	if len(s.keys) == 0 && len(versions) > 0 {
 		hint := len(versions) + len(versions)/4
 		s.keys = make(map[string]*keyIndex, hint)
+		// The log holds every version loaded at first (compaction drops
+		// from its front): one allocation instead of twenty doublings.
+		s.log = make([]logEntry, 0, hint)
 		if s.sp != nil && len(s.spilled) == 0 {
 			s.spilled = make(map[*mvccpb.KeyValue]spillRef, hint)
 		}
