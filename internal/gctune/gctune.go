@@ -40,6 +40,12 @@ type Tuner struct {
 	// holds are the floors under the heap goal callers asked for (see
 	// Hold); the highest counts.
 	holds map[*Holding]int64
+
+	// settle asks the settler goroutine, which the Tuner owns from
+	// start to Stop, for a Settle; done stops it.
+	settle chan struct{}
+	done   chan struct{}
+	wg     sync.WaitGroup
 }
 
 // running is the Tuner Start started, which Hold steers: the GC percent
@@ -65,7 +71,25 @@ func start(ratio float64, minHeadroom int64, afterTune func(int)) *Tuner {
 	t.prevGOGC = t.setPercent(100)
 	t.setPercent(t.prevGOGC)
 	t.arm()
+	t.startSettler()
 	return t
+}
+
+// startSettler starts the goroutine that runs Settle's collections, so the
+// caller (a restart about to serve) does not wait for one.
+func (t *Tuner) startSettler() {
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		for {
+			select {
+			case <-t.settle:
+				t.freeOSMemory()
+			case <-t.done:
+				return
+			}
+		}
+	}()
 }
 
 func newTuner(ratio float64, minHeadroom int64, afterTune func(int)) *Tuner {
@@ -77,6 +101,8 @@ func newTuner(ratio float64, minHeadroom int64, afterTune func(int)) *Tuner {
 		freeOSMemory: debug.FreeOSMemory,
 		samples:      []metrics.Sample{{Name: "/gc/heap/live:bytes"}},
 		holds:        map[*Holding]int64{},
+		settle:       make(chan struct{}, 1),
+		done:         make(chan struct{}),
 	}
 	t.liveBytes = t.readLive
 	return t
@@ -90,9 +116,13 @@ func (t *Tuner) Stop() {
 	}
 	running.CompareAndSwap(t, nil)
 	t.mu.Lock()
-	defer t.mu.Unlock()
+	if !t.stopped {
+		close(t.done)
+	}
 	t.stopped = true
 	t.setPercent(t.prevGOGC)
+	t.mu.Unlock()
+	t.wg.Wait()
 }
 
 // Holding is a floor under the heap goal, from Hold until Release.
@@ -165,15 +195,17 @@ func (h *Holding) Lapse() {
 	h.t.mu.Unlock()
 }
 
-// Settle collects now and gives the memory the heap no longer uses back
-// to the OS (debug.FreeOSMemory), when a Tuner is running: for the end of
-// a load whose input (a decoded snapshot) just became garbage. Left to
-// itself, the runtime's last collection of a restart may have come at
-// its peak, when the decoded snapshot and the store both lived; the goal
-// it set lets the heap stay there, and the memory stays the process's
-// until the next collection, minutes later on an idle node (measured at
-// 1 M keys: 929 MiB of RSS at the first read and 5 s later, with 450
-// MiB live). One collection of the live data is the price.
+// Settle has the collector run and give the memory the heap no longer
+// uses back to the OS (debug.FreeOSMemory), soon and without the caller
+// waiting, when a Tuner is running: for the end of a load whose input (a
+// decoded snapshot) just became garbage. Left to itself, the runtime's
+// last collection of a restart may have come at its peak, when the
+// decoded snapshot and the store both lived; the goal it set lets the
+// heap stay there, and the memory stays the process's until the next
+// collection, minutes later on an idle node (measured at 1 M keys: 929
+// MiB of RSS at the first read and 5 s later, with 450 MiB live). One
+// collection of the live data is the price. Settles asked for while one
+// is pending make one.
 func Settle() { running.Load().Settle() }
 
 // Settle is the package's Settle on t; a nil or stopped Tuner does
@@ -183,10 +215,13 @@ func (t *Tuner) Settle() {
 		return
 	}
 	t.mu.Lock()
-	stopped := t.stopped
-	t.mu.Unlock()
-	if !stopped {
-		t.freeOSMemory()
+	defer t.mu.Unlock()
+	if t.stopped {
+		return
+	}
+	select {
+	case t.settle <- struct{}{}:
+	default:
 	}
 }
 
