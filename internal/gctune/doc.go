@@ -32,9 +32,10 @@
 // the result over), and a restart ends with Settle, one collection that
 // gives back what the decoded input took, run on the Tuner's own
 // goroutine (started with it, stopped by Stop) so the restart serves
-// meanwhile. Measured on a 1 M key restart
-// (BenchmarkRestart in internal/engine): 15 collections to 2, CPU 5.6 to
-// 3.5 s, heap 900 to 680 MiB.
+// meanwhile. Measured on a 1 M key restart (BenchmarkRestart in
+// internal/engine): 14–15 collections to 3; a node restarting on a 1 M
+// key data directory (2 cores, shared): CPU until the first read 9.3–13.3
+// to 7.1–8.0 s, RSS then 586–654 to 493–510 MiB.
 //
 // An operator who sets GOGC or GOMEMLIMIT has made the choice: the tuner
 // then does nothing, and so do Hold and Settle.
