@@ -43,6 +43,10 @@
 // silently: every problem is an error naming the file and the byte offset.
 // Salvage finds the records that still verify after damage, so that a cut
 // can say what it discards; what it finds is never kept as data.
+// DecodeSnapshot holds the Go collector while it decodes (gctune.Hold; a
+// no-op unless the process runs the tuner), at the size the header's
+// count projects: a restart's snapshot is most of its heap, and decoding
+// it under the usual headroom marked it a dozen times.
 // Compression is named in the header. Snapshots (EncodeSnapshot) and
 // chunks (SealCompressed) are written zstd-compressed (see compress.go):
 // everything after the header is one zstd stream whose decoded bytes are

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/netsy-io/netsy/internal/gctune"
 	netsyv1 "github.com/netsy-io/netsy/proto/netsyv1"
 )
 
@@ -170,6 +171,8 @@ func DecodeSnapshot(name string, r io.Reader) (*Snapshot, error) {
 		return nil, fmt.Errorf("data file %s: a %s is not a snapshot", name, dr.hdr.Kind)
 	}
 	var c snapshotChecker
+	var hold decodeHold
+	defer hold.release()
 	for {
 		payload, err := dr.Next()
 		if err == io.EOF {
@@ -186,6 +189,7 @@ func DecodeSnapshot(name string, r io.Reader) (*Snapshot, error) {
 			if err := c.addKV(name, dr.recOff, kv); err != nil {
 				return nil, err
 			}
+			hold.add(c.snap.Header.KeyVersions, len(payload))
 			continue
 		}
 		rec := &netsyv1.SnapshotRecord{}
@@ -197,6 +201,50 @@ func DecodeSnapshot(name string, r io.Reader) (*Snapshot, error) {
 		}
 	}
 }
+
+// decodeHold keeps the Go collector from marking a snapshot's versions
+// over and over while they are decoded (see gctune.Hold): the floor is the
+// heap the whole decoded snapshot will take, projected from the records
+// decoded so far and the header's count, and never more than twice what
+// was decoded plus a margin, so a damaged count cannot grow the heap
+// unchecked.
+type decodeHold struct {
+	h        *gctune.Holding
+	n, bytes int64
+}
+
+const (
+	// decodedKVOverhead is the heap a decoded key version takes besides
+	// its record's bytes: the KeyVersion (136 bytes, in a 144-byte size
+	// class), its pointer in KVs, and the rounding of its key and value
+	// allocations, less the record's tags and lengths.
+	decodedKVOverhead = 150
+	// decodeHoldEvery is how many records pass between two updates.
+	decodeHoldEvery = 1 << 14
+	// decodeHoldAhead is the margin over the projection: for the heap
+	// the process held before (the floor is the whole heap's) and the
+	// reader's buffers.
+	decodeHoldAhead = 64 << 20
+)
+
+func (d *decodeHold) add(total int64, payload int) {
+	d.n++
+	d.bytes += int64(payload) + decodedKVOverhead
+	if d.n%decodeHoldEvery != 1 || total < decodeHoldEvery {
+		return
+	}
+	floor := min(d.bytes/d.n*total, 2*d.bytes) + decodeHoldAhead
+	if d.h == nil {
+		d.h = gctune.Hold(floor)
+		return
+	}
+	d.h.Set(floor)
+}
+
+// release lets the floor lapse at the next collection: whoever asked for
+// the snapshot is about to load it, under a floor of its own (see
+// gctune.Holding.Lapse).
+func (d *decodeHold) release() { d.h.Lapse() }
 
 // snapshotChecker enforces the record order of a snapshot while collecting
 // it, shared by DecodeSnapshot and Inspect.

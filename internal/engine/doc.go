@@ -51,6 +51,14 @@
 //     active ones), never of a node: every node lists what it applied and
 //     a new Primary inherits them with the history (see alarm.go for why
 //     not re-derived). Open refuses a store already past its quota.
+//   - A snapshot is loaded with its leases restored first, so keys attach
+//     to them as the versions load (no pass over every key after). The
+//     engine frees the decoded versions as the store takes them only
+//     when the Storage says it hands its snapshots over
+//     (HandsOverSnapshots: nothing else holds or hands out the same one);
+//     a storage that keeps its snapshot is never changed by a load.
+//     While a snapshot and the entries after it load, the collector is
+//     held to the heap the load will take and settled after (gctune).
 //   - A forwarded write's entry carries its request id (WithRequestID);
 //     the ids of recent committed entries are indexed (bounded by count
 //     and age, rebuilt from the log on open and on every rebuild) so the

@@ -262,7 +262,22 @@ func (l *lessor) move(k []byte, prev, next int64) {
 	}
 }
 
-// reattach rebuilds key attachments from the live keys after a restore.
+// attach moves key from lease prev to lease next (0: none) as a version
+// of it loads (mvcc.Load.OnLease): applied in load order, the moves
+// leave each key attached as its latest live version says.
+func (l *lessor) attach(key []byte, prev, next int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if le := l.leases[prev]; prev != 0 && le != nil {
+		delete(le.keys, string(key))
+	}
+	if le := l.leases[next]; next != 0 && le != nil {
+		le.keys[string(key)] = struct{}{}
+	}
+}
+
+// reattach rebuilds key attachments from the live keys at rev, after a
+// rollback changed them.
 func (l *lessor) reattach(s *mvcc.Store, rev int64) {
 	if rev <= 0 {
 		return

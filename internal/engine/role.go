@@ -313,13 +313,12 @@ func (e *Engine) reloadSnapshot() error {
 		return nil
 	}
 	h := snap.Header
+	hold := e.holdFor(snap)
+	defer hold.Release()
 	// The state this node had is older than the snapshot: replace it.
-	if err := e.store.Replace(h.Revision, h.CompactRevision, snap.KVs); err != nil {
+	if err := e.loadSnapshot(snap, true); err != nil {
 		return fmt.Errorf("restore snapshot at index %d: %w", h.Index, err)
 	}
-	e.lease.reset()
-	e.restoreLeases(snap.Leases)
-	e.lease.reattach(e.store, h.Revision)
 	e.lastIdx, e.lastRev = h.Index, h.Revision
 	e.compactRev.Store(h.CompactRevision)
 	e.alarms.restore(h.Alarms)
@@ -573,20 +572,22 @@ func (e *Engine) rebuild() error {
 		return fmt.Errorf("load snapshot: %w", err)
 	}
 	rev, compact, idx, term := int64(1), int64(0), uint64(0), int64(0)
-	var kvs []*netsyv1.KeyVersion
 	var alarms []*netsyv1.Alarm
 	if snap != nil {
 		h := snap.Header
-		rev, compact, idx, term, kvs, alarms = h.Revision, h.CompactRevision, h.Index, h.Term, snap.KVs, h.Alarms
+		rev, compact, idx, term, alarms = h.Revision, h.CompactRevision, h.Index, h.Term, h.Alarms
 	}
 	e.alarms.restore(alarms)
-	if err := e.store.Replace(rev, compact, kvs); err != nil {
-		return fmt.Errorf("restore snapshot at index %d: %w", idx, err)
-	}
-	e.lease.reset()
+	hold := e.holdFor(snap)
+	defer hold.Release()
 	if snap != nil {
-		e.restoreLeases(snap.Leases)
-		e.lease.reattach(e.store, rev)
+		err = e.loadSnapshot(snap, true)
+	} else {
+		err = e.store.Replace(rev, compact, nil)
+		e.lease.reset()
+	}
+	if err != nil {
+		return fmt.Errorf("restore snapshot at index %d: %w", idx, err)
 	}
 	e.lastIdx, e.lastRev = idx, rev
 	e.compactRev.Store(compact)

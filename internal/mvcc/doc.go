@@ -24,6 +24,10 @@
 //     every read path (Range, Events, the events Put and Delete return,
 //     Capture, HashKV) reads spilled values back.
 //
+//   - A restore keeps what it loads and never modifies it; with
+//     Load.Consume it clears the caller's slice entry by entry as it
+//     goes, and only then (the caller says the slice is its own).
+//
 //   - Stats.InUse is the one measure of the space the store's data takes
 //     (keys, values, and the bookkeeping per version and per key measured
 //     on the heap, see space.go): the space quota and etcd's size gauges
