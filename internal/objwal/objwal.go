@@ -794,6 +794,12 @@ func (l *Log) LoadSnapshot() (*datafile.Snapshot, error) {
 	return l.wal.LoadSnapshot()
 }
 
+// HandsOverSnapshots reports that LoadSnapshot hands over what it returns:
+// the snapshot found at Open (or fetched by a catch-up) once, later ones
+// decoded afresh from the local file. So the engine may free each version
+// as it loads it (engine.Storage's optional HandsOverSnapshots).
+func (l *Log) HandsOverSnapshots() bool { return true }
+
 // Replay calls fn for every durable local entry from index from on; after
 // Open the local log holds everything the bucket does.
 func (l *Log) Replay(from uint64, fn func(*netsyv1.Entry) error) error {
