@@ -815,11 +815,13 @@ func (e *Engine) failAll(err error) {
 			pe.p.finish(err)
 		}
 	}
-	e.pending, e.pendingAlarms = nil, 0
 	for _, p := range e.noopWaiters {
 		p.finish(err)
 	}
 	e.noopWaiters = nil
+	// rollbackPending clears the pending records once it has undone
+	// their lease grants and revokes (cleared here first, a grant that
+	// never became durable outlived the failure).
 	e.rollbackPending()
 }
 

@@ -458,3 +458,49 @@ func TestHoldStorageAfterDemoteContinuesTheStoragesLog(t *testing.T) {
 		t.Fatalf("after the commit b=%q, want 2", h.value("b"))
 	}
 }
+
+// A storage that fails for good rolls back what was pending, leases
+// included: a grant that never became durable is gone, and a revoke that
+// never became durable leaves its lease holding its keys.
+func TestStorageFailureRollsBackPendingLeaseChanges(t *testing.T) {
+	st := &enginetest.MemStorage{}
+	h := newHarness(t, st, nil)
+	keep, err := h.e.LeaseGrant(ctx(t), &pb.LeaseGrantRequest{TTL: 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.put("held", "v", func(r *pb.PutRequest) { r.Lease = keep.ID })
+	committed := h.e.CommittedIndex()
+	st.Manual = true
+	errs := make(chan error, 2)
+	go func() {
+		_, err := h.e.LeaseGrant(ctx(t), &pb.LeaseGrantRequest{ID: 77, TTL: 30})
+		errs <- err
+	}()
+	go func() {
+		_, err := h.e.LeaseRevoke(ctx(t), &pb.LeaseRevokeRequest{ID: keep.ID})
+		errs <- err
+	}()
+	waitFor(t, func() bool { return st.Len() == int(committed)+2 })
+	st.Fail(errors.New("disk gone"))
+	// The next append fails the storage for good, and with it whatever
+	// is pending.
+	if _, err := h.e.Put(ctx(t), &pb.PutRequest{Key: []byte("x"), Value: []byte("1")}); err == nil {
+		t.Fatal("a put succeeded on a failed storage")
+	}
+	for range 2 {
+		if err := <-errs; err == nil {
+			t.Fatal("a pending lease change succeeded on a failed storage")
+		}
+	}
+	if h.e.Failed() == nil {
+		t.Fatal("the engine did not fail with its storage")
+	}
+	if h.e.lease.exists(77) {
+		t.Fatal("a grant that never became durable outlived the storage failure")
+	}
+	keys := h.e.lease.keys(keep.ID)
+	if len(keys) != 1 || string(keys[0]) != "held" {
+		t.Fatalf("the lease whose revoke never became durable holds %q, want [held]", keys)
+	}
+}
