@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
@@ -94,6 +95,9 @@ type fcall struct {
 	// gone is the caller's ctx.Done(): a write whose caller gave up
 	// before it was sent is not sent (as an etcd call would not be).
 	gone <-chan struct{}
+	// deadline is the caller's (zero: none); the request's timeout_ms is
+	// what is left of it when the request is sent.
+	deadline time.Time
 }
 
 type fresult struct {
@@ -106,12 +110,8 @@ type fresult struct {
 // errUseUnary (send it as an etcd call instead), errNotSent (it never left
 // this node), ctx's error, or a lost stream's (the outcome is unknown).
 func (f *forwarder) do(ctx context.Context, conn *grpc.ClientConn, term uint64, req *netsyv1.ForwardRequest) (*netsyv1.ForwardReply, error) {
-	if dl, ok := ctx.Deadline(); ok {
-		// As grpc-timeout does for a unary call: the Primary gives up
-		// when the client would have. At least 1 ms: 0 means none.
-		req.TimeoutMs = max(dl.Sub(f.clk.Now()).Milliseconds(), 1)
-	}
 	c := &fcall{req: req, size: len(req.Request) + 48, done: make(chan fresult, 1), gone: ctx.Done()}
+	c.deadline, _ = ctx.Deadline()
 	f.mu.Lock()
 	if t, ok := f.legacy[conn]; f.closed || (ok && t == term) {
 		f.mu.Unlock()
@@ -203,6 +203,13 @@ func (s *fstream) take() []*netsyv1.ForwardRequest {
 		}
 		if reqs == nil {
 			reqs = make([]*netsyv1.ForwardRequest, 0, len(s.queue)-n)
+		}
+		if !c.deadline.IsZero() {
+			// As grpc-timeout does for a unary call: the Primary gives
+			// up when the client would have, counted from the send (not
+			// the queueing) and rounded up. At least 1 ms: 0 means none.
+			left := c.deadline.Sub(s.f.clk.Now())
+			c.req.TimeoutMs = max(int64((left+time.Millisecond-1)/time.Millisecond), 1)
 		}
 		size += c.size
 		reqs = append(reqs, c.req)

@@ -3,8 +3,10 @@ package replica
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -403,5 +405,94 @@ func TestForwardEvaluatesABatchConcurrently(t *testing.T) {
 	}
 	if b := p.batchSizes(); !slices.Equal(b, []int{batch}) {
 		t.Fatalf("the Primary received batches %v, want one of %d", b, batch)
+	}
+}
+
+// A burst of writes does not leave a worker per write on the Primary's
+// side of the stream: at most maxIdleForwardWorkers stay once it is
+// answered (found by review: 300 workers stayed after 300 writes).
+func TestForwardWorkersLeftAfterABurstAreBounded(t *testing.T) {
+	w := newWorld(t)
+	p := w.serve("p", 10, true)
+	const burst = 4 * maxIdleForwardWorkers
+	var arrived sync.WaitGroup
+	arrived.Add(burst)
+	all := make(chan struct{})
+	go func() { arrived.Wait(); close(all) }()
+	p.put = func(ctx context.Context, call int, r *pb.PutRequest) (*pb.PutResponse, error) {
+		arrived.Done()
+		<-all // every write of the burst is evaluated at once
+		return &pb.PutResponse{Header: &pb.ResponseHeader{Revision: 1}}, nil
+	}
+	n := w.startBackend(p.info, 1)
+	var res []<-chan outcome[*pb.PutResponse]
+	for i := range burst {
+		res = append(res, async(func() (*pb.PutResponse, error) {
+			return n.b.Put(context.Background(), &pb.PutRequest{Key: []byte(fmt.Sprintf("k%d", i)), Value: []byte("v")})
+		}))
+	}
+	for _, ch := range res {
+		if o := await(t, "a write of the burst", ch); o.err != nil {
+			t.Fatal(o.err)
+		}
+	}
+	waitFor(t, "the burst's extra workers to end", func() bool { return forwardWorkers() <= maxIdleForwardWorkers })
+}
+
+// forwardWorkers counts the goroutines evaluating (or waiting to
+// evaluate) forwarded requests: Forward's second closure (its first is
+// the reply sender).
+func forwardWorkers() int {
+	buf := make([]byte, 16<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	return strings.Count(string(buf), "(*ForwardServer).Forward.func2(")
+}
+
+// deadlineCtx is a context whose deadline is a reading of a fake clock.
+type deadlineCtx struct {
+	context.Context
+	at time.Time
+}
+
+func (c deadlineCtx) Deadline() (time.Time, bool) { return c.at, true }
+
+// A write's timeout_ms is what is left of its client's deadline when it
+// is sent, not when it was queued: a write that waited in the queue must
+// not outlive its client on the Primary (found by review: 1999 ms sent
+// for a client with 799 ms left).
+func TestForwardTimeoutCountsFromTheSend(t *testing.T) {
+	w := newWorld(t)
+	p := w.serve("p", 10, true)
+	p.put = func(ctx context.Context, call int, r *pb.PutRequest) (*pb.PutResponse, error) {
+		return &pb.PutResponse{Header: &pb.ResponseHeader{Revision: 1}}, nil
+	}
+	n := w.startBackend(p.info, 1)
+	if _, err := n.b.Put(context.Background(), &pb.PutRequest{Key: []byte("k0"), Value: []byte("v")}); err != nil {
+		t.Fatal(err) // the stream is open
+	}
+	hold := holdSends(n)
+	hold.Lock()
+	ctx := deadlineCtx{Context: context.Background(), at: w.clk.Now().Add(2 * time.Second)}
+	ch := async(func() (*pb.PutResponse, error) {
+		return n.b.Put(ctx, &pb.PutRequest{Key: []byte("k1"), Value: []byte("v")})
+	})
+	waitFor(t, "the write to queue", func() bool { return n.forwardQueued(p.info.PeerAddr) == 1 })
+	w.clk.Advance(1200 * time.Millisecond)
+	conn, err := n.b.cfg.Conn(p.info.PeerAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.b.fwd.mu.Lock()
+	s := n.b.fwd.streams[conn]
+	n.b.fwd.mu.Unlock()
+	s.mu.Lock()
+	queued := s.queue[0].req
+	s.mu.Unlock()
+	hold.Unlock()
+	if o := await(t, "the queued write", ch); o.err != nil {
+		t.Fatal(o.err)
+	}
+	if got := queued.TimeoutMs; got != 800 {
+		t.Fatalf("timeout_ms %d for a client with 800 ms left when its write was sent, want 800", got)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -52,6 +53,9 @@ type ForwardServer struct {
 
 var _ netsyv1.ForwardServer = (*ForwardServer)(nil)
 
+// maxIdleForwardWorkers bounds the idle workers one Forward stream keeps.
+const maxIdleForwardWorkers = 32
+
 // NewForwardServer returns a ForwardServer; cfg.KV and cfg.Committed must
 // be set.
 func NewForwardServer(cfg ForwardServerConfig) *ForwardServer {
@@ -70,12 +74,15 @@ func (s *ForwardServer) Forward(stream netsyv1.Forward_ForwardServer) error {
 	sent := make(chan error, 1)
 	go func() { sent <- out.run(stream) }()
 	// Each request is evaluated on a worker of the stream's: an idle one
-	// if any (the unbuffered send finds it), else a new one. Workers
-	// live as long as the stream, so their stacks, grown by the write
-	// path, are reused, as the etcd calls' server workers are (etcdapi's
-	// streamWorkers).
+	// if any (the unbuffered send finds it), else a new one. Up to
+	// maxIdleForwardWorkers idle workers stay for the stream's life, so
+	// their stacks, grown by the write path, are reused, as the etcd
+	// calls' server workers are (etcdapi's streamWorkers); the rest end
+	// once their request is answered, so a burst does not pin a
+	// goroutine per write for as long as the connection lives.
 	jobs := make(chan *netsyv1.ForwardRequest)
 	var workers sync.WaitGroup
+	var idle atomic.Int32
 	var err error
 	for {
 		batch, rerr := stream.Recv()
@@ -94,8 +101,18 @@ func (s *ForwardServer) Forward(stream netsyv1.Forward_ForwardServer) error {
 			workers.Add(1)
 			go func() {
 				defer workers.Done()
-				for ok := true; ok; r, ok = <-jobs {
+				for {
 					out.add(s.eval(ctx, r))
+					if idle.Add(1) > maxIdleForwardWorkers {
+						idle.Add(-1)
+						return
+					}
+					var ok bool
+					r, ok = <-jobs
+					idle.Add(-1)
+					if !ok {
+						return
+					}
 				}
 			}()
 		}
