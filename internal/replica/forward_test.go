@@ -12,6 +12,7 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc/codes"
@@ -494,5 +495,32 @@ func TestForwardTimeoutCountsFromTheSend(t *testing.T) {
 	}
 	if got := queued.TimeoutMs; got != 800 {
 		t.Fatalf("timeout_ms %d for a client with 800 ms left when its write was sent, want 800", got)
+	}
+}
+
+// bigPutKV answers every Put with a response too large for a peer message.
+type bigPutKV struct{ ForwardKV }
+
+func (bigPutKV) Put(context.Context, *pb.PutRequest) (*pb.PutResponse, error) {
+	return &pb.PutResponse{Header: &pb.ResponseHeader{Revision: 9},
+		PrevKv: &mvccpb.KeyValue{Key: []byte("k"), Value: make([]byte, peer.MaxMessageBytes)}}, nil
+}
+
+// A write the Primary applied whose answer does not fit a peer message is
+// an unknown outcome to the forwarding node (which rebuilds the answer
+// from its own log), never a failure its client would take for "not
+// written" (found by review: ResourceExhausted for an applied write).
+func TestForwardOversizedAnswerIsAnUnknownOutcome(t *testing.T) {
+	s := NewForwardServer(ForwardServerConfig{KV: bigPutKV{}, Committed: func() uint64 { return 9 }})
+	req, err := (&pb.PutRequest{Key: []byte("k"), Value: []byte("v"), PrevKv: true}).Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	reply := s.eval(t.Context(), &netsyv1.ForwardRequest{Seq: 1, Kind: netsyv1.ForwardKind_FORWARD_PUT, Request: req})
+	if reply.Response != nil || reply.Status == nil {
+		t.Fatalf("reply carries %d response bytes and status %v, want only a status", len(reply.Response), reply.Status)
+	}
+	if err := decodeStatus(reply.Status); !unknownOutcome(err) {
+		t.Fatalf("answer %v is not an unknown outcome: the forwarding node would fail an applied write", err)
 	}
 }

@@ -164,9 +164,14 @@ func (s *ForwardServer) eval(ctx context.Context, r *netsyv1.ForwardRequest) *ne
 		return reply
 	}
 	if len(reply.Response)+64 > peer.MaxMessageBytes {
-		// The etcd call's own answer would not have fitted either.
+		// The write is applied but its answer does not fit a peer
+		// message (a txn with a huge range; the etcd call's would not
+		// have fitted either). Aborted is an unknown outcome to the
+		// forwarding node, which finds the write in its own log by
+		// request id and rebuilds the answer there (see resolve), where
+		// the client port's larger limit applies.
 		reply.Response = nil
-		reply.Status = encodeStatus(status.Error(codes.ResourceExhausted, "netsy: the forwarded write's response is larger than a peer message"))
+		reply.Status = encodeStatus(status.Error(codes.Aborted, "netsy: the forwarded write's response is larger than a peer message"))
 		return reply
 	}
 	// As CommitIndexInterceptor: read after the write, so it covers it.
