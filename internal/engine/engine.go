@@ -322,9 +322,6 @@ func (e *Engine) recover() error {
 		if err := e.loadSnapshot(snap, false); err != nil {
 			return fmt.Errorf("restore snapshot at index %d: %w", h.Index, err)
 		}
-		e.lastIdx, e.lastRev = h.Index, h.Revision
-		e.compactRev.Store(h.CompactRevision)
-		e.alarms.restore(h.Alarms)
 		from = h.Index + 1
 	}
 	e.reqs.reset(from - 1)
@@ -376,6 +373,8 @@ type snapshotHandover interface {
 // loadSnapshot loads snap into the store, into an empty one or (replace)
 // over what it holds, with its leases: they are restored first, so keys
 // attach to them as they load instead of in a pass over every key after.
+// Once it is loaded, the engine's state is the snapshot's: its index,
+// revision, compaction floor and alarms.
 // Callers hold the Go collector to the heap the load will take (holdFor)
 // while it runs, and while the entries after it replay.
 func (e *Engine) loadSnapshot(snap *datafile.Snapshot, replace bool) error {
@@ -392,8 +391,12 @@ func (e *Engine) loadSnapshot(snap *datafile.Snapshot, replace bool) error {
 	}
 	if err != nil {
 		e.lease.reset()
+		return err
 	}
-	return err
+	e.lastIdx, e.lastRev = h.Index, h.Revision
+	e.compactRev.Store(h.CompactRevision)
+	e.alarms.restore(h.Alarms)
+	return nil
 }
 
 const (

@@ -319,9 +319,6 @@ func (e *Engine) reloadSnapshot() error {
 	if err := e.loadSnapshot(snap, true); err != nil {
 		return fmt.Errorf("restore snapshot at index %d: %w", h.Index, err)
 	}
-	e.lastIdx, e.lastRev = h.Index, h.Revision
-	e.compactRev.Store(h.CompactRevision)
-	e.alarms.restore(h.Alarms)
 	e.reqs.reset(h.Index)
 	e.log.Info("caught up from a newer snapshot", "index", h.Index, "rev", h.Revision)
 	return nil
@@ -571,27 +568,25 @@ func (e *Engine) rebuild() error {
 	if err != nil {
 		return fmt.Errorf("load snapshot: %w", err)
 	}
-	rev, compact, idx, term := int64(1), int64(0), uint64(0), int64(0)
-	var alarms []*netsyv1.Alarm
-	if snap != nil {
-		h := snap.Header
-		rev, compact, idx, term, alarms = h.Revision, h.CompactRevision, h.Index, h.Term, h.Alarms
-	}
-	e.alarms.restore(alarms)
 	hold := e.holdFor(snap)
 	defer hold.Release()
+	var term int64
 	if snap != nil {
-		err = e.loadSnapshot(snap, true)
+		term = snap.Header.Term
+		if err := e.loadSnapshot(snap, true); err != nil {
+			return fmt.Errorf("restore snapshot at index %d: %w", snap.Header.Index, err)
+		}
 	} else {
-		err = e.store.Replace(rev, compact, nil)
+		// The empty store, as recover starts one (revision 1).
+		if err := e.store.Replace(1, 0, nil); err != nil {
+			return fmt.Errorf("restore the empty store: %w", err)
+		}
 		e.lease.reset()
+		e.lastIdx, e.lastRev = 0, 1
+		e.compactRev.Store(0)
+		e.alarms.restore(nil)
 	}
-	if err != nil {
-		return fmt.Errorf("restore snapshot at index %d: %w", idx, err)
-	}
-	e.lastIdx, e.lastRev = idx, rev
-	e.compactRev.Store(compact)
-	e.reqs.reset(idx)
+	e.reqs.reset(e.lastIdx)
 	e.lastTerm.Store(term)
 	e.follow = nil
 	n, err := e.catchUpStorage()
