@@ -85,16 +85,22 @@ feed:
 	return firstErr
 }
 
-// countKeys returns how many keys the server holds.
-func countKeys(ctx context.Context, endpoint string) (int64, error) {
+// getOnce makes one linearizable Get of key on endpoint, with a client
+// of its own and a 30 s bound.
+func getOnce(ctx context.Context, endpoint, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
 	cli, err := newClient(endpoint)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer cli.Close()
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	resp, err := cli.Get(ctx, "\x00", clientv3.WithFromKey(), clientv3.WithCountOnly())
+	return cli.Get(ctx, key, opts...)
+}
+
+// countKeys returns how many keys the server holds.
+func countKeys(ctx context.Context, endpoint string) (int64, error) {
+	resp, err := getOnce(ctx, endpoint, "\x00", clientv3.WithFromKey(), clientv3.WithCountOnly())
 	if err != nil {
 		return 0, err
 	}

@@ -369,14 +369,7 @@ func firstRead(ctx context.Context, srv *server) (float64, error) {
 
 // headRevision is the revision a linearizable Get reports.
 func headRevision(ctx context.Context, endpoint string) (int64, error) {
-	cli, err := newClient(endpoint)
-	if err != nil {
-		return 0, err
-	}
-	defer cli.Close()
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	resp, err := cli.Get(ctx, singleKey)
+	resp, err := getOnce(ctx, endpoint, singleKey)
 	if err != nil {
 		return 0, err
 	}
