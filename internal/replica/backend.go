@@ -88,11 +88,18 @@ type BackendConfig struct {
 	PrimaryWait time.Duration
 	// ReadIndexWait bounds how long a linearizable read waits for this
 	// node to apply the confirmed commit point (default 1 s); past it the
-	// read fails with engine.ErrTimeout, it is never forwarded. It also
-	// bounds a forwarded write's wait to apply the Primary's commit index,
-	// after which the write fails with engine.ErrTimeout (its outcome is
-	// unknown to the client, as when a Primary times a write out).
+	// read fails with engine.ErrTimeout, it is never forwarded.
 	ReadIndexWait time.Duration
+	// ApplyWait bounds a forwarded write's wait, once the Primary has
+	// answered it, for this node to apply the Primary's commit index
+	// (default 5 s, and never past the client's deadline); past it the
+	// write fails with engine.ErrTimeout (its outcome is unknown to the
+	// client, as when a Primary times a write out). It is longer than
+	// ReadIndexWait because the write has already happened: a node that
+	// follows but stalls for a moment (a snapshot encode or a collection
+	// on a loaded machine) should answer OK late, not an error that tells
+	// its client nothing; a read that fails early is simply retried.
+	ApplyWait time.Duration
 	// ForwardWait bounds, from a write's first answer that was not the
 	// write's (a refusal, a lost answer), how long it waits for the next
 	// Primary and resolves an unknown outcome, unless the client's
@@ -126,6 +133,9 @@ func NewBackend(cfg BackendConfig) *Backend {
 	}
 	if cfg.ReadIndexWait <= 0 {
 		cfg.ReadIndexWait = time.Second
+	}
+	if cfg.ApplyWait <= 0 {
+		cfg.ApplyWait = 5 * time.Second
 	}
 	if cfg.ForwardWait <= 0 {
 		cfg.ForwardWait = 15 * time.Second
@@ -282,12 +292,12 @@ func write[T any](ctx context.Context, b *Backend, local func(context.Context) (
 			// As on etcd, a write answered by a node is applied there: a
 			// serializable read or a watch on this node that follows it
 			// sees it. The Primary says how far it had committed. A node
-			// that has not applied that far within ReadIndexWait (it is
+			// that has not applied that far within ApplyWait (it is
 			// not following, or lags) answers an error instead of OK: the
 			// write happened, but an OK its client could not read back on
 			// this node would break read-your-writes.
 			if hasCommit {
-				if werr := b.waitApplied(ctx, commitIdx); werr != nil {
+				if werr := b.waitApplied(ctx, commitIdx, b.cfg.ApplyWait); werr != nil {
 					if rebuild == nil || !b.primaryMoved(p, sentTerm) || ctx.Err() != nil {
 						return zero, fmt.Errorf("the Primary applied the write, but %w", werr)
 					}
@@ -518,7 +528,7 @@ func (b *Backend) linearizable(ctx context.Context) error {
 			}
 			return err
 		}
-		return b.waitApplied(ctx, ri.Index)
+		return b.waitApplied(ctx, ri.Index, b.cfg.ReadIndexWait)
 	}
 }
 
@@ -534,15 +544,15 @@ func (b *Backend) waitRoles(ctx context.Context) error {
 	}
 }
 
-// waitApplied waits until this node has applied index.
-func (b *Backend) waitApplied(ctx context.Context, index uint64) error {
+// waitApplied waits until this node has applied index, for at most wait.
+func (b *Backend) waitApplied(ctx context.Context, index uint64, wait time.Duration) error {
 	if b.l.CommittedIndex() >= index {
 		return nil
 	}
 	// A bare timer, not a timeout context: a forwarded write's answer
 	// usually comes just before this node applies its commit point, so
 	// this runs once per write (BenchmarkWaitAppliedOneStep).
-	t := b.cfg.Clock.NewTimer(b.cfg.ReadIndexWait)
+	t := b.cfg.Clock.NewTimer(wait)
 	defer t.Stop()
 	for {
 		ch := b.l.CommitNotify()

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
@@ -66,7 +67,7 @@ func BenchmarkWaitAppliedOneStep(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := be.waitApplied(ctx, l.applied+1); err != nil {
+		if err := be.waitApplied(ctx, l.applied+1, time.Second); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -590,7 +590,7 @@ func btoi(b bool) int {
 
 // A write forwarded to the Primary is answered OK only once this node has
 // applied it (the Primary's commit index, from its trailer): a node that
-// cannot apply it within ReadIndexWait answers ErrTimeout, never an OK
+// cannot apply it within ApplyWait answers ErrTimeout, never an OK
 // its client's next serializable read on this node would contradict.
 func TestBackendForwardedWriteWaitsUntilApplied(t *testing.T) {
 	w := newWorld(t)
@@ -619,18 +619,34 @@ func TestBackendForwardedWriteWaitsUntilApplied(t *testing.T) {
 	}
 	wantValue(t, "the serializable read after the write", outcome[*pb.RangeResponse]{}.of(n.b.Range(context.Background(), &pb.RangeRequest{Key: []byte("g3"), Serializable: true})), "v", 4)
 
-	// Never applied (this node does not follow): an error, not OK.
-	p.commit.Store(5)
+	// Applied late, past a read's ReadIndexWait (1 s) but within
+	// ApplyWait (5 s): the write happened, so it is answered OK, not
+	// with an error that leaves its client guessing (a replica that
+	// stalled for a moment at 1 M keys turned one put of a million into
+	// "request timed out").
+	p.commit.Store(4)
+	n.hold(t, 4)
 	waits := n.local.waits.Load()
 	res = put()
 	waitFor(t, "the write to wait for apply", func() bool { return n.local.waits.Load() > waits || len(res) > 0 })
-	w.clk.Advance(time.Second)
+	w.clk.Advance(1500 * time.Millisecond)
+	n.apply(t, 4)
+	if o := await(t, "the write applied late", res); o.err != nil || o.v.Header.GetRevision() != 4 {
+		t.Fatalf("the write, applied here 1.5 s after the Primary's answer: %v, %v; want the Primary's answer", o.v, o.err)
+	}
+
+	// Never applied (this node does not follow): an error, not OK.
+	p.commit.Store(5)
+	waits = n.local.waits.Load()
+	res = put()
+	waitFor(t, "the write to wait for apply", func() bool { return n.local.waits.Load() > waits || len(res) > 0 })
+	w.clk.Advance(5 * time.Second)
 	o := await(t, "the write to time out", res)
 	if !errors.Is(o.err, engine.ErrTimeout) {
 		t.Fatalf("a write this node never applied: %v, %v; want ErrTimeout", o.v, o.err)
 	}
-	if c := p.count("Put"); c != 2 {
-		t.Fatalf("the Primary got %d puts, want 2: a write that timed out waiting to apply is not sent again", c)
+	if c := p.count("Put"); c != 3 {
+		t.Fatalf("the Primary got %d puts, want 3: a write that timed out waiting to apply is not sent again", c)
 	}
 }
 

@@ -61,8 +61,10 @@
 //     etcd's retryable ones, never a transport's text. A write forwarded
 //     to the Primary is answered OK
 //     only once this node has applied the Primary's commit index from the
-//     answer; if it has not within ReadIndexWait, the client gets
-//     ErrTimeout instead (read-your-writes on every node).
+//     answer; if it has not within ApplyWait (5 s, longer than a read's
+//     ReadIndexWait: the write has happened, and a node that stalls for a
+//     moment should answer it late rather than as an unknown outcome),
+//     the client gets ErrTimeout instead (read-your-writes on every node).
 //   - Put, DeleteRange and write Txn reach the Primary over one Forward
 //     stream per connection to it (forward.go), opened by the first write
 //     that needs it, reopened by the next after it broke, ended by Close.

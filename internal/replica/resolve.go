@@ -152,7 +152,7 @@ func (b *Backend) resolve(ctx context.Context, id engine.RequestID, sentTerm uin
 		}
 		ri, err := b.readIdx.get(ctx)
 		if err == nil && ri.PrimaryTerm >= sentTerm {
-			if werr := b.waitApplied(ctx, ri.Index); werr == nil {
+			if werr := b.waitApplied(ctx, ri.Index, b.cfg.ReadIndexWait); werr == nil {
 				return b.lookup(id, sentCommit)
 			}
 			if ctx.Err() != nil {
