@@ -273,9 +273,7 @@ func (s *Store) RestoreFrom(l Load) error {
 func (s *Store) ReplaceFrom(l Load) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for kv := range s.spilled {
-		s.unspill(kv)
-	}
+	s.unspillAll()
 	s.idx, s.keys, s.log, s.versions, s.bytes = newTree(), map[string]*keyIndex{}, nil, 0, 0
 	s.rev.Store(0)
 	s.compactRev.Store(0)
@@ -289,10 +287,8 @@ func (s *Store) restoreLocked(l Load) error {
 	}
 	if err := s.load(l); err != nil {
 		// Leave the store empty rather than half loaded.
+		s.unspillAll()
 		s.idx, s.keys, s.log, s.versions, s.bytes = newTree(), map[string]*keyIndex{}, nil, 0, 0
-		for kv := range s.spilled {
-			s.unspill(kv)
-		}
 		return err
 	}
 	s.rev.Store(rev)
@@ -316,9 +312,6 @@ func (s *Store) load(l Load) error {
 		// The log holds every version loaded at first (compaction drops
 		// from its front): one allocation instead of twenty doublings.
 		s.log = make([]logEntry, 0, hint)
-		if s.sp != nil && len(s.spilled) == 0 {
-			s.spilled = make(map[*mvccpb.KeyValue]spillRef, hint)
-		}
 	}
 	var last, lastSub int64
 	for i, v := range versions {
@@ -381,17 +374,7 @@ func (s *Store) load(l Load) error {
 // instead of two: a spilled version is copied without its value once, not
 // built with it and then copied.
 func (s *Store) restored(kv mvccpb.KeyValue) *mvccpb.KeyValue {
-	if s.sp != nil && len(kv.Value) >= s.spillMin {
-		if r, err := s.sp.put(kv.Value); err == nil {
-			kv.Value = nil
-			cp := &kv
-			s.spilled[cp] = r
-			return cp
-		}
-		// The file cannot take more: the value stays in memory, as
-		// stored does.
-	}
-	return &kv
+	return s.keep(nil, kv)
 }
 
 // HashKV hashes every version with mod_revision <= rev that the store holds
