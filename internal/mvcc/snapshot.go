@@ -274,7 +274,7 @@ func (s *Store) ReplaceFrom(l Load) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.unspillAll()
-	s.idx, s.keys, s.log, s.versions, s.bytes = newTree(), map[string]*keyIndex{}, nil, 0, 0
+	s.idx, s.keys, s.log, s.versions, s.bytes = newTree(), keyMap{}, nil, 0, 0
 	s.rev.Store(0)
 	s.compactRev.Store(0)
 	return s.restoreLocked(l)
@@ -288,7 +288,7 @@ func (s *Store) restoreLocked(l Load) error {
 	if err := s.load(l); err != nil {
 		// Leave the store empty rather than half loaded.
 		s.unspillAll()
-		s.idx, s.keys, s.log, s.versions, s.bytes = newTree(), map[string]*keyIndex{}, nil, 0, 0
+		s.idx, s.keys, s.log, s.versions, s.bytes = newTree(), keyMap{}, nil, 0, 0
 		return err
 	}
 	s.rev.Store(rev)
@@ -306,9 +306,9 @@ func (s *Store) load(l Load) error {
 	// the entries a restart replays next: sized for the snapshot alone,
 	// the maps were full and the replay of 100 k new keys after 900 k
 	// spent a third of its time splitting their tables.
-	if len(s.keys) == 0 && len(versions) > 0 {
+	if s.keys.len() == 0 && len(versions) > 0 {
 		hint := len(versions) + len(versions)/4
-		s.keys = make(map[string]*keyIndex, hint)
+		s.keys = newKeyMap(hint)
 		// The log holds every version loaded at first (compaction drops
 		// from its front): one allocation instead of twenty doublings.
 		s.log = make([]logEntry, 0, hint)

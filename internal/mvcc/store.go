@@ -19,7 +19,7 @@ type Store struct {
 	idx tree
 	// keys finds a key's index without the tree's pointer chasing: point
 	// reads and writes, the hot paths, cost one hash lookup.
-	keys map[string]*keyIndex
+	keys keyMap
 	// log holds every event with mod_revision >= compactRev in (revision,
 	// sub) order; a version's sub is its position within its revision. Its
 	// kv pointers are the same values the key histories hold.
@@ -365,23 +365,20 @@ func (ki *keyIndex) at(rev int64) *mvccpb.KeyValue {
 
 // New returns an empty store at revision 0.
 func New() *Store {
-	return &Store{idx: newTree(), keys: map[string]*keyIndex{}, compactBatch: 1024}
+	return &Store{idx: newTree(), keys: newKeyMap(0), compactBatch: 1024}
 }
 
-func (s *Store) lookup(key []byte) *keyIndex { return s.keys[string(key)] }
+func (s *Store) lookup(key []byte) *keyIndex { return s.keys.get(key) }
 
 func (s *Store) addKey(ki *keyIndex, live bool) {
 	s.idx.insert(ki, live)
-	// The map key aliases ki.key instead of copying it: stored keys are
-	// never modified (see Put), so the string stays immutable as Go
-	// requires.
-	s.keys[unsafe.String(unsafe.SliceData(ki.key), len(ki.key))] = ki
+	s.keys.put(ki)
 	s.bytes += int64(len(ki.key))
 }
 
 func (s *Store) removeKey(ki *keyIndex) {
 	s.idx.delete(ki.key)
-	delete(s.keys, string(ki.key))
+	s.keys.del(ki)
 	s.bytes -= int64(len(ki.key))
 }
 
@@ -413,7 +410,7 @@ type Stats struct {
 func (s *Store) Stats() Stats {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	st := Stats{Keys: int64(s.idx.live), Versions: s.versions, Bytes: s.bytes, IndexKeys: int64(len(s.keys))}
+	st := Stats{Keys: int64(s.idx.live), Versions: s.versions, Bytes: s.bytes, IndexKeys: int64(s.keys.len())}
 	if s.sp != nil {
 		st.Spilled, st.SpillGarbage = s.sp.live, s.sp.garbage
 	}
