@@ -341,7 +341,7 @@ func (s *Store) load(l Load) error {
 			return bad("invalid version or create revision")
 		}
 		if ki == nil {
-			ki = &keyIndex{key: v.Key}
+			ki = newKeyIndex(v.Key)
 			s.addKey(ki, true)
 		} else if (prev == nil) != v.Tombstone {
 			s.idx.setLive(ki.key, !v.Tombstone)
@@ -350,7 +350,7 @@ func (s *Store) load(l Load) error {
 		if v.Tombstone {
 			kv = &mvccpb.KeyValue{Key: ki.key, ModRevision: v.ModRevision}
 		} else {
-			kv = s.restored(mvccpb.KeyValue{Key: ki.key, ModRevision: v.ModRevision,
+			kv = s.restored(ki.slot(), mvccpb.KeyValue{Key: ki.key, ModRevision: v.ModRevision,
 				CreateRevision: v.CreateRevision, Version: v.Version, Value: v.Value, Lease: v.Lease})
 		}
 		if l.OnLease != nil {
@@ -373,8 +373,8 @@ func (s *Store) load(l Load) error {
 // restored is stored for a version being restored, with one allocation
 // instead of two: a spilled version is copied without its value once, not
 // built with it and then copied.
-func (s *Store) restored(kv mvccpb.KeyValue) *mvccpb.KeyValue {
-	return s.keep(nil, kv)
+func (s *Store) restored(slot *spilledVersion, kv mvccpb.KeyValue) *mvccpb.KeyValue {
+	return s.keep(slot, kv)
 }
 
 // HashKV hashes every version with mod_revision <= rev that the store holds

@@ -352,3 +352,36 @@ func TestPutOfNewKeyIsOneAllocation(t *testing.T) {
 		t.Fatalf("range: %v %v", res, err)
 	}
 }
+
+// A restored key costs one allocation too: its first version goes into
+// its index as a put's does (a restart of 1 M keys otherwise holds an
+// unused slot per key beside a version of its own).
+func TestRestoreOfNewKeyIsOneAllocation(t *testing.T) {
+	const n = 2000
+	big := bytes.Repeat([]byte("v"), DefaultSpillMin)
+	snap := make([]*netsyv1.KeyVersion, n)
+	for i := range snap {
+		snap[i] = &netsyv1.KeyVersion{Key: fmt.Appendf(nil, "k%06d", i), Value: big, CreateRevision: int64(i) + 1, ModRevision: int64(i) + 1, Version: 1}
+	}
+	dir := t.TempDir()
+	var stores []*Store
+	defer func() {
+		for _, s := range stores {
+			s.Close()
+		}
+	}()
+	allocs := testing.AllocsPerRun(2, func() {
+		s, err := Open(Options{SpillDir: filepath.Join(dir, fmt.Sprint(len(stores)))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stores = append(stores, s)
+		if err := s.Restore(n, 0, snap); err != nil {
+			t.Fatal(err)
+		}
+	})
+	// Opening the store, the index's nodes and its tables add a few.
+	if perKey := allocs / n; perKey > 1.2 {
+		t.Fatalf("%.2f allocations per restored key, want 1", perKey)
+	}
+}
