@@ -150,8 +150,14 @@ func (s *Store) valueLen(kv *mvccpb.KeyValue) int {
 	return len(kv.Value)
 }
 
+// slotValueMax is the largest value kept in memory in a keyIndex's slot:
+// the slot outlives its version once compaction drops it, and so would the
+// value it points to.
+const slotValueMax = DefaultSpillMin
+
 // keep returns the version the store keeps for kv: in slot when not nil
-// (a new key's own, see keyIndex.v0), else in a new allocation. A value
+// (a new key's own, see keyIndex.v0) and the value it would hold in
+// memory is at most slotValueMax bytes, else in a new allocation. A value
 // large enough goes to the spill files, and the version is then a
 // spilledVersion without it.
 func (s *Store) keep(slot *spilledVersion, kv mvccpb.KeyValue) *mvccpb.KeyValue {
@@ -168,7 +174,7 @@ func (s *Store) keep(slot *spilledVersion, kv mvccpb.KeyValue) *mvccpb.KeyValue 
 			return &slot.kv
 		}
 	}
-	if slot == nil {
+	if slot == nil || len(kv.Value) > slotValueMax {
 		// Not &kv: that would move every call's kv to the heap.
 		cp := new(mvccpb.KeyValue)
 		*cp = kv
@@ -301,7 +307,8 @@ type keyIndex struct {
 	// one allocation per new key instead of two, and one object fewer
 	// for the collector to find per key held (issue 22 item 5). It
 	// outlives that version when compaction drops it, at the price of
-	// its size once per updated key.
+	// its size once per updated key; a large value held in memory is
+	// therefore never put there (see keep).
 	v0 spilledVersion
 }
 
@@ -506,6 +513,11 @@ func (s *Store) Delete(rev int64, key []byte) *mvccpb.Event {
 
 func (s *Store) append(ki *keyIndex, kv, prev *mvccpb.KeyValue) {
 	ki.hist = append(ki.hist, kv)
+	if len(ki.hist) == 2 {
+		// hist has left first, whose pointer would otherwise keep the
+		// key's first version, and its value, after compaction drops it.
+		ki.first[0] = nil
+	}
 	s.log = append(s.log, logEntry{kv: kv, prev: prev})
 	s.versions++
 	s.bytes += int64(s.valueLen(kv))
