@@ -385,3 +385,27 @@ func TestRestoreOfNewKeyIsOneAllocation(t *testing.T) {
 		t.Fatalf("%.2f allocations per restored key, want 1", perKey)
 	}
 }
+
+// A key's first version outlives compaction in its keyIndex (v0): once
+// dropped, it must not keep pointing at its spill file, which a rewrite
+// retires and which holds up to two 256 KiB buffers.
+func TestCompactedFirstVersionLetsGoOfItsFile(t *testing.T) {
+	s := newSpilling(t)
+	for rev := int64(1); rev <= 3; rev++ {
+		s.Put(rev, []byte("k"), []byte("value"), 0)
+	}
+	if err := s.Compact(3); err != nil {
+		t.Fatal(err)
+	}
+	ki := s.lookup([]byte("k"))
+	if ki.hist[0] == &ki.v0.kv {
+		t.Fatal("the first version survived compaction")
+	}
+	if ki.v0.ref.f != nil {
+		t.Fatal("the compacted first version still points at its spill file")
+	}
+	res, err := s.Range([]byte("k"), nil, RangeOptions{Rev: 3})
+	if err != nil || len(res.KVs) != 1 || string(res.KVs[0].Value) != "value" {
+		t.Fatalf("range: %v %v", res, err)
+	}
+}

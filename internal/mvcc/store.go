@@ -134,12 +134,14 @@ func spilledKV(kv *mvccpb.KeyValue) bool {
 	return kv != nil && len(kv.Value) == 0 && unsafe.SliceData(kv.Value) == &spillMarkByte[0]
 }
 
-// spilledAt reports where kv's value is when the store spilled it.
+// spilledAt reports where kv's value is when the store spilled it and has
+// not dropped it since.
 func (s *Store) spilledAt(kv *mvccpb.KeyValue) (spillRef, bool) {
 	if !spilledKV(kv) {
 		return spillRef{}, false
 	}
-	return (*spilledVersion)(unsafe.Pointer(kv)).ref, true
+	r := (*spilledVersion)(unsafe.Pointer(kv)).ref
+	return r, r.f != nil
 }
 
 // valueLen is the length of kv's value wherever it is held.
@@ -189,12 +191,15 @@ func withValue(kv *mvccpb.KeyValue, v []byte) mvccpb.KeyValue {
 	return mvccpb.KeyValue{Key: kv.Key, CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision, Version: kv.Version, Value: v, Lease: kv.Lease}
 }
 
-// unspill forgets kv's spilled value, if any, as kv leaves the store. kv
-// itself is published and keeps its mark: nothing reads it through the
-// store any more (a Capture holds its own spillRef and pins the file).
+// unspill forgets kv's spilled value, if any, as kv leaves the store.
+// The published KeyValue keeps its mark; its place beside it is cleared
+// (nothing reads it through the store any more, and a Capture holds its
+// own spillRef and pins the file), so a keyIndex's v0 that outlives its
+// version does not keep a retired file and its buffers reachable.
 func (s *Store) unspill(kv *mvccpb.KeyValue) {
 	if r, ok := s.spilledAt(kv); ok {
 		s.spilled--
+		(*spilledVersion)(unsafe.Pointer(kv)).ref = spillRef{}
 		if s.sp != nil {
 			s.sp.drop(r)
 		}
