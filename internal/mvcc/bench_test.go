@@ -6,11 +6,15 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"runtime"
+	"runtime/metrics"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
+	"github.com/netsy-io/netsy/internal/gctune"
 	"github.com/netsy-io/netsy/proto/netsyv1"
 )
 
@@ -269,4 +273,85 @@ func BenchmarkPutKVSpilled(b *testing.B) {
 	for i := range b.N {
 		s.PutKV(s.Rev()+1, keys[i], val, 0)
 	}
+}
+
+// Puts of new keys into a store that already holds 100k or 1 M keys, as
+// `benchmark put` with sequential keys and 256-byte values loads a node
+// (issue 22 item 5), with the node's GC policy (gctune) running: the cost
+// that grows with the data shows as the gap between the two sizes. Each
+// key is a fresh slice, as a request's is. Besides the put's own cost it
+// reports what every collection costs at that size, which is what grows:
+// gc-cpu-ms is the collector's CPU for one full collection of the store
+// (marking what it holds), live-B/key the heap that collection finds per
+// key, and gc/op the collections the puts themselves caused. Run it with
+// a fixed count (-benchtime 200000x): the store grows by b.N keys.
+func BenchmarkPutKVGrowth(b *testing.B) {
+	tuner := gctune.Start(func(string) string { return "" })
+	defer tuner.Stop()
+	val := bytes.Repeat([]byte("v"), 256)
+	for _, n := range []int{100_000, 1_000_000} {
+		b.Run(fmt.Sprintf("existing=%d", n), func(b *testing.B) {
+			s, err := Open(Options{SpillDir: filepath.Join(b.TempDir(), "values")})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			for i := range n {
+				s.PutKV(s.Rev()+1, fmt.Appendf(nil, "%08d", i), val, 0)
+			}
+			keys := make([][]byte, b.N)
+			for i := range keys {
+				keys[i] = fmt.Appendf(nil, "%08d", n+i)
+			}
+			runtime.GC()
+			cycles, _ := gcStats()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				s.PutKV(s.Rev()+1, keys[i], val, 0)
+			}
+			b.StopTimer()
+			after, _ := gcStats()
+			b.ReportMetric(float64(after-cycles)/float64(b.N), "gc/op")
+			keys = nil
+			runtime.GC()
+			const full = 5
+			cpu := processCPU(b)
+			for range full {
+				runtime.GC()
+			}
+			b.ReportMetric((processCPU(b)-cpu).Seconds()*1e3/full, "gc-cpu-ms")
+			live, objects := heapLive()
+			b.ReportMetric(float64(live)/float64(n+b.N), "live-B/key")
+			b.ReportMetric(float64(objects)/float64(n+b.N), "objects/key")
+			runtime.KeepAlive(s)
+		})
+	}
+}
+
+// gcStats is the number of collections so far and the CPU seconds the
+// runtime estimates the collector has spent.
+func gcStats() (uint64, float64) {
+	s := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}, {Name: "/cpu/classes/gc/total:cpu-seconds"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64(), s[1].Value.Float64()
+}
+
+// processCPU is the CPU time (user and system) the process has used: on
+// a shared machine a measure of work, where wall time is not.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// heapLive is the heap, and the objects in it, a full collection finds
+// reachable.
+func heapLive() (bytes, objects int64) {
+	runtime.GC()
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/gc/heap/objects:objects"}}
+	metrics.Read(s)
+	return int64(s[0].Value.Uint64()), int64(s[1].Value.Uint64())
 }

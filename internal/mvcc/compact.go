@@ -2,6 +2,7 @@ package mvcc
 
 import (
 	"sort"
+	"unsafe"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 )
@@ -58,26 +59,33 @@ func (s *Store) rewriteSpill(pause func()) {
 	}
 	var buf []byte
 	n := 0
-	for kv, r := range s.spilled {
-		if r.f == nf {
-			continue
+	// Only the writer changes the index, and it is here: the walk may
+	// pause.
+	s.idx.ascend(nil, nil, func(ki *keyIndex) bool {
+		for _, kv := range ki.hist {
+			r, ok := s.spilledAt(kv)
+			if !ok || r.f == nf {
+				continue
+			}
+			v, err := s.readSpilled(r, buf)
+			if err != nil {
+				return false
+			}
+			buf = v
+			nr, err := sp.put(v)
+			if err != nil {
+				return false
+			}
+			// The place, not the published KeyValue, changes; readers
+			// read it under the lock.
+			(*spilledVersion)(unsafe.Pointer(kv)).ref = nr
+			sp.drop(r)
+			if n++; n%s.compactBatch == 0 && pause != nil {
+				pause()
+			}
 		}
-		v, err := s.readSpilled(r, buf)
-		if err != nil {
-			return
-		}
-		buf = v
-		nr, err := sp.put(v)
-		if err != nil {
-			return
-		}
-		// Updating an existing key while ranging over a map is allowed.
-		s.spilled[kv] = nr
-		sp.drop(r)
-		if n++; n%s.compactBatch == 0 && pause != nil {
-			pause()
-		}
-	}
+		return true
+	})
 }
 
 // compact raises the floor to rev and drops what that makes unreachable,

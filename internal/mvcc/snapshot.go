@@ -273,10 +273,8 @@ func (s *Store) RestoreFrom(l Load) error {
 func (s *Store) ReplaceFrom(l Load) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for kv := range s.spilled {
-		s.unspill(kv)
-	}
-	s.idx, s.keys, s.log, s.versions, s.bytes = newTree(), map[string]*keyIndex{}, nil, 0, 0
+	s.unspillAll()
+	s.idx, s.keys, s.log, s.versions, s.bytes = newTree(), keyMap{}, nil, 0, 0
 	s.rev.Store(0)
 	s.compactRev.Store(0)
 	return s.restoreLocked(l)
@@ -289,10 +287,8 @@ func (s *Store) restoreLocked(l Load) error {
 	}
 	if err := s.load(l); err != nil {
 		// Leave the store empty rather than half loaded.
-		s.idx, s.keys, s.log, s.versions, s.bytes = newTree(), map[string]*keyIndex{}, nil, 0, 0
-		for kv := range s.spilled {
-			s.unspill(kv)
-		}
+		s.unspillAll()
+		s.idx, s.keys, s.log, s.versions, s.bytes = newTree(), keyMap{}, nil, 0, 0
 		return err
 	}
 	s.rev.Store(rev)
@@ -310,15 +306,12 @@ func (s *Store) load(l Load) error {
 	// the entries a restart replays next: sized for the snapshot alone,
 	// the maps were full and the replay of 100 k new keys after 900 k
 	// spent a third of its time splitting their tables.
-	if len(s.keys) == 0 && len(versions) > 0 {
+	if s.keys.len() == 0 && len(versions) > 0 {
 		hint := len(versions) + len(versions)/4
-		s.keys = make(map[string]*keyIndex, hint)
+		s.keys = newKeyMap(hint)
 		// The log holds every version loaded at first (compaction drops
 		// from its front): one allocation instead of twenty doublings.
 		s.log = make([]logEntry, 0, hint)
-		if s.sp != nil && len(s.spilled) == 0 {
-			s.spilled = make(map[*mvccpb.KeyValue]spillRef, hint)
-		}
 	}
 	var last, lastSub int64
 	for i, v := range versions {
@@ -348,7 +341,7 @@ func (s *Store) load(l Load) error {
 			return bad("invalid version or create revision")
 		}
 		if ki == nil {
-			ki = &keyIndex{key: v.Key}
+			ki = newKeyIndex(v.Key)
 			s.addKey(ki, true)
 		} else if (prev == nil) != v.Tombstone {
 			s.idx.setLive(ki.key, !v.Tombstone)
@@ -357,7 +350,7 @@ func (s *Store) load(l Load) error {
 		if v.Tombstone {
 			kv = &mvccpb.KeyValue{Key: ki.key, ModRevision: v.ModRevision}
 		} else {
-			kv = s.restored(mvccpb.KeyValue{Key: ki.key, ModRevision: v.ModRevision,
+			kv = s.restored(ki.slot(), mvccpb.KeyValue{Key: ki.key, ModRevision: v.ModRevision,
 				CreateRevision: v.CreateRevision, Version: v.Version, Value: v.Value, Lease: v.Lease})
 		}
 		if l.OnLease != nil {
@@ -380,18 +373,8 @@ func (s *Store) load(l Load) error {
 // restored is stored for a version being restored, with one allocation
 // instead of two: a spilled version is copied without its value once, not
 // built with it and then copied.
-func (s *Store) restored(kv mvccpb.KeyValue) *mvccpb.KeyValue {
-	if s.sp != nil && len(kv.Value) >= s.spillMin {
-		if r, err := s.sp.put(kv.Value); err == nil {
-			kv.Value = nil
-			cp := &kv
-			s.spilled[cp] = r
-			return cp
-		}
-		// The file cannot take more: the value stays in memory, as
-		// stored does.
-	}
-	return &kv
+func (s *Store) restored(slot *spilledVersion, kv mvccpb.KeyValue) *mvccpb.KeyValue {
+	return s.keep(slot, kv)
 }
 
 // HashKV hashes every version with mod_revision <= rev that the store holds

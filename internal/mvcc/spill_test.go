@@ -72,7 +72,7 @@ func TestSpillKeepsValuesOutOfMemory(t *testing.T) {
 	}
 	// Stored versions hold no copy of a spilled value.
 	for _, kv := range s.lookup([]byte("big")).hist {
-		if kv.Value != nil {
+		if len(kv.Value) != 0 {
 			t.Fatalf("stored version %d holds its value", kv.ModRevision)
 		}
 	}
@@ -309,7 +309,7 @@ func TestPutKVReturnsTheKeptVersion(t *testing.T) {
 	defer s.Close()
 	big := bytes.Repeat([]byte("v"), DefaultSpillMin)
 	kv, prev := s.PutKV(1, []byte("k"), big, 0)
-	if prev != nil || kv.Value != nil || kv != s.lookup([]byte("k")).hist[0] {
+	if prev != nil || len(kv.Value) != 0 || kv != s.lookup([]byte("k")).hist[0] {
 		t.Fatalf("PutKV returned %v (prev %v), want the kept version without its value", kv, prev)
 	}
 	kv2, prev := s.PutKV(2, []byte("k"), []byte("small"), 0)
@@ -319,5 +319,93 @@ func TestPutKVReturnsTheKeptVersion(t *testing.T) {
 	res, err := s.Range([]byte("k"), nil, RangeOptions{Rev: 1})
 	if err != nil || len(res.KVs) != 1 || !bytes.Equal(res.KVs[0].Value, big) {
 		t.Fatalf("range at 1: %v %v", res, err)
+	}
+}
+
+// A new key costs one allocation, its index with its first version and,
+// when spilled, that value's place inside it: the collector has one
+// object fewer per key to find than with a version of its own, and no
+// map from version to place to scan (issue 22 item 5).
+func TestPutOfNewKeyIsOneAllocation(t *testing.T) {
+	s, err := Open(Options{SpillDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	big := bytes.Repeat([]byte("v"), DefaultSpillMin)
+	const runs = 2000
+	keys := make([][]byte, runs+1)
+	for i := range keys {
+		keys[i] = fmt.Appendf(nil, "k%06d", i)
+	}
+	i := 0
+	// Map and log growth add a few allocations over the runs.
+	if got := testing.AllocsPerRun(runs, func() {
+		s.PutKV(s.Rev()+1, keys[i], big, 0)
+		i++
+	}); got > 1.1 {
+		t.Fatalf("%.2f allocations per new key, want 1", got)
+	}
+	// The values are still there.
+	res, err := s.Range(keys[7], nil, RangeOptions{Rev: s.Rev()})
+	if err != nil || len(res.KVs) != 1 || !bytes.Equal(res.KVs[0].Value, big) {
+		t.Fatalf("range: %v %v", res, err)
+	}
+}
+
+// A restored key costs one allocation too: its first version goes into
+// its index as a put's does (a restart of 1 M keys otherwise holds an
+// unused slot per key beside a version of its own).
+func TestRestoreOfNewKeyIsOneAllocation(t *testing.T) {
+	const n = 2000
+	big := bytes.Repeat([]byte("v"), DefaultSpillMin)
+	snap := make([]*netsyv1.KeyVersion, n)
+	for i := range snap {
+		snap[i] = &netsyv1.KeyVersion{Key: fmt.Appendf(nil, "k%06d", i), Value: big, CreateRevision: int64(i) + 1, ModRevision: int64(i) + 1, Version: 1}
+	}
+	dir := t.TempDir()
+	var stores []*Store
+	defer func() {
+		for _, s := range stores {
+			s.Close()
+		}
+	}()
+	allocs := testing.AllocsPerRun(2, func() {
+		s, err := Open(Options{SpillDir: filepath.Join(dir, fmt.Sprint(len(stores)))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stores = append(stores, s)
+		if err := s.Restore(n, 0, snap); err != nil {
+			t.Fatal(err)
+		}
+	})
+	// Opening the store, the index's nodes and its tables add a few.
+	if perKey := allocs / n; perKey > 1.2 {
+		t.Fatalf("%.2f allocations per restored key, want 1", perKey)
+	}
+}
+
+// A key's first version outlives compaction in its keyIndex (v0): once
+// dropped, it must not keep pointing at its spill file, which a rewrite
+// retires and which holds up to two 256 KiB buffers.
+func TestCompactedFirstVersionLetsGoOfItsFile(t *testing.T) {
+	s := newSpilling(t)
+	for rev := int64(1); rev <= 3; rev++ {
+		s.Put(rev, []byte("k"), []byte("value"), 0)
+	}
+	if err := s.Compact(3); err != nil {
+		t.Fatal(err)
+	}
+	ki := s.lookup([]byte("k"))
+	if ki.hist[0] == &ki.v0.kv {
+		t.Fatal("the first version survived compaction")
+	}
+	if ki.v0.ref.f != nil {
+		t.Fatal("the compacted first version still points at its spill file")
+	}
+	res, err := s.Range([]byte("k"), nil, RangeOptions{Rev: 3})
+	if err != nil || len(res.KVs) != 1 || string(res.KVs[0].Value) != "value" {
+		t.Fatalf("range: %v %v", res, err)
 	}
 }

@@ -19,7 +19,7 @@ type Store struct {
 	idx tree
 	// keys finds a key's index without the tree's pointer chasing: point
 	// reads and writes, the hot paths, cost one hash lookup.
-	keys map[string]*keyIndex
+	keys keyMap
 	// log holds every event with mod_revision >= compactRev in (revision,
 	// sub) order; a version's sub is its position within its revision. Its
 	// kv pointers are the same values the key histories hold.
@@ -37,11 +37,11 @@ type Store struct {
 	// hold of the lock.
 	compactBatch int
 
-	// sp, when not nil, holds values of at least spillMin bytes; spilled
-	// maps each stored version whose Value it holds (nil in the version)
-	// to where.
+	// sp, when not nil, holds values of at least spillMin bytes; a
+	// stored version whose value it holds is a spilledVersion, and
+	// spilled counts them.
 	sp       *spill
-	spilled  map[*mvccpb.KeyValue]spillRef
+	spilled  int
 	spillMin int
 	// fault is the first error reading a spilled value.
 	fault atomic.Pointer[error]
@@ -72,7 +72,7 @@ func Open(o Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.sp, s.spilled, s.spillMin = sp, map[*mvccpb.KeyValue]spillRef{}, o.SpillMin
+	s.sp, s.spillMin = sp, o.SpillMin
 	if s.spillMin <= 0 {
 		s.spillMin = DefaultSpillMin
 	}
@@ -107,13 +107,41 @@ func (s *Store) setFault(err error) {
 	s.fault.CompareAndSwap(nil, &err)
 }
 
-// spilledAt reports where kv's value is when the store spilled it.
+// spilledVersion is a stored version whose value is in the spill files:
+// kv.Value is spillMark, and ref says where the value is. It replaces a
+// map from version to place (issue 22 item 5: at 1 M keys the map took
+// ~80 of the store's ~340 MB and two pointers per version for the
+// collector to follow), so a version and its place are one allocation,
+// and spilledAt finds the place from the version's pointer alone.
+type spilledVersion struct {
+	// kv comes first: a *mvccpb.KeyValue whose Value is spillMark points
+	// to the start of its spilledVersion.
+	kv  mvccpb.KeyValue
+	ref spillRef
+}
+
+// spillMark is the Value of every spilled version: empty, as a value read
+// without resolving it always was, and at an address no other slice has,
+// so a version carrying it is known to be a spilledVersion. Its capacity
+// is 0, so an append to it never writes to spillMarkByte.
+var (
+	spillMarkByte [1]byte
+	spillMark     = spillMarkByte[:0:0]
+)
+
+// spilled reports whether kv is a spilledVersion.
+func spilledKV(kv *mvccpb.KeyValue) bool {
+	return kv != nil && len(kv.Value) == 0 && unsafe.SliceData(kv.Value) == &spillMarkByte[0]
+}
+
+// spilledAt reports where kv's value is when the store spilled it and has
+// not dropped it since.
 func (s *Store) spilledAt(kv *mvccpb.KeyValue) (spillRef, bool) {
-	if s.spilled == nil || kv == nil || len(kv.Value) != 0 || tombstone(kv) {
+	if !spilledKV(kv) {
 		return spillRef{}, false
 	}
-	r, ok := s.spilled[kv]
-	return r, ok
+	r := (*spilledVersion)(unsafe.Pointer(kv)).ref
+	return r, r.f != nil
 }
 
 // valueLen is the length of kv's value wherever it is held.
@@ -124,20 +152,38 @@ func (s *Store) valueLen(kv *mvccpb.KeyValue) int {
 	return len(kv.Value)
 }
 
-// spillValue moves kv's value to the spill files when it is large enough,
-// in place (kv must not be published yet): the version the store keeps
-// then has no Value, and spilled says where it is.
-func (s *Store) spillValue(kv *mvccpb.KeyValue) {
-	if s.sp == nil || len(kv.Value) < s.spillMin {
-		return
+// slotValueMax is the largest value kept in memory in a keyIndex's slot:
+// the slot outlives its version once compaction drops it, and so would the
+// value it points to.
+const slotValueMax = DefaultSpillMin
+
+// keep returns the version the store keeps for kv: in slot when not nil
+// (a new key's own, see keyIndex.v0) and the value it would hold in
+// memory is at most slotValueMax bytes, else in a new allocation. A value
+// large enough goes to the spill files, and the version is then a
+// spilledVersion without it.
+func (s *Store) keep(slot *spilledVersion, kv mvccpb.KeyValue) *mvccpb.KeyValue {
+	if s.sp != nil && len(kv.Value) >= s.spillMin {
+		// On an error the file cannot take more: the value stays in
+		// memory.
+		if r, err := s.sp.put(kv.Value); err == nil {
+			if slot == nil {
+				slot = new(spilledVersion)
+			}
+			kv.Value = spillMark
+			slot.kv, slot.ref = kv, r
+			s.spilled++
+			return &slot.kv
+		}
 	}
-	r, err := s.sp.put(kv.Value)
-	if err != nil {
-		// The file cannot take more: the value stays in memory.
-		return
+	if slot == nil || len(kv.Value) > slotValueMax {
+		// Not &kv: that would move every call's kv to the heap.
+		cp := new(mvccpb.KeyValue)
+		*cp = kv
+		return cp
 	}
-	kv.Value = nil
-	s.spilled[kv] = r
+	slot.kv = kv
+	return &slot.kv
 }
 
 // withValue is a copy of kv with value v.
@@ -146,18 +192,39 @@ func withValue(kv *mvccpb.KeyValue, v []byte) mvccpb.KeyValue {
 }
 
 // unspill forgets kv's spilled value, if any, as kv leaves the store.
+// The published KeyValue keeps its mark; its place beside it is cleared
+// (nothing reads it through the store any more, and a Capture holds its
+// own spillRef and pins the file), so a keyIndex's v0 that outlives its
+// version does not keep a retired file and its buffers reachable.
 func (s *Store) unspill(kv *mvccpb.KeyValue) {
 	if r, ok := s.spilledAt(kv); ok {
-		delete(s.spilled, kv)
-		s.sp.drop(r)
+		s.spilled--
+		(*spilledVersion)(unsafe.Pointer(kv)).ref = spillRef{}
+		if s.sp != nil {
+			s.sp.drop(r)
+		}
 	}
+}
+
+// unspillAll forgets every spilled value the index holds, for a store
+// about to drop everything; the caller empties the index afterwards.
+func (s *Store) unspillAll() {
+	if s.spilled == 0 {
+		return
+	}
+	s.idx.ascend(nil, nil, func(ki *keyIndex) bool {
+		for _, kv := range ki.hist {
+			s.unspill(kv)
+		}
+		return true
+	})
 }
 
 // resolve replaces each version in kvs whose value is spilled by a copy
 // with the value read back; nil entries are skipped. The caller holds the
 // lock.
 func (s *Store) resolve(kvs []*mvccpb.KeyValue) error {
-	if len(s.spilled) == 0 {
+	if s.spilled == 0 {
 		return nil
 	}
 	n, size := 0, 0
@@ -206,7 +273,7 @@ func (s *Store) readSpilled(r spillRef, dst []byte) ([]byte, error) {
 
 // resolveEvents resolves the versions events carry.
 func (s *Store) resolveEvents(evs []*mvccpb.Event) error {
-	if len(s.spilled) == 0 {
+	if s.spilled == 0 {
 		return nil
 	}
 	kvs := make([]*mvccpb.KeyValue, 0, 2*len(evs))
@@ -241,6 +308,13 @@ type keyIndex struct {
 	// of a write-heavy store are written once between compactions, and
 	// the slot saves each new key the allocation of a one-element slice.
 	first [1]*mvccpb.KeyValue
+	// v0 holds the key's first version (see slot), for the same reason:
+	// one allocation per new key instead of two, and one object fewer
+	// for the collector to find per key held (issue 22 item 5). It
+	// outlives that version when compaction drops it, at the price of
+	// its size once per updated key; a large value held in memory is
+	// therefore never put there (see keep).
+	v0 spilledVersion
 }
 
 // newKeyIndex is the index of a key not yet written.
@@ -248,6 +322,16 @@ func newKeyIndex(key []byte) *keyIndex {
 	ki := &keyIndex{key: key}
 	ki.hist = ki.first[:0]
 	return ki
+}
+
+// slot is where the key's next version is kept: v0 for its first (a key
+// whose history empties leaves the store, so an empty hist means v0 was
+// never used), nil (a new allocation) afterwards.
+func (ki *keyIndex) slot() *spilledVersion {
+	if len(ki.hist) == 0 {
+		return &ki.v0
+	}
+	return nil
 }
 
 func tombstone(kv *mvccpb.KeyValue) bool { return kv.Version == 0 }
@@ -293,23 +377,20 @@ func (ki *keyIndex) at(rev int64) *mvccpb.KeyValue {
 
 // New returns an empty store at revision 0.
 func New() *Store {
-	return &Store{idx: newTree(), keys: map[string]*keyIndex{}, compactBatch: 1024}
+	return &Store{idx: newTree(), keys: newKeyMap(0), compactBatch: 1024}
 }
 
-func (s *Store) lookup(key []byte) *keyIndex { return s.keys[string(key)] }
+func (s *Store) lookup(key []byte) *keyIndex { return s.keys.get(key) }
 
 func (s *Store) addKey(ki *keyIndex, live bool) {
 	s.idx.insert(ki, live)
-	// The map key aliases ki.key instead of copying it: stored keys are
-	// never modified (see Put), so the string stays immutable as Go
-	// requires.
-	s.keys[unsafe.String(unsafe.SliceData(ki.key), len(ki.key))] = ki
+	s.keys.put(ki)
 	s.bytes += int64(len(ki.key))
 }
 
 func (s *Store) removeKey(ki *keyIndex) {
 	s.idx.delete(ki.key)
-	delete(s.keys, string(ki.key))
+	s.keys.del(ki)
 	s.bytes -= int64(len(ki.key))
 }
 
@@ -341,7 +422,7 @@ type Stats struct {
 func (s *Store) Stats() Stats {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	st := Stats{Keys: int64(s.idx.live), Versions: s.versions, Bytes: s.bytes, IndexKeys: int64(len(s.keys))}
+	st := Stats{Keys: int64(s.idx.live), Versions: s.versions, Bytes: s.bytes, IndexKeys: int64(s.keys.len())}
 	if s.sp != nil {
 		st.Spilled, st.SpillGarbage = s.sp.live, s.sp.garbage
 	}
@@ -365,7 +446,7 @@ func (s *Store) checkWriteRev(rev int64) {
 // event's Kv is then not the version the store keeps.
 func (s *Store) Put(rev int64, key, value []byte, lease int64) *mvccpb.Event {
 	kv, prev := s.PutKV(rev, key, value, lease)
-	if kv.Value == nil && len(value) > 0 {
+	if len(kv.Value) == 0 && len(value) > 0 {
 		// Spilled: the event carries the value, the store a version
 		// without it.
 		cp := withValue(kv, value)
@@ -375,7 +456,7 @@ func (s *Store) Put(rev int64, key, value []byte, lease int64) *mvccpb.Event {
 }
 
 // PutKV is Put without the event: it returns the version the store now
-// keeps, whose Value is nil when the value went to the spill files, and
+// keeps, whose Value is empty when the value went to the spill files, and
 // the event's PrevKv (nil when the key was not live). The engine's write
 // and apply paths use it: they read neither the new value nor an event,
 // and each would be an allocation per write nobody keeps.
@@ -389,14 +470,14 @@ func (s *Store) PutKV(rev int64, key, value []byte, lease int64) (kv, prev *mvcc
 		s.addKey(ki, true)
 	}
 	prev = ki.latest()
-	kv = &mvccpb.KeyValue{Key: ki.key, CreateRevision: rev, ModRevision: rev, Version: 1, Value: value, Lease: lease}
+	v := mvccpb.KeyValue{Key: ki.key, CreateRevision: rev, ModRevision: rev, Version: 1, Value: value, Lease: lease}
 	if prev != nil {
-		kv.CreateRevision = prev.CreateRevision
-		kv.Version = prev.Version + 1
+		v.CreateRevision = prev.CreateRevision
+		v.Version = prev.Version + 1
 	} else if len(ki.hist) > 0 {
 		s.idx.setLive(key, true)
 	}
-	s.spillValue(kv)
+	kv = s.keep(ki.slot(), v)
 	s.append(ki, kv, prev)
 	s.rev.Store(rev)
 	return kv, s.eventPrev(prev)
@@ -437,6 +518,11 @@ func (s *Store) Delete(rev int64, key []byte) *mvccpb.Event {
 
 func (s *Store) append(ki *keyIndex, kv, prev *mvccpb.KeyValue) {
 	ki.hist = append(ki.hist, kv)
+	if len(ki.hist) == 2 {
+		// hist has left first, whose pointer would otherwise keep the
+		// key's first version, and its value, after compaction drops it.
+		ki.first[0] = nil
+	}
 	s.log = append(s.log, logEntry{kv: kv, prev: prev})
 	s.versions++
 	s.bytes += int64(s.valueLen(kv))

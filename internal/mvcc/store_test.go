@@ -4,11 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"weak"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.uber.org/goleak"
@@ -693,4 +695,30 @@ func TestReplace(t *testing.T) {
 	if err := other.Replace(3, 0, bad); err == nil || other.Rev() != 0 {
 		t.Fatalf("replace with a bad version: %v, rev %d", err, other.Rev())
 	}
+}
+
+// A value compaction drops is not kept alive by the key's index: a key's
+// first version lives in its keyIndex (see slot), which outlives that
+// version, so a large value held in memory must not go there.
+func TestCompactionFreesAnInMemoryFirstValue(t *testing.T) {
+	s := New()
+	key := []byte("k")
+	gone := func() weak.Pointer[byte] {
+		v := make([]byte, 1<<20)
+		s.Put(1, key, v, 0)
+		return weak.Make(&v[0])
+	}()
+	s.Put(2, key, []byte("small"), 0)
+	s.Put(3, key, []byte("small"), 0)
+	// At floor 3 nothing reads revision 1 any more: not even as the
+	// PrevKv of revision 2's event, which the floor keeps.
+	if err := s.Compact(3); err != nil {
+		t.Fatal(err)
+	}
+	runtime.GC()
+	runtime.GC()
+	if gone.Value() != nil {
+		t.Fatal("the compacted first value of a key is still reachable")
+	}
+	runtime.KeepAlive(s)
 }
