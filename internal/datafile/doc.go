@@ -43,6 +43,10 @@
 // silently: every problem is an error naming the file and the byte offset.
 // Salvage finds the records that still verify after damage, so that a cut
 // can say what it discards; what it finds is never kept as data.
+// EncodeSnapshot frames each key version by hand (kvrecord.go) with exactly
+// the bytes proto.Marshal writes, and reads a Source that is a Viewer into
+// one reused KeyVersion: a snapshot of a million versions allocates
+// nothing per version. The format does not depend on either.
 // DecodeSnapshot holds the Go collector while it decodes (gctune.Hold; a
 // no-op unless the process runs the tuner), at the size the header's
 // count projects: a restart's snapshot is most of its heap, and decoding

@@ -37,6 +37,16 @@ type Source interface {
 	Release()
 }
 
+// A Viewer is a Source that can also read a key version into a
+// KeyVersion the caller reuses, which EncodeSnapshot prefers.
+type Viewer interface {
+	Source
+	// View sets every field of kv to key version i. The key and value
+	// may be memory the Viewer reuses: they are valid only until the
+	// next View or At call and must not be modified.
+	View(i int, kv *netsyv1.KeyVersion) error
+}
+
 // Len is the number of key versions.
 func (s *Snapshot) Len() int {
 	if s.Source != nil {
@@ -107,18 +117,28 @@ func encodeSnapshot(w io.Writer, s *Snapshot, compress bool) error {
 		return fmt.Errorf("encode snapshot %d header: %w", h.Index, err)
 	}
 	kv := &netsyv1.SnapshotRecord_Kv{}
-	rec.Record = kv
-	var prev *netsyv1.KeyVersion
+	// A Viewer's versions are read into one KeyVersion, so a snapshot of
+	// a million values does not allocate (and copy) a million of them.
+	view, _ := s.Source.(Viewer)
+	var scratch netsyv1.KeyVersion
+	var prevRev, prevSub int64
 	for i := range n {
-		v, err := s.At(i)
+		var v *netsyv1.KeyVersion
+		var err error
+		if view != nil {
+			v = &scratch
+			err = view.View(i, v)
+		} else {
+			v, err = s.At(i)
+		}
 		if err != nil {
 			return fmt.Errorf("encode snapshot %d key version %d: %w", h.Index, i, err)
 		}
-		if prev != nil && kvLess(v, prev) {
+		if i > 0 && (v.ModRevision < prevRev || v.ModRevision == prevRev && v.Sub < prevSub) {
 			return fmt.Errorf("encode snapshot %d: key version %d is out of (mod_revision, sub) order", h.Index, i)
 		}
-		kv.Kv, prev = v, v
-		if err := dw.appendMessage(rec); err != nil {
+		prevRev, prevSub = v.ModRevision, v.Sub
+		if err := dw.appendKV(v, kv); err != nil {
 			return fmt.Errorf("encode snapshot %d key version %d: %w", h.Index, i, err)
 		}
 	}

@@ -51,6 +51,15 @@
 //     active ones), never of a node: every node lists what it applied and
 //     a new Primary inherits them with the history (see alarm.go for why
 //     not re-derived). Open refuses a store already past its quota.
+//   - A local snapshot is due when index + Config.SnapshotPhase crosses a
+//     multiple of Config.SnapshotEntries (snapshotDue): nodes of a cluster
+//     given different phases (SnapshotPhase of the node ID) snapshot at
+//     different indexes of the same log instead of encoding the whole
+//     state at once; the interval stays SnapshotEntries. The loop only
+//     captures (pointers to the store's versions); the encode and write
+//     run on one background goroutine, which reads the versions through
+//     one reused KeyVersion (datafile.Viewer) and must never hold the
+//     loop.
 //   - A snapshot is loaded with its leases restored first, so keys attach
 //     to them as the versions load (no pass over every key after). The
 //     engine frees the decoded versions as the store takes them only

@@ -46,6 +46,11 @@ type Config struct {
 	// SnapshotEntries is how many entries may follow the last local
 	// snapshot before a new one is written (default 100000).
 	SnapshotEntries uint64
+	// SnapshotPhase shifts where the snapshots fall: one is written when
+	// index + SnapshotPhase crosses a multiple of SnapshotEntries, so
+	// nodes of one cluster given different phases (SnapshotPhase of their
+	// node IDs) never snapshot together. 0 snapshots at the multiples.
+	SnapshotPhase uint64
 	// LeaseCheckInterval is how often expired leases are looked for
 	// (default 500ms).
 	LeaseCheckInterval time.Duration
@@ -111,7 +116,7 @@ func (c *Config) setDefaults() {
 		c.Logger = hclog.NewNullLogger()
 	}
 	if c.SnapshotEntries == 0 {
-		c.SnapshotEntries = 100000
+		c.SnapshotEntries = defaultSnapshotEntries
 	}
 	if c.LeaseCheckInterval == 0 {
 		c.LeaseCheckInterval = 500 * time.Millisecond

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/netsy-io/netsy/proto/netsyv1"
 )
 
@@ -288,6 +290,8 @@ func TestCaptureReadsAhead(t *testing.T) {
 		order = append(order, i)
 	}
 	order = append(order, 5, 3000, 1)
+	var kept []*netsyv1.KeyVersion
+	var viewed netsyv1.KeyVersion
 	for _, i := range order {
 		kv, err := c.At(i)
 		if err != nil {
@@ -295,6 +299,20 @@ func TestCaptureReadsAhead(t *testing.T) {
 		}
 		if !bytes.Equal(kv.Value, want[string(kv.Key)]) {
 			t.Fatalf("version %d (%s): %d bytes, want %d", i, kv.Key, len(kv.Value), len(want[string(kv.Key)]))
+		}
+		kept = append(kept, kv)
+		// View gives the same version without a copy of its own.
+		if err := c.View(i, &viewed); err != nil {
+			t.Fatal(err)
+		}
+		if !proto.Equal(&viewed, kv) {
+			t.Fatalf("version %d viewed as %v, At gives %v", i, &viewed, kv)
+		}
+	}
+	// What At returned is the caller's: the reads after it changed none.
+	for _, kv := range kept {
+		if !bytes.Equal(kv.Value, want[string(kv.Key)]) {
+			t.Fatalf("value of %s returned by At changed by later reads", kv.Key)
 		}
 	}
 }
