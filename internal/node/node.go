@@ -217,12 +217,15 @@ func StartWith(ctx context.Context, cfg config.Config, logger hclog.Logger, deps
 	n.eng, err = engine.Open(engine.Config{
 		Storage:         n.objlog,
 		SnapshotEntries: uint64(cfg.SnapshotEveryRevisions),
-		SpillDir:        spillDir,
-		SpillMin:        cfg.ValueSpillMin,
-		Clock:           clk,
-		Logger:          logger,
-		ClusterID:       roles.ClusterIDHash(cfg.ClusterID),
-		Follower:        true,
+		// Each node snapshots at its own phase of the interval, so the
+		// nodes of a cluster never all encode the whole state at once.
+		SnapshotPhase: engine.SnapshotPhase(cfg.NodeID, uint64(cfg.SnapshotEveryRevisions)),
+		SpillDir:      spillDir,
+		SpillMin:      cfg.ValueSpillMin,
+		Clock:         clk,
+		Logger:        logger,
+		ClusterID:     roles.ClusterIDHash(cfg.ClusterID),
+		Follower:      true,
 		// The space quota; the NOSPACE alarm is raised under the member
 		// id the Elector gave this node.
 		QuotaBackendBytes: cfg.QuotaBytes(),
