@@ -136,7 +136,16 @@
 //     wait, 1.25 lease windows, has passed since that instant on the
 //     Elector's clock, unless the previous Primary itself answers that it
 //     is a Replica (it gave the lease up; a restarted process is always a
-//     Replica). A refused connection ends nothing early: a live Primary
+//     Replica). An Elector that does not know who took up the highest term
+//     handed out (no node named that term's Primary when it loaded) waits
+//     from its start, unless the round hears, from the node itself, that
+//     its data directory took up that term (Heartbeat.took_primary_term,
+//     its term file) and that it is a Replica: that node's earlier process
+//     (or itself, before it stepped down) held the term and no longer acts
+//     at it, since the term file is written before a term is acted on, read
+//     before the state, and a term is never taken up twice. A remembered
+//     report, another node's answer or a term file older than the term
+//     keeps the wait. A refused connection ends nothing early: a live Primary
 //     behind a REJECT rule, a network policy or a restarted listener
 //     refuses too. While a round runs, the previous Primary's own
 //     heartbeats are refused (ErrElectingSuccessor): the round checked its
