@@ -99,6 +99,11 @@ type Config struct {
 	// DurableTipInterval is the least time between two reads of the tip
 	// while a node waits on it (default 3s).
 	DurableTipInterval time.Duration
+	// OnLoaded, when set, is told once the node map is loaded, so that a
+	// registration or heartbeat refused with ErrNotLoaded meanwhile (this
+	// node's own, at start) goes again at once rather than at its next
+	// beat. It must not block.
+	OnLoaded func()
 }
 
 func (c *Config) setDefaults() error {
@@ -293,6 +298,9 @@ func (e *Elector) Run(ctx context.Context) {
 			}
 			e.parked = nil
 			e.pushAll(ctx)
+			if e.cfg.OnLoaded != nil {
+				e.cfg.OnLoaded()
+			}
 		case r := <-electDone:
 			e.electing = false
 			e.electFinished(ctx, r)

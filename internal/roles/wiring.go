@@ -279,6 +279,10 @@ func (r *Roles) runElectorTerms(ctx context.Context) {
 				return h.Counter
 			},
 			LockValid: lead.Valid,
+			// This node registered (or beat) as the Elector started and
+			// was refused until the load: beat again now, not a heartbeat
+			// interval later (a lone node's restart waited for it).
+			OnLoaded: r.hb.Now,
 		}, lead.Term)
 		if err != nil {
 			r.log.Error("start the Elector", "error", err)
