@@ -101,7 +101,9 @@
 //     defers the election; a Replica (restarted or drained) lets it go
 //     on. If it cannot be reached, however the call fails, the election
 //     waits out its lease (rule 5); one last seen Draining is also given
-//     the handshake timeout since the Elector last heard from it.
+//     the handshake timeout since the Elector last heard from it. A
+//     heartbeat of its saying it is a Replica during that wait starts
+//     the next round at once (it restarted quicker than its lease).
 //     b. Nodes are asked for their state: none under quorum 0, every
 //     registered node under a static quorum, a majority of them under
 //     majority quorum; too few answers fail the round. A previous Primary

@@ -276,6 +276,7 @@ func (e *Elector) gaveUpTerm(ctx context.Context, s electSnapshot) string {
 // electFinished applies a round's result in the loop.
 func (e *Elector) electFinished(ctx context.Context, r electResult) {
 	now := e.cfg.Clock.Now()
+	e.waitingLease = false
 	switch {
 	case r.drained:
 		if e.handoff != nil {
@@ -291,6 +292,7 @@ func (e *Elector) electFinished(ctx context.Context, r electResult) {
 		// starts at that instant.
 		e.log.Info("election waits for the previous Primary's lease", "reason", r.err, "until", r.waitUntil)
 		e.nextTry = r.waitUntil
+		e.waitingLease = true
 	case r.deferred:
 		// It answered: it is alive and says it is still the Primary.
 		// Nothing changes and nothing is pushed.
@@ -338,4 +340,15 @@ func later(a, b time.Time) time.Time {
 		return b
 	}
 	return a
+}
+
+// gaveUpReport says a heartbeat may end a lease wait early: it comes from
+// the previous Primary and says it is a Replica (it restarted, or stepped
+// down). The round it starts asks it again (rule 4a); this only saves
+// waiting for the instant its lease would have run out. (A new Elector
+// waiting for an unknown term holder needs no such trigger: that node's
+// first heartbeat after its restart makes it Healthy, which starts a
+// round while no Primary is named.)
+func (e *Elector) gaveUpReport(hb *netsyv1.Heartbeat) bool {
+	return hb.GetPrimaryState() == netsyv1.PrimaryState_REPLICA && e.primary != nil && hb.GetNodeId() == e.primary.NodeId
 }

@@ -205,6 +205,10 @@ type Elector struct {
 	events       []*netsyv1.Event
 	electing     bool
 	nextTry      time.Time
+	// waitingLease says the last round waits for a previous Primary's
+	// lease until nextTry: a report that it gave the lease up starts the
+	// next round at once (gaveUpReport).
+	waitingLease bool
 	// parked are requests that wait for the map to load.
 	parked  []func(error)
 	handoff *handoffReq
@@ -633,6 +637,10 @@ func (e *Elector) Heartbeat(ctx context.Context, hb *netsyv1.Heartbeat) (*netsyv
 			return &peer.CodedError{C: codes.FailedPrecondition, R: peer.ReasonNotRegistered, Msg: fmt.Sprintf("node %q is not registered with this Elector", hb.NodeId)}
 		}
 		r.last, r.lastAt = hb, now
+		if e.waitingLease && !e.electing && e.gaveUpReport(hb) {
+			e.waitingLease = false
+			e.nextTry = time.Time{}
+		}
 		h := hb.Health
 		if h == netsyv1.HealthState_HEALTH_UNKNOWN {
 			h = netsyv1.HealthState_HEALTHY

@@ -1173,3 +1173,43 @@ func TestNewElectorSkipsTheLeaseWaitOnlyWhenTheTermsHolderGaveItUp(t *testing.T)
 		})
 	}
 }
+
+// A Primary whose process died is restarted within its lease wait: its
+// first heartbeat says it is a Replica, and the next round starts then (the
+// round asks it again and goes on), not at the instant the lease would
+// have run out. Before, the round that found it unreachable set the next
+// one a full lease wait after the last answer.
+func TestRestartedPrimarysReplicaHeartbeatEndsTheLeaseWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, -1, "n1", "n2", "n3")
+		c.set("n3", func(f *fakeNode) { f.hb.LatestIndex = 20 })
+		c.begin(-1)
+		c.run(5*time.Second, primaryIs("n3", 1))
+		c.settle(100 * time.Millisecond)
+		if _, err := c.e.Heartbeat(t.Context(), cloneHB(c.peers.node("n3").hb)); err != nil {
+			t.Fatal(err)
+		}
+		due := c.clk.Now().Add(c.e.cfg.leaseWait())
+		c.set("n3", func(f *fakeNode) { f.reach = refused })
+		for _, id := range []string{"n1", "n2"} {
+			c.set(id, func(f *fakeNode) { f.hb.LatestIndex, f.hb.PrimaryRefused = 20, true })
+		}
+		c.settle(500*time.Millisecond, "n3") // the probe, and a round that waits
+		c.set("n3", func(f *fakeNode) {
+			f.reach = up
+			f.hb.PrimaryState, f.hb.TookPrimaryTerm, f.hb.StartTimeUnixNano = netsyv1.PrimaryState_REPLICA, 1, 99
+		})
+		if _, err := c.e.Heartbeat(t.Context(), cloneHB(c.peers.node("n3").hb)); err != nil && peer.ReasonOf(err) != peer.ReasonElectingSuccessor {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if !c.clk.Now().Before(due) {
+			t.Fatalf("the test took past the lease wait")
+		}
+		cs, err := c.e.ClusterState(t.Context(), false)
+		if err != nil || cs.GetPrimaryTerm() != 2 {
+			t.Fatalf("%v before the lease wait ran out, after the restarted Primary said it is a Replica: state %v, %v; want a successor at term 2",
+				due.Sub(c.clk.Now()), cs, err)
+		}
+	})
+}
