@@ -101,7 +101,9 @@
 //     defers the election; a Replica (restarted or drained) lets it go
 //     on. If it cannot be reached, however the call fails, the election
 //     waits out its lease (rule 5); one last seen Draining is also given
-//     the handshake timeout since the Elector last heard from it.
+//     the handshake timeout since the Elector last heard from it. A
+//     heartbeat of its saying it is a Replica during that wait starts
+//     the next round at once (it restarted quicker than its lease).
 //     b. Nodes are asked for their state: none under quorum 0, every
 //     registered node under a static quorum, a majority of them under
 //     majority quorum; too few answers fail the round. A previous Primary
@@ -136,7 +138,16 @@
 //     wait, 1.25 lease windows, has passed since that instant on the
 //     Elector's clock, unless the previous Primary itself answers that it
 //     is a Replica (it gave the lease up; a restarted process is always a
-//     Replica). A refused connection ends nothing early: a live Primary
+//     Replica). An Elector that does not know who took up the highest term
+//     handed out (no node named that term's Primary when it loaded) waits
+//     from its start, unless the round hears, from the node itself, that
+//     its data directory took up that term (Heartbeat.took_primary_term,
+//     its term file) and that it is a Replica: that node's earlier process
+//     (or itself, before it stepped down) held the term and no longer acts
+//     at it, since the term file is written before a term is acted on, read
+//     before the state, and a term is never taken up twice. A remembered
+//     report, another node's answer or a term file older than the term
+//     keeps the wait. A refused connection ends nothing early: a live Primary
 //     behind a REJECT rule, a network policy or a restarted listener
 //     refuses too. While a round runs, the previous Primary's own
 //     heartbeats are refused (ErrElectingSuccessor): the round checked its

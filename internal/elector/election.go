@@ -140,11 +140,17 @@ func (e *Elector) elect(ctx context.Context, s electSnapshot) electResult {
 	if s.maxTerm > 0 && (s.prev == nil || s.prevTerm < s.maxTerm) {
 		// Whoever took up the highest term handed out is unknown to this
 		// Elector; a previous Elector may have renewed its lease until
-		// shortly before this one took over.
+		// shortly before this one took over. Unless that Primary answers
+		// now that it gave the term up (rule 5).
 		due := s.started.Add(e.cfg.leaseWait())
 		if now := e.cfg.Clock.Now(); now.Before(due) {
-			return electResult{waitUntil: due, err: fmt.Errorf("%w: the Primary of term %d is not known to this Elector, whose wait ends in %s",
-				errWaitPrevious, s.maxTerm, due.Sub(now))}
+			holder := e.gaveUpTerm(ctx, s)
+			if holder == "" {
+				return electResult{waitUntil: due, err: fmt.Errorf("%w: the Primary of term %d is not known to this Elector, whose wait ends in %s",
+					errWaitPrevious, s.maxTerm, due.Sub(now))}
+			}
+			e.log.Info("the Primary of the highest term handed out answers that it is a Replica; its lease is not waited out",
+				"node", holder, "primary_term", s.maxTerm, "wait_skipped", due.Sub(now))
 		}
 	}
 
@@ -230,9 +236,47 @@ func (e *Elector) elect(ctx context.Context, s electSnapshot) electResult {
 	return electResult{winner: winner, term: term}
 }
 
+// gaveUpTerm asks the nodes that may have taken up s.maxTerm (their last
+// report says so, or this Elector has none) for their state now, and
+// returns the one that answers, as itself, that its data directory records
+// it took up s.maxTerm and that it is a Replica: the Primary of that term
+// stepped down, or its process is gone and this is a later one (which
+// never takes up a term again), so no lease of that term holds any more
+// (rule 5). An answer is needed now: a remembered report proves nothing
+// about what the node did since. "" if none answers so.
+func (e *Elector) gaveUpTerm(ctx context.Context, s electSnapshot) string {
+	var ask []*netsyv1.NodeInfo
+	for _, n := range s.nodes {
+		if last := s.last[n.NodeId]; last == nil || last.GetTookPrimaryTerm() == s.maxTerm {
+			ask = append(ask, n)
+		}
+	}
+	found := make(chan string, len(ask))
+	var wg sync.WaitGroup
+	for _, n := range ask {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cctx, cancel := clock.WithTimeout(ctx, e.cfg.Clock, e.cfg.HeartbeatInterval)
+			defer cancel()
+			st, err := e.cfg.Peers.GetNodeState(cctx, n)
+			hb := st.GetState()
+			if err == nil && hb.GetNodeId() == n.NodeId && hb.GetTookPrimaryTerm() == s.maxTerm &&
+				hb.GetPrimaryState() == netsyv1.PrimaryState_REPLICA {
+				found <- n.NodeId
+			}
+		}()
+	}
+	wg.Wait()
+	close(found)
+	// Terms are handed out to one node each: at most one can answer so.
+	return <-found
+}
+
 // electFinished applies a round's result in the loop.
 func (e *Elector) electFinished(ctx context.Context, r electResult) {
 	now := e.cfg.Clock.Now()
+	e.waitingLease = false
 	switch {
 	case r.drained:
 		if e.handoff != nil {
@@ -248,6 +292,7 @@ func (e *Elector) electFinished(ctx context.Context, r electResult) {
 		// starts at that instant.
 		e.log.Info("election waits for the previous Primary's lease", "reason", r.err, "until", r.waitUntil)
 		e.nextTry = r.waitUntil
+		e.waitingLease = true
 	case r.deferred:
 		// It answered: it is alive and says it is still the Primary.
 		// Nothing changes and nothing is pushed.
@@ -295,4 +340,15 @@ func later(a, b time.Time) time.Time {
 		return b
 	}
 	return a
+}
+
+// gaveUpReport says a heartbeat may end a lease wait early: it comes from
+// the previous Primary and says it is a Replica (it restarted, or stepped
+// down). The round it starts asks it again (rule 4a); this only saves
+// waiting for the instant its lease would have run out. (A new Elector
+// waiting for an unknown term holder needs no such trigger: that node's
+// first heartbeat after its restart makes it Healthy, which starts a
+// round while no Primary is named.)
+func (e *Elector) gaveUpReport(hb *netsyv1.Heartbeat) bool {
+	return hb.GetPrimaryState() == netsyv1.PrimaryState_REPLICA && e.primary != nil && hb.GetNodeId() == e.primary.NodeId
 }

@@ -99,6 +99,11 @@ type Config struct {
 	// DurableTipInterval is the least time between two reads of the tip
 	// while a node waits on it (default 3s).
 	DurableTipInterval time.Duration
+	// OnLoaded, when set, is told once the node map is loaded, so that a
+	// registration or heartbeat refused with ErrNotLoaded meanwhile (this
+	// node's own, at start) goes again at once rather than at its next
+	// beat. It must not block.
+	OnLoaded func()
 }
 
 func (c *Config) setDefaults() error {
@@ -200,6 +205,10 @@ type Elector struct {
 	events       []*netsyv1.Event
 	electing     bool
 	nextTry      time.Time
+	// waitingLease says the last round waits for a previous Primary's
+	// lease until nextTry: a report that it gave the lease up starts the
+	// next round at once (gaveUpReport).
+	waitingLease bool
 	// parked are requests that wait for the map to load.
 	parked  []func(error)
 	handoff *handoffReq
@@ -293,6 +302,9 @@ func (e *Elector) Run(ctx context.Context) {
 			}
 			e.parked = nil
 			e.pushAll(ctx)
+			if e.cfg.OnLoaded != nil {
+				e.cfg.OnLoaded()
+			}
 		case r := <-electDone:
 			e.electing = false
 			e.electFinished(ctx, r)
@@ -625,6 +637,10 @@ func (e *Elector) Heartbeat(ctx context.Context, hb *netsyv1.Heartbeat) (*netsyv
 			return &peer.CodedError{C: codes.FailedPrecondition, R: peer.ReasonNotRegistered, Msg: fmt.Sprintf("node %q is not registered with this Elector", hb.NodeId)}
 		}
 		r.last, r.lastAt = hb, now
+		if e.waitingLease && !e.electing && e.gaveUpReport(hb) {
+			e.waitingLease = false
+			e.nextTry = time.Time{}
+		}
 		h := hb.Health
 		if h == netsyv1.HealthState_HEALTH_UNKNOWN {
 			h = netsyv1.HealthState_HEALTHY

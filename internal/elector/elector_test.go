@@ -60,6 +60,9 @@ type fakePeers struct {
 	reached chan string
 	// calls counts GetNodeState calls per node while it is not nil.
 	calls map[string]int
+	// refuseAfter refuses a node's GetNodeState calls after the first n
+	// (its process went away after it answered).
+	refuseAfter map[string]int
 }
 
 func (p *fakePeers) node(id string) *fakeNode {
@@ -86,6 +89,13 @@ func (p *fakePeers) GetNodeState(ctx context.Context, n *netsyv1.NodeInfo) (*net
 	gate := p.gates[n.NodeId]
 	if p.calls != nil {
 		p.calls[n.NodeId]++
+	}
+	if limit, ok := p.refuseAfter[n.NodeId]; ok {
+		if limit <= 0 {
+			p.mu.Unlock()
+			return nil, errRefused
+		}
+		p.refuseAfter[n.NodeId] = limit - 1
 	}
 	p.mu.Unlock()
 	if gate != nil {
@@ -1074,4 +1084,132 @@ func TestDeadPrimaryNotCountedForTheContactRule(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A new Elector does not know who took up the highest term handed out, and
+// waits a lease wait from its start for that Primary's lease, unless the
+// Primary of that term answers the round, as itself, that its data
+// directory records the term and that it is a Replica: a restarted lone
+// node whose dead process held the term is elected again at once. Every
+// other case keeps the wait: the term's holder is another node that does
+// not answer, the holder answered so only before the round (a remembered
+// report), or the node's term file is older than the term (its process
+// died before recording it, or the directory is older). Before the rule
+// the restarted node also waited the full lease wait.
+func TestNewElectorSkipsTheLeaseWaitOnlyWhenTheTermsHolderGaveItUp(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ids  []string
+		// after the first election (the last id wins, at term 1), before
+		// the new Elector starts on n1.
+		then func(c *cluster)
+		skip bool
+	}{
+		{name: "its own dead process held the term", ids: []string{"n1"}, skip: true, then: func(c *cluster) {
+			c.set("n1", func(f *fakeNode) { f.hb.PrimaryState, f.hb.TookPrimaryTerm = netsyv1.PrimaryState_REPLICA, 1 })
+		}},
+		{name: "another node held the term", ids: []string{"n1", "n2", "n3"}, then: func(c *cluster) {
+			c.set("n3", func(f *fakeNode) { f.reach = refused })
+		}},
+		{name: "the holder's report is not this round's", ids: []string{"n1", "n2", "n3"}, then: func(c *cluster) {
+			c.set("n3", func(f *fakeNode) { f.hb.PrimaryState, f.hb.TookPrimaryTerm = netsyv1.PrimaryState_REPLICA, 1 })
+			c.peers.mu.Lock()
+			c.peers.refuseAfter = map[string]int{"n3": 1} // answers the load, not the round
+			c.peers.mu.Unlock()
+		}},
+		{name: "its term file is older than the term", ids: []string{"n1"}, then: func(c *cluster) {
+			c.set("n1", func(f *fakeNode) { f.hb.PrimaryState, f.hb.TookPrimaryTerm = netsyv1.PrimaryState_REPLICA, 0 })
+		}},
+		{name: "it answers as another node", ids: []string{"n1", "n2", "n3"}, then: func(c *cluster) {
+			c.set("n3", func(f *fakeNode) {
+				f.hb.NodeId, f.hb.PrimaryState, f.hb.TookPrimaryTerm = "n9", netsyv1.PrimaryState_REPLICA, 1
+			})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				c := newCluster(t, -1, tc.ids...)
+				last := tc.ids[len(tc.ids)-1]
+				c.set(last, func(f *fakeNode) { f.hb.LatestIndex = 20 })
+				c.begin(-1)
+				c.run(5*time.Second, primaryIs(last, 1))
+				c.close()
+				for _, id := range tc.ids {
+					c.set(id, func(f *fakeNode) { f.hb.LatestIndex = 20 })
+				}
+				tc.then(c)
+				c.peers.mu.Lock()
+				c.peers.order = nil
+				c.peers.mu.Unlock()
+				var mute []string
+				if last != "n1" {
+					mute = append(mute, last) // the old Primary sends nothing
+				}
+				started := c.clk.Now()
+				c.start(2, -1, "n1")
+				synctest.Wait()
+				c.settle(250*time.Millisecond, mute...)
+				if !tc.skip {
+					c.settle(c.e.cfg.leaseWait()-250*time.Millisecond-time.Nanosecond, mute...)
+				}
+				c.peers.mu.Lock()
+				pushed := len(c.peers.order) > 0
+				c.peers.mu.Unlock()
+				switch {
+				case tc.skip && !pushed:
+					t.Fatalf("no Primary pushed %v after the new Elector started: it waited out the lease of a term its holder gave up (order %v)",
+						c.clk.Since(started), c.peers.order)
+				case !tc.skip && pushed:
+					t.Fatalf("a Primary was pushed %v after the new Elector started, before its lease wait (%v) ran out (order %v)",
+						c.clk.Since(started), c.e.cfg.leaseWait(), c.peers.order)
+				}
+				if !tc.skip {
+					c.settle(time.Nanosecond, mute...)
+					if !c.pushedPrimary("n1") && !c.pushedPrimary("n2") {
+						t.Fatalf("no Primary pushed once the lease wait ran out (order %v)", c.peers.order)
+					}
+				}
+			})
+		})
+	}
+}
+
+// A Primary whose process died is restarted within its lease wait: its
+// first heartbeat says it is a Replica, and the next round starts then (the
+// round asks it again and goes on), not at the instant the lease would
+// have run out. Before, the round that found it unreachable set the next
+// one a full lease wait after the last answer.
+func TestRestartedPrimarysReplicaHeartbeatEndsTheLeaseWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, -1, "n1", "n2", "n3")
+		c.set("n3", func(f *fakeNode) { f.hb.LatestIndex = 20 })
+		c.begin(-1)
+		c.run(5*time.Second, primaryIs("n3", 1))
+		c.settle(100 * time.Millisecond)
+		if _, err := c.e.Heartbeat(t.Context(), cloneHB(c.peers.node("n3").hb)); err != nil {
+			t.Fatal(err)
+		}
+		due := c.clk.Now().Add(c.e.cfg.leaseWait())
+		c.set("n3", func(f *fakeNode) { f.reach = refused })
+		for _, id := range []string{"n1", "n2"} {
+			c.set(id, func(f *fakeNode) { f.hb.LatestIndex, f.hb.PrimaryRefused = 20, true })
+		}
+		c.settle(500*time.Millisecond, "n3") // the probe, and a round that waits
+		c.set("n3", func(f *fakeNode) {
+			f.reach = up
+			f.hb.PrimaryState, f.hb.TookPrimaryTerm, f.hb.StartTimeUnixNano = netsyv1.PrimaryState_REPLICA, 1, 99
+		})
+		if _, err := c.e.Heartbeat(t.Context(), cloneHB(c.peers.node("n3").hb)); err != nil && peer.ReasonOf(err) != peer.ReasonElectingSuccessor {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if !c.clk.Now().Before(due) {
+			t.Fatalf("the test took past the lease wait")
+		}
+		cs, err := c.e.ClusterState(t.Context(), false)
+		if err != nil || cs.GetPrimaryTerm() != 2 {
+			t.Fatalf("%v before the lease wait ran out, after the restarted Primary said it is a Replica: state %v, %v; want a successor at term 2",
+				due.Sub(c.clk.Now()), cs, err)
+		}
+	})
 }

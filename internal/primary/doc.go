@@ -18,7 +18,11 @@
 //   - A term is taken up once per node: a Cluster State naming this node
 //     Primary at a term it held before (it restarted, or drained) is not
 //     acted on; the node stays a Replica at that term, which tells the
-//     Elector to run its audit again.
+//     Elector to run its audit again. TookTerm reports the term file's
+//     term, raised only once it is durable and the state is Starting, so
+//     that it, read before the state, with a Replica state proves to the
+//     Elector that this node's Primary of that term is over (its lease
+//     need not be waited out).
 //   - A Primary steps down at once (no flush) when the Cluster State names
 //     another Primary at a higher term, or when object storage fences it
 //     (its chunk's seq was taken); it drains (flushes to object storage,

@@ -112,6 +112,9 @@ type Primary struct {
 	// answers no linearizable read and takes no write meanwhile.
 	stepping atomic.Bool
 	term     atomic.Uint64 // the term held (Starting, Active, Draining) or last held
+	// took is the highest term the term file records, stored once it is
+	// durable (TookTerm).
+	took atomic.Uint64
 	// leaseUntil is when the lease ends, a Now reading of this node's
 	// clock kept as a time.Time: on the real clock it carries the
 	// monotonic reading, so a step of the wall clock neither revives a
@@ -173,6 +176,7 @@ func New(cfg Config) (*Primary, error) {
 		return nil, err
 	}
 	p.tookTerm = t
+	p.took.Store(t)
 	p.term.Store(t)
 	p.state.Store(int32(netsyv1.PrimaryState_REPLICA))
 	return p, nil
@@ -223,6 +227,16 @@ func (p *Primary) goOwned(f func()) {
 func (p *Primary) State() (netsyv1.PrimaryState, uint64) {
 	return netsyv1.PrimaryState(p.state.Load()), p.term.Load()
 }
+
+// TookTerm is the highest primary term this node's term file records
+// that it took up, in this process or an earlier one. Read it before
+// State: it is raised only after the state became Starting at that term
+// and the file holds it, so a TookTerm of T followed by a State of
+// Replica proves that the Primary of term T (this node) stepped down or
+// never got past Starting, and, since a node never takes up a term it
+// took before, that it will not act at T again. The Elector skips the
+// wait for that Primary's lease on it (elector package doc, rule 5).
+func (p *Primary) TookTerm() uint64 { return p.took.Load() }
 
 // Active reports whether this node is the Active Primary.
 func (p *Primary) Active() bool {
@@ -361,6 +375,10 @@ func (p *Primary) starting(term uint64) error {
 	}
 	if err := writeTerm(p.cfg.TermFile, term); err != nil {
 		return err
+	}
+	// After setState(STARTING) and after the file is durable: see TookTerm.
+	if term > p.took.Load() {
+		p.took.Store(term)
 	}
 	p.send(func() { p.tookTerm = max(p.tookTerm, term) })
 	// Writes are acknowledged through object storage until the quorum

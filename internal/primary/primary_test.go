@@ -535,6 +535,40 @@ func TestPrimaryRefusesATermItHeld(t *testing.T) {
 	}
 }
 
+// TookTerm is what the term file holds: after a restart the term the dead
+// process took (not a term a refused Cluster State named since), and while
+// the node is Starting at a new term, the old one until the file holds the
+// new one: read before State, it never pairs Replica with a term the node
+// is still taking up (the Elector skips a lease wait on that pair).
+func TestPrimaryTookTermIsTheTermFiles(t *testing.T) {
+	stop := newHold()
+	h := newPrimary(t, func(c *Config) { c.StopFollowing = stop.wait })
+	h.p.Close()
+	if err := writeTerm(h.termFile, 7); err != nil {
+		t.Fatal(err)
+	}
+	h.start()
+	if got := h.p.TookTerm(); got != 7 {
+		t.Fatalf("restarted with a term file of 7: TookTerm %d", got)
+	}
+	h.p.Observe(clusterState(self, 5))
+	h.expect(netsyv1.PrimaryState_REPLICA, 5)
+	if got := h.p.TookTerm(); got != 7 {
+		t.Fatalf("after refusing term 5: TookTerm %d, want 7", got)
+	}
+	h.p.Observe(clusterState(self, 8))
+	h.expect(netsyv1.PrimaryState_STARTING, 8)
+	h.entered(stop, "stop following")
+	if got := h.p.TookTerm(); got != 7 {
+		t.Fatalf("Starting at 8 before the term file holds it: TookTerm %d, want 7", got)
+	}
+	close(stop.release)
+	h.expect(netsyv1.PrimaryState_ACTIVE, 8)
+	if got, _ := readTerm(h.termFile); got != 8 || h.p.TookTerm() != 8 {
+		t.Fatalf("Active at 8: term file %d, TookTerm %d", got, h.p.TookTerm())
+	}
+}
+
 // A damaged term file stops New: guessing could take a term twice.
 func TestPrimaryDamagedTermFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "term")

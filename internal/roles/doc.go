@@ -31,7 +31,8 @@
 //   - The Elector stays off the Primary: a node that is both while another
 //     node is Healthy resigns the Elector lock.
 //   - An Elector that has not loaded its map (peer.ReasonNotLoaded) is no
-//     Elector yet: heartbeats and registration retry on the next beat, the
+//     Elector yet: heartbeats and registration retry on the next beat (at
+//     once when it is this node's own Elector that finished loading), the
 //     node does not degrade itself for it, and nothing it says reaches the
 //     view.
 //   - Leaving follows the seed: a Primary hands off or drains, the node is

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -229,5 +230,41 @@ func TestRolesSettleAndARoleLeavesInTheBubble(t *testing.T) {
 			}
 			return nil
 		})
+	})
+}
+
+// slowListing is a bucket whose listing of nodes/ takes 20 ms: the
+// Elector's load (which lists the registrations first) then always ends
+// after this node's first registration reached it.
+type slowListing struct{ objstore.Store }
+
+func (s slowListing) List(ctx context.Context, prefix, startAfter string, limit int) ([]objstore.ObjectInfo, error) {
+	if strings.HasPrefix(prefix, "nodes/") {
+		time.Sleep(20 * time.Millisecond) // the bubble's time: no real wait
+	}
+	return s.Store.List(ctx, prefix, startAfter, limit)
+}
+
+// A lone node's first registration reaches its own Elector before that
+// Elector has loaded and is refused (ErrNotLoaded); the node registers
+// again as soon as the load ends, not at its next heartbeat: it is
+// registered some tens of milliseconds after it started. Before the fix it
+// waited a heartbeat interval (500 ms) to register again.
+func TestLoneNodeRegistersAsSoonAsItsElectorHasLoaded(t *testing.T) {
+	dir := t.TempDir()
+	synctest.Test(t, func(t *testing.T) {
+		net := memnet.New()
+		defer net.Close()
+		store := slowListing{mem.New(clock.Real())}
+		start := time.Now()
+		p := startSimProc(t, net, store, dir, "n1")
+		defer p.stop()
+		for p.r.MemberID() == 0 && time.Since(start) < 10*time.Second {
+			time.Sleep(10 * time.Millisecond) // the bubble's time: no real wait
+		}
+		if took := time.Since(start); took >= p.r.cfg.Node.HeartbeatInterval {
+			t.Fatalf("the lone node registered %v after it started: it registered again only at its next heartbeat", took)
+		}
+		waitFor(t, 10*time.Second, "settle", func() error { return settled([]*simProc{p}) })
 	})
 }

@@ -88,6 +88,9 @@ func (r *Roles) electorRefusal(err error) error {
 // receipts).
 func (r *Roles) state() *netsyv1.Heartbeat {
 	s := r.snap()
+	// TookTerm before State (primary.TookTerm): the pair then never says
+	// Replica for a term this process is still taking up.
+	took := r.prim.TookTerm()
 	ps, held := r.prim.State()
 	idx := r.eng.DurableIndex()
 	hb := &netsyv1.Heartbeat{
@@ -102,6 +105,7 @@ func (r *Roles) state() *netsyv1.Heartbeat {
 		StartTimeUnixNano: r.start.UnixNano(),
 		ElectorTerm:       r.view.ElectorTerm(),
 		PrimaryRefused:    s.primaryRefused,
+		TookPrimaryTerm:   took,
 	}
 	if r.eng.Failed() != nil {
 		// A node whose log failed for good acknowledges nothing: no
@@ -275,6 +279,10 @@ func (r *Roles) runElectorTerms(ctx context.Context) {
 				return h.Counter
 			},
 			LockValid: lead.Valid,
+			// This node registered (or beat) as the Elector started and
+			// was refused until the load: beat again now, not a heartbeat
+			// interval later (a lone node's restart waited for it).
+			OnLoaded: r.hb.Now,
 		}, lead.Term)
 		if err != nil {
 			r.log.Error("start the Elector", "error", err)

@@ -327,8 +327,17 @@ type Heartbeat struct {
 	// rebuild, and its commit time (unix ms, 0 if unknown).
 	RestoreOldestRevision int64 `protobuf:"varint,20,opt,name=restore_oldest_revision,json=restoreOldestRevision,proto3" json:"restore_oldest_revision,omitempty"`
 	RestoreOldestTimeMs   int64 `protobuf:"varint,21,opt,name=restore_oldest_time_ms,json=restoreOldestTimeMs,proto3" json:"restore_oldest_time_ms,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// took_primary_term is the highest primary term this node's data
+	// directory records that it took up (the Primary role writes it durably
+	// before it acts at a term), read before primary_state. With
+	// primary_state REPLICA it says the Primary of that term, this node in
+	// this process or an earlier one, no longer acts as one and never will
+	// again: a node never takes up a term it took before. An Elector that
+	// does not know who holds the highest term handed out need not wait out
+	// that Primary's lease once it answers so (elector package doc, rule 5).
+	TookPrimaryTerm uint64 `protobuf:"varint,24,opt,name=took_primary_term,json=tookPrimaryTerm,proto3" json:"took_primary_term,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Heartbeat) Reset() {
@@ -483,6 +492,13 @@ func (x *Heartbeat) GetRestoreOldestRevision() int64 {
 func (x *Heartbeat) GetRestoreOldestTimeMs() int64 {
 	if x != nil {
 		return x.RestoreOldestTimeMs
+	}
+	return 0
+}
+
+func (x *Heartbeat) GetTookPrimaryTerm() uint64 {
+	if x != nil {
+		return x.TookPrimaryTerm
 	}
 	return 0
 }
@@ -2764,7 +2780,7 @@ const file_netsy_v1_peer_proto_rawDesc = "" +
 	"\vclient_urls\x18\x04 \x03(\tR\n" +
 	"clientUrls\x12\x1b\n" +
 	"\thttp_addr\x18\x05 \x01(\tR\bhttpAddr\x12\x12\n" +
-	"\x04name\x18\x06 \x01(\tR\x04name\"\xe9\x05\n" +
+	"\x04name\x18\x06 \x01(\tR\x04name\"\x95\x06\n" +
 	"\tHeartbeat\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12-\n" +
 	"\x06health\x18\x02 \x01(\x0e2\x15.netsy.v1.HealthStateR\x06health\x12;\n" +
@@ -2786,7 +2802,8 @@ const file_netsy_v1_peer_proto_rawDesc = "" +
 	"latestTerm\x127\n" +
 	"\vreplication\x18\x10 \x01(\v2\x15.netsy.v1.ReplicationR\vreplication\x126\n" +
 	"\x17restore_oldest_revision\x18\x14 \x01(\x03R\x15restoreOldestRevision\x123\n" +
-	"\x16restore_oldest_time_ms\x18\x15 \x01(\x03R\x13restoreOldestTimeMs\"\xe6\x01\n" +
+	"\x16restore_oldest_time_ms\x18\x15 \x01(\x03R\x13restoreOldestTimeMs\x12*\n" +
+	"\x11took_primary_term\x18\x18 \x01(\x04R\x0ftookPrimaryTerm\"\xe6\x01\n" +
 	"\vReplication\x12\x16\n" +
 	"\x06quorum\x18\x01 \x01(\x05R\x06quorum\x12'\n" +
 	"\x0freplicas_needed\x18\x02 \x01(\rR\x0ereplicasNeeded\x12\x1a\n" +
