@@ -487,12 +487,13 @@ func (b *Backend) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, e
 	return b.l.Txn(ctx, r)
 }
 
-// waitRoles waits (bounded) for the roles to change.
-func (b *Backend) waitRoles(ctx context.Context) error {
+// waitRoles waits (bounded) for the roles to change from when changed
+// was taken: a change between taking it and the wait is not missed.
+func (b *Backend) waitRoles(ctx context.Context, changed <-chan struct{}) error {
 	ctx, cancel := clock.WithTimeout(ctx, b.cfg.Clock, b.cfg.PrimaryWait)
 	defer cancel()
 	select {
-	case <-b.cfg.Roles.Changed():
+	case <-changed:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()

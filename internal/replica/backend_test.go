@@ -35,6 +35,18 @@ type fakeRoles struct {
 	primary *netsyv1.NodeInfo
 	term    uint64
 	changed chan struct{}
+	// active makes this node the Active Primary (activate).
+	active bool
+}
+
+// activate makes this node the Active Primary and wakes whoever waits for
+// a change.
+func (r *fakeRoles) activate() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.active = true
+	close(r.changed)
+	r.changed = make(chan struct{})
 }
 
 func newFakeRoles(p *netsyv1.NodeInfo, term uint64) *fakeRoles {
@@ -62,10 +74,20 @@ func (r *fakeRoles) Changed() <-chan struct{} {
 	return r.changed
 }
 
-func (r *fakeRoles) Active() bool                              { return false }
-func (r *fakeRoles) ConfirmLinearizable(context.Context) error { return engine.ErrNotPrimary }
-func (r *fakeRoles) Members() []*netsyv1.NodeInfo              { return nil }
-func (r *fakeRoles) Identity() (uint64, uint64)                { return 1, 2 }
+func (r *fakeRoles) Active() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.active
+}
+
+func (r *fakeRoles) ConfirmLinearizable(context.Context) error {
+	if r.Active() {
+		return nil
+	}
+	return engine.ErrNotPrimary
+}
+func (r *fakeRoles) Members() []*netsyv1.NodeInfo { return nil }
+func (r *fakeRoles) Identity() (uint64, uint64)   { return 1, 2 }
 
 func (r *fakeRoles) MoveLeader(context.Context, uint64) error { return nil }
 func (r *fakeRoles) RemoveMember(context.Context, uint64) ([]*netsyv1.NodeInfo, error) {
@@ -692,4 +714,24 @@ func TestBackendLeaseTimeToLiveIsLocal(t *testing.T) {
 	if c, ri := p.count(""), p.count("ReadIndex"); c != ri || ri == 0 {
 		t.Fatalf("the Primary got %d calls, %d of them ReadIndex: want only read indexes", c, ri)
 	}
+}
+
+// A linearizable read that arrives while this node is named Primary but is
+// still Starting waits for it to be Active and is answered then, from its
+// own state. Before the fix the read found this node Active only after
+// the roles changed, took that as "not the Primary" and waited for a
+// further change (up to PrimaryWait, 5 s): a restarted node's first reads
+// hung until their deadline.
+func TestBackendReadWhileStartingAnsweredOnceActive(t *testing.T) {
+	w := newWorld(t)
+	self := &netsyv1.NodeInfo{NodeId: "r", MemberId: 2, PeerAddr: "r:2380"}
+	n := w.startBackend(self, 3)
+	base := w.clk.Pending()
+	res := async(func() (*pb.RangeResponse, error) { return n.b.Range(context.Background(), get("g3")) })
+	// The read waits for a Primary it can ask (PrimaryWait's timer).
+	if err := w.clk.BlockUntil(t.Context(), base+1); err != nil {
+		t.Fatal(err)
+	}
+	n.roles.activate()
+	wantValue(t, "the read", await(t, "the read", res), "v", 4)
 }

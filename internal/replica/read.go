@@ -29,6 +29,9 @@ func (b *Backend) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRespo
 // its own state.
 func (b *Backend) linearizable(ctx context.Context) error {
 	for {
+		// Taken before the roles are read: turning Active after the
+		// check below must wake the wait, not be waited past.
+		changed := b.cfg.Roles.Changed()
 		if b.cfg.Roles.Active() {
 			err := b.cfg.Roles.ConfirmLinearizable(ctx)
 			if err == nil || !errors.Is(err, engine.ErrNotPrimary) {
@@ -41,7 +44,7 @@ func (b *Backend) linearizable(ctx context.Context) error {
 		ri, err := b.readIdx.get(ctx)
 		if err != nil {
 			if notEvaluated(err) && ctx.Err() == nil {
-				if werr := b.waitRoles(ctx); werr != nil {
+				if werr := b.waitRoles(ctx, changed); werr != nil {
 					return err
 				}
 				continue
