@@ -120,8 +120,13 @@ type Primary struct {
 	// monotonic reading, so a step of the wall clock neither revives a
 	// lapsed lease nor ends a current one (SPEC §5.4). Never store it as
 	// UnixNano: that is the wall.
+	// leaseTerm is the term leaseUntil belongs to: a lease never carries
+	// from one term to the next (promote starts each term with none), so
+	// an answer that named this node at an earlier term, even one handled
+	// while it was promoted, vouches for nothing at the new one.
 	leaseMu    sync.Mutex
 	leaseUntil time.Time
+	leaseTerm  uint64
 
 	// Owned by the loop.
 	tookTerm  uint64 // highest term ever taken up (persisted)
@@ -343,6 +348,13 @@ func (p *Primary) Replication() *netsyv1.Replication {
 // promote runs the Starting step.
 func (p *Primary) promote(term uint64) {
 	p.busy = true
+	// Whatever lease an earlier term left (a restarted node is answered
+	// at its term file's term while it is a Replica) is not this term's:
+	// the Elector counts this term's lease only from its own answers
+	// naming this node at it.
+	p.leaseMu.Lock()
+	p.leaseUntil, p.leaseTerm = time.Time{}, term
+	p.leaseMu.Unlock()
 	p.setState(netsyv1.PrimaryState_STARTING, term)
 	cs := p.cs
 	p.goOwned(func() {
@@ -520,16 +532,18 @@ func (p *Primary) Drain(ctx context.Context) error {
 	}
 }
 
-// Answered renews the lease: the Elector answered a heartbeat sent at
-// sentAt, which must be a Now reading of this node's Clock taken before
-// the send (not a Wall reading, nor one that went through the wire or
-// UnixNano: those lost the monotonic reading). An older answer never
-// shortens the lease.
-func (p *Primary) Answered(sentAt time.Time) {
+// Answered renews the lease of term: the Elector answered a heartbeat
+// sent at sentAt with a Cluster State naming this node Primary at term.
+// sentAt must be a Now reading of this node's Clock taken before the send
+// (not a Wall reading, nor one that went through the wire or UnixNano:
+// those lost the monotonic reading). An older answer never shortens the
+// lease, and an answer for any term but the one this node last took up
+// (promote) renews nothing.
+func (p *Primary) Answered(sentAt time.Time, term uint64) {
 	until := sentAt.Add(p.cfg.LeaseWindow)
 	p.leaseMu.Lock()
 	defer p.leaseMu.Unlock()
-	if until.After(p.leaseUntil) {
+	if term == p.leaseTerm && until.After(p.leaseUntil) {
 		p.leaseUntil = until
 	}
 }

@@ -590,8 +590,8 @@ func TestPrimaryLease(t *testing.T) {
 	}
 	sent := h.clk.Now()
 	h.clk.Advance(50 * time.Millisecond)
-	h.p.Answered(sent)
-	h.p.Answered(sent.Add(-100 * time.Millisecond))
+	answered(h.p, sent)
+	answered(h.p, sent.Add(-100 * time.Millisecond))
 	h.clk.Advance(window - 50*time.Millisecond - 1)
 	if !h.p.LeaseHeld() {
 		t.Fatal("lease lapsed early")
@@ -618,7 +618,7 @@ func TestPrimaryLeaseIgnoresWallClockSteps(t *testing.T) {
 			})
 			clk := h.p.cfg.Clock
 			h.activate(7)
-			h.p.Answered(clk.Now())
+			answered(h.p, clk.Now())
 			h.clk.Advance(window)
 			h.clk.StepWall(-30 * time.Second)
 			if h.p.LeaseHeld() {
@@ -630,7 +630,7 @@ func TestPrimaryLeaseIgnoresWallClockSteps(t *testing.T) {
 				t.Fatalf("read on a lapsed lease after a step back: %v, want ErrNoLeader from the fence check", err)
 			}
 
-			h.p.Answered(clk.Now())
+			answered(h.p, clk.Now())
 			h.clk.StepWall(30 * time.Second)
 			if !h.p.LeaseHeld() {
 				t.Fatal("a step forward of the wall clock ended a current lease")
@@ -670,7 +670,7 @@ func TestPrimaryConfirmLinearizable(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	h.p.Answered(h.clk.Now())
+	answered(h.p, h.clk.Now())
 	if err := h.confirmNow(); err != nil {
 		t.Fatalf("under the lease: %v", err)
 	}
@@ -792,7 +792,7 @@ func TestPrimaryStepDownIsImmediate(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newPrimary(t, nil)
 			h.activate(7)
-			h.p.Answered(h.clk.Now())
+			answered(h.p, h.clk.Now())
 			if err := h.confirmNow(); err != nil {
 				t.Fatal(err)
 			}
@@ -875,7 +875,7 @@ func TestPrimarySupersededWhileStarting(t *testing.T) {
 func TestPrimaryDrain(t *testing.T) {
 	h := newPrimary(t, func(c *Config) { c.Quorum = 1 })
 	h.activate(7)
-	h.p.Answered(h.clk.Now())
+	answered(h.p, h.clk.Now())
 	h.p.quorum.open("r1", 7)
 	h.p.quorum.heard("r1", 7, 4, &netsyv1.Heartbeat{NodeId: "r1", Health: netsyv1.HealthState_HEALTHY})
 	if m, _ := h.log.get(); m != objwal.ModeQuorum {
@@ -951,7 +951,7 @@ func TestPrimaryDrainWhenNotActive(t *testing.T) {
 func TestPrimaryQuorumCountLowersOnlyOnAuthoritativeState(t *testing.T) {
 	h := newPrimary(t, func(c *Config) { c.Quorum = -1 })
 	h.activate(7)
-	h.p.Answered(h.clk.Now())
+	answered(h.p, h.clk.Now())
 	h.p.quorum.open("r1", 7)
 	h.p.quorum.heard("r1", 7, 4, &netsyv1.Heartbeat{NodeId: "r1", Health: netsyv1.HealthState_HEALTHY})
 	wantNeeded := func(what string, n uint32, mode objwal.Mode) {
@@ -1020,7 +1020,7 @@ func TestPrimaryQuorumCountsOnlyMembersOfTheAuthoritativeState(t *testing.T) {
 	h.p.Observe(state(self, "a", "b", "d"))
 	h.expect(netsyv1.PrimaryState_STARTING, 7)
 	h.expect(netsyv1.PrimaryState_ACTIVE, 7)
-	h.p.Answered(h.clk.Now())
+	answered(h.p, h.clk.Now())
 	q := &h.p.quorum
 	h.eng.mu.Lock()
 	h.eng.last = 5
@@ -1074,4 +1074,48 @@ func TestPrimaryQuorumCountsOnlyMembersOfTheAuthoritativeState(t *testing.T) {
 		t.Fatalf("replicated %d with a and d holding 6 and two receipts needed of members a and b; want 5", r)
 	}
 	h.noChange()
+}
+
+// answered renews p's lease as roles does for an answer naming it at the
+// term it holds.
+func answered(p *Primary, sentAt time.Time) {
+	_, term := p.State()
+	p.Answered(sentAt, term)
+}
+
+// A lease never carries from one term to the next. A restarted node is a
+// Replica at its term file's term, and the Elector may answer its
+// heartbeats naming it at that term while it waits out that term's lease;
+// elected at the next term, the node must hold no lease until an answer
+// names it at the new one (the Elector counts the new term's lease from
+// its own answers only). Before, the old answer's lease made the new
+// term's Active Primary serve linearizable reads and quorum acks from
+// memory while the Elector, counting no lease, could elect another.
+func TestLeaseDoesNotCarryAcrossTerms(t *testing.T) {
+	h := newPrimary(t, nil)
+	h.p.Close()
+	if err := writeTerm(h.termFile, 5); err != nil {
+		t.Fatal(err)
+	}
+	h.start()
+	if s, held := h.p.State(); s != netsyv1.PrimaryState_REPLICA || held != 5 {
+		t.Fatalf("restarted on term file 5: %v at %d, want Replica at 5", s, held)
+	}
+	h.p.Answered(h.clk.Now(), 5) // an answer naming it at 5, while a Replica
+	h.p.Observe(clusterState(self, 6))
+	h.expect(netsyv1.PrimaryState_STARTING, 6)
+	h.expect(netsyv1.PrimaryState_ACTIVE, 6)
+	if h.p.LeaseHeld() {
+		t.Fatalf("Active at 6 with a lease from an answer at term 5 (until %v, now %v)", h.p.LeaseUntil(), h.clk.Now())
+	}
+	// A late answer for the old term renews nothing either; one for the
+	// new term does.
+	h.p.Answered(h.clk.Now(), 5)
+	if h.p.LeaseHeld() {
+		t.Fatal("an answer naming the node at term 5 renewed the lease of term 6")
+	}
+	h.p.Answered(h.clk.Now(), 6)
+	if !h.p.LeaseHeld() {
+		t.Fatal("an answer naming the node at term 6 did not renew its lease")
+	}
 }

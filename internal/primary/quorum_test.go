@@ -97,7 +97,7 @@ func newQuorum(t *testing.T, quorumCfg, registered int) *qharness {
 	}
 	h := &qharness{t: t, clk: clk, eng: eng, log: lg, p: p, q: &p.quorum}
 	h.q.reset(term)
-	p.Answered(clk.Now())
+	answered(p, clk.Now())
 	h.q.activate(term, registered, qmembers, true)
 	return h
 }
@@ -117,7 +117,7 @@ func (h *qharness) receipt(id string, durable uint64) {
 // advance moves time, keeps the lease (the Elector answers), and ticks.
 func (h *qharness) advance(d time.Duration) {
 	h.clk.Advance(d)
-	h.p.Answered(h.clk.Now())
+	answered(h.p, h.clk.Now())
 	h.q.tick(h.clk.Now())
 }
 
@@ -212,7 +212,7 @@ func TestQuorumAloneLeaseLapsedFallsBack(t *testing.T) {
 	if st := h.q.status(h.clk.Now()); st.FallbackReason != "the Primary's lease lapsed" || !st.Fallback {
 		t.Fatalf("status %v", st)
 	}
-	h.p.Answered(h.clk.Now())
+	answered(h.p, h.clk.Now())
 	h.advance(10 * time.Millisecond)
 	h.want(objwal.ModeAsync, 0)
 }
@@ -270,7 +270,7 @@ func TestQuorumLeaseLapsedFallsBack(t *testing.T) {
 	if st := h.q.status(h.clk.Now()); st.FallbackReason != "the Primary's lease lapsed" {
 		t.Fatalf("status %v", st)
 	}
-	h.p.Answered(h.clk.Now())
+	answered(h.p, h.clk.Now())
 	h.receipt("r1", 5)
 	h.want(objwal.ModeQuorum, 5)
 }
@@ -354,7 +354,7 @@ func TestQuorumRunLoop(t *testing.T) {
 		return h.q.lastMark == 6
 	})
 	h.clk.Advance(250 * time.Millisecond)
-	h.p.Answered(h.clk.Now())
+	answered(h.p, h.clk.Now())
 	h.receipt("r1", 0)
 	h.want(objwal.ModeQuorum, 0)
 	h.clk.Advance(100 * time.Millisecond) // past the 300 ms deadline: the next tick

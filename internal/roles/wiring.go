@@ -219,7 +219,7 @@ func (r *Roles) answered(resp *netsyv1.HeartbeatResponse, sentAt time.Time) {
 	}
 	accepted, _ := r.offer(cs, "heartbeat")
 	if _, held := r.prim.State(); renewsLease(r.self.NodeId, accepted, cs, held) {
-		r.prim.Answered(sentAt)
+		r.prim.Answered(sentAt, held)
 		if f := r.cfg.Observer.Lease; f != nil {
 			f(r.prim.LeaseUntil())
 		}
