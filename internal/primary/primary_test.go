@@ -591,7 +591,7 @@ func TestPrimaryLease(t *testing.T) {
 	sent := h.clk.Now()
 	h.clk.Advance(50 * time.Millisecond)
 	answered(h.p, sent)
-	answered(h.p, sent.Add(-100 * time.Millisecond))
+	answered(h.p, sent.Add(-100*time.Millisecond))
 	h.clk.Advance(window - 50*time.Millisecond - 1)
 	if !h.p.LeaseHeld() {
 		t.Fatal("lease lapsed early")
