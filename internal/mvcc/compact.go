@@ -61,7 +61,13 @@ func (s *Store) rewriteSpill(pause func()) {
 	n := 0
 	// Only the writer changes the index, and it is here: the walk may
 	// pause.
+	// Keys walked count toward a batch as values moved do: a store of
+	// many small in-memory values and a few spilled ones would otherwise
+	// hold the lock for the whole walk.
 	s.idx.ascend(nil, nil, func(ki *keyIndex) bool {
+		if n++; n%s.compactBatch == 0 && pause != nil {
+			pause()
+		}
 		for _, kv := range ki.hist {
 			r, ok := s.spilledAt(kv)
 			if !ok || r.f == nf {

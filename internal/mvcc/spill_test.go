@@ -427,3 +427,31 @@ func TestCompactedFirstVersionLetsGoOfItsFile(t *testing.T) {
 		t.Fatalf("range: %v %v", res, err)
 	}
 }
+
+// A spill rewrite walks every key, however few of them are spilled, and
+// readers wait for the write lock meanwhile: the walk pauses every
+// compactBatch keys, not only every compactBatch moved values (a reviewer
+// measured a 25 ms hold at 1 M keys of small values with a few spilled).
+func TestSpillRewritePausesAsItWalksKeys(t *testing.T) {
+	s, err := Open(Options{SpillDir: t.TempDir(), SpillMin: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	s.compactBatch = 10
+	s.Put(1, []byte("big"), make([]byte, 200), 0)
+	for i := range 200 {
+		s.Put(int64(i+2), fmt.Appendf(nil, "k%03d", i), []byte("v"), 0)
+	}
+	pauses := 0
+	s.mu.Lock()
+	s.rewriteSpill(func() { pauses++ })
+	s.mu.Unlock()
+	if pauses < 200/10-1 {
+		t.Fatalf("the rewrite paused %d times over 201 keys with a batch of 10, want at least %d", pauses, 200/10-1)
+	}
+	res, err := s.Range([]byte("big"), nil, RangeOptions{Rev: 201})
+	if err != nil || len(res.KVs) != 1 || len(res.KVs[0].Value) != 200 {
+		t.Fatalf("the moved value after the rewrite: %v %v", res, err)
+	}
+}
