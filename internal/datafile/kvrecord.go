@@ -121,9 +121,5 @@ func (w *Writer) appendKV(kv *netsyv1.KeyVersion, rec *netsyv1.SnapshotRecord_Kv
 	if err != nil {
 		return fmt.Errorf("append record: %w", err)
 	}
-	if err := w.write(w.buf); err != nil {
-		return err
-	}
-	w.sum.Records++
-	return nil
+	return w.writeRecord()
 }

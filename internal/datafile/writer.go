@@ -178,6 +178,11 @@ func (w *Writer) appendMessage(m proto.Message) error {
 	if err != nil {
 		return fmt.Errorf("append record: %w", err)
 	}
+	return w.writeRecord()
+}
+
+// writeRecord writes the record framed in w.buf and counts it.
+func (w *Writer) writeRecord() error {
 	if err := w.write(w.buf); err != nil {
 		return err
 	}
