@@ -468,10 +468,12 @@ func TestForwardTimeoutCountsFromTheSend(t *testing.T) {
 		return &pb.PutResponse{Header: &pb.ResponseHeader{Revision: 1}}, nil
 	}
 	n := w.startBackend(p.info, 1)
+	// The hook goes in before the stream's sender starts, which reads it
+	// unlocked; an unlocked hold lets the first write through.
+	hold := holdSends(n)
 	if _, err := n.b.Put(context.Background(), &pb.PutRequest{Key: []byte("k0"), Value: []byte("v")}); err != nil {
 		t.Fatal(err) // the stream is open
 	}
-	hold := holdSends(n)
 	hold.Lock()
 	ctx := deadlineCtx{Context: context.Background(), at: w.clk.Now().Add(2 * time.Second)}
 	ch := async(func() (*pb.PutResponse, error) {
