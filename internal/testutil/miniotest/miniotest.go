@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -33,10 +32,9 @@ const (
 	// Bucket is the bucket Start creates.
 	Bucket = "netsy-test"
 
-	portLow, portHigh = 20000, 32000
-	readyTimeout      = 60 * time.Second
-	stopGrace         = 10 * time.Second
-	startAttempts     = 5
+	readyTimeout  = 60 * time.Second
+	stopGrace     = 10 * time.Second
+	startAttempts = 5
 )
 
 // Server is a running MinIO owned by one test.
@@ -158,11 +156,13 @@ func install(t testing.TB, root string) error {
 }
 
 func launch(bin, dir, user, password string) (*Server, error) {
-	port, err := freePort(0)
+	// procutil's record of the ports this process handed out: a proxy
+	// or node of the same test must never be given MinIO's ports.
+	port, err := procutil.Port()
 	if err != nil {
 		return nil, err
 	}
-	console, err := freePort(port)
+	console, err := procutil.Port()
 	if err != nil {
 		return nil, err
 	}
@@ -344,24 +344,6 @@ func (s *Server) CreateBucket(t testing.TB, name string) {
 	if err := s.Client(t).MakeBucket(ctx, name, minio.MakeBucketOptions{Region: s.Region}); err != nil {
 		t.Fatalf("miniotest: create bucket %s: %v", name, err)
 	}
-}
-
-// freePort returns a port in [portLow, portHigh) that is free right now and
-// differs from avoid. Ports above 32767 are left to outgoing connections.
-func freePort(avoid int) (int, error) {
-	for range 100 {
-		p := portLow + rand.IntN(portHigh-portLow)
-		if p == avoid {
-			continue
-		}
-		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
-		if err != nil {
-			continue
-		}
-		l.Close()
-		return p, nil
-	}
-	return 0, errors.New("no free port in 20000-32000 after 100 tries")
 }
 
 func isExecutable(path string) bool {

@@ -41,6 +41,13 @@ func FreeAddr(t testing.TB) string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t)))
 }
 
+// Port is FreePort for callers without a testing.TB (a helper that
+// starts a server of its own, such as miniotest): it keeps the same
+// process-wide record, so no two callers are ever handed one port. Two
+// records raced: one helper's probe found free a port the other had just
+// handed out, before its server bound it ("address already in use").
+func Port() (int, error) { return freePort() }
+
 func freeAddr() (string, error) {
 	p, err := freePort()
 	if err != nil {
