@@ -164,32 +164,13 @@ func (e *Elector) elect(ctx context.Context, s electSnapshot) electResult {
 			cands = append(cands, candidate{id: n.NodeId, state: s.last[n.NodeId], degraded: s.degraded[n.NodeId]})
 		}
 	} else {
-		type answer struct {
-			id string
-			hb *netsyv1.Heartbeat
-		}
-		answers := make(chan answer, len(s.nodes))
-		var wg sync.WaitGroup
+		var ask []*netsyv1.NodeInfo
 		for _, n := range s.nodes {
-			if s.prev != nil && n.NodeId == s.prev.NodeId {
-				continue
+			if s.prev == nil || n.NodeId != s.prev.NodeId {
+				ask = append(ask, n)
 			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				cctx, cancel := clock.WithTimeout(ctx, e.cfg.Clock, 2*e.cfg.HeartbeatInterval)
-				defer cancel()
-				st, err := e.cfg.Peers.GetNodeState(cctx, n)
-				if err != nil {
-					answers <- answer{id: n.NodeId}
-					return
-				}
-				answers <- answer{id: n.NodeId, hb: st.GetState()}
-			}()
 		}
-		wg.Wait()
-		close(answers)
-		for a := range answers {
+		for _, a := range e.askStates(ctx, ask, 2*e.cfg.HeartbeatInterval) {
 			if a.hb != nil {
 				contacted++
 			}
@@ -251,26 +232,42 @@ func (e *Elector) gaveUpTerm(ctx context.Context, s electSnapshot) string {
 			ask = append(ask, n)
 		}
 	}
-	found := make(chan string, len(ask))
+	// Terms are handed out to one node each: at most one can answer so.
+	for _, a := range e.askStates(ctx, ask, e.cfg.HeartbeatInterval) {
+		if a.hb.GetNodeId() == a.id && a.hb.GetTookPrimaryTerm() == s.maxTerm &&
+			a.hb.GetPrimaryState() == netsyv1.PrimaryState_REPLICA {
+			return a.id
+		}
+	}
+	return ""
+}
+
+// nodeAnswer is one node's answer to askStates: hb is nil when it did not
+// answer in time.
+type nodeAnswer struct {
+	id string
+	hb *netsyv1.Heartbeat
+}
+
+// askStates asks every node in nodes for its state at once, each call
+// bounded by timeout, and returns their answers in the order of nodes.
+func (e *Elector) askStates(ctx context.Context, nodes []*netsyv1.NodeInfo, timeout time.Duration) []nodeAnswer {
+	answers := make([]nodeAnswer, len(nodes))
 	var wg sync.WaitGroup
-	for _, n := range ask {
+	for i, n := range nodes {
+		answers[i].id = n.NodeId
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cctx, cancel := clock.WithTimeout(ctx, e.cfg.Clock, e.cfg.HeartbeatInterval)
+			cctx, cancel := clock.WithTimeout(ctx, e.cfg.Clock, timeout)
 			defer cancel()
-			st, err := e.cfg.Peers.GetNodeState(cctx, n)
-			hb := st.GetState()
-			if err == nil && hb.GetNodeId() == n.NodeId && hb.GetTookPrimaryTerm() == s.maxTerm &&
-				hb.GetPrimaryState() == netsyv1.PrimaryState_REPLICA {
-				found <- n.NodeId
+			if st, err := e.cfg.Peers.GetNodeState(cctx, n); err == nil {
+				answers[i].hb = st.GetState()
 			}
 		}()
 	}
 	wg.Wait()
-	close(found)
-	// Terms are handed out to one node each: at most one can answer so.
-	return <-found
+	return answers
 }
 
 // electFinished applies a round's result in the loop.
