@@ -134,7 +134,7 @@ func encodeSnapshot(w io.Writer, s *Snapshot, compress bool) error {
 		if err != nil {
 			return fmt.Errorf("encode snapshot %d key version %d: %w", h.Index, i, err)
 		}
-		if i > 0 && (v.ModRevision < prevRev || v.ModRevision == prevRev && v.Sub < prevSub) {
+		if i > 0 && posLess(v.ModRevision, v.Sub, prevRev, prevSub) {
 			return fmt.Errorf("encode snapshot %d: key version %d is out of (mod_revision, sub) order", h.Index, i)
 		}
 		prevRev, prevSub = v.ModRevision, v.Sub
@@ -173,10 +173,16 @@ func fillCount(field *int64, n int, what string) error {
 }
 
 func kvLess(a, b *netsyv1.KeyVersion) bool {
-	if a.ModRevision != b.ModRevision {
-		return a.ModRevision < b.ModRevision
+	return posLess(a.ModRevision, a.Sub, b.ModRevision, b.Sub)
+}
+
+// posLess is kvLess on the (mod_revision, sub) positions themselves, for
+// a caller that keeps the previous position rather than the version.
+func posLess(rev, sub, thanRev, thanSub int64) bool {
+	if rev != thanRev {
+		return rev < thanRev
 	}
-	return a.Sub < b.Sub
+	return sub < thanSub
 }
 
 // DecodeSnapshot reads a sealed snapshot file and checks its structure: the
