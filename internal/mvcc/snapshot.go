@@ -89,9 +89,7 @@ func (c *Capture) At(i int) (*netsyv1.KeyVersion, error) {
 // two allocations per version and most of the collector's work.
 func (c *Capture) View(i int, kv *netsyv1.KeyVersion) error {
 	e := c.vs[i]
-	kv.Key, kv.Value = e.kv.Key, e.kv.Value
-	kv.CreateRevision, kv.ModRevision, kv.Sub = e.kv.CreateRevision, e.kv.ModRevision, e.sub
-	kv.Version, kv.Lease, kv.Tombstone = e.kv.Version, e.kv.Lease, tombstone(e.kv)
+	setKeyVersion(kv, e.kv, e.sub)
 	if e.r.f != nil {
 		c.mu.Lock()
 		defer c.mu.Unlock()
@@ -227,16 +225,17 @@ func (s *Store) Capture() *Capture {
 }
 
 func keyVersion(kv *mvccpb.KeyValue, sub int64) *netsyv1.KeyVersion {
-	return &netsyv1.KeyVersion{
-		Key:            kv.Key,
-		Value:          kv.Value,
-		CreateRevision: kv.CreateRevision,
-		ModRevision:    kv.ModRevision,
-		Sub:            sub,
-		Version:        kv.Version,
-		Lease:          kv.Lease,
-		Tombstone:      tombstone(kv),
-	}
+	v := new(netsyv1.KeyVersion)
+	setKeyVersion(v, kv, sub)
+	return v
+}
+
+// setKeyVersion sets every field of dst to stored version kv at sub,
+// sharing its key and value.
+func setKeyVersion(dst *netsyv1.KeyVersion, kv *mvccpb.KeyValue, sub int64) {
+	dst.Key, dst.Value = kv.Key, kv.Value
+	dst.CreateRevision, dst.ModRevision, dst.Sub = kv.CreateRevision, kv.ModRevision, sub
+	dst.Version, dst.Lease, dst.Tombstone = kv.Version, kv.Lease, tombstone(kv)
 }
 
 // Restore loads Snapshot output into an empty store and sets Rev and
