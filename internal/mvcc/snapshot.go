@@ -295,8 +295,7 @@ func (s *Store) RestoreFrom(l Load) error {
 func (s *Store) ReplaceFrom(l Load) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.unspillAll()
-	s.idx, s.keys, s.log, s.versions, s.bytes = newTree(), keyMap{}, nil, 0, 0
+	s.emptyLocked()
 	s.rev.Store(0)
 	s.compactRev.Store(0)
 	return s.restoreLocked(l)
@@ -309,8 +308,7 @@ func (s *Store) restoreLocked(l Load) error {
 	}
 	if err := s.load(l); err != nil {
 		// Leave the store empty rather than half loaded.
-		s.unspillAll()
-		s.idx, s.keys, s.log, s.versions, s.bytes = newTree(), keyMap{}, nil, 0, 0
+		s.emptyLocked()
 		return err
 	}
 	s.rev.Store(rev)

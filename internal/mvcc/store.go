@@ -206,8 +206,16 @@ func (s *Store) unspill(kv *mvccpb.KeyValue) {
 	}
 }
 
+// emptyLocked drops every key and version: their spilled values first
+// (unspillAll walks the index), then the index, the key map and the log.
+// The revisions are the caller's to set.
+func (s *Store) emptyLocked() {
+	s.unspillAll()
+	s.idx, s.keys, s.log, s.versions, s.bytes = newTree(), keyMap{}, nil, 0, 0
+}
+
 // unspillAll forgets every spilled value the index holds, for a store
-// about to drop everything; the caller empties the index afterwards.
+// about to drop everything; emptyLocked empties the index afterwards.
 func (s *Store) unspillAll() {
 	if s.spilled == 0 {
 		return
