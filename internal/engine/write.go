@@ -411,7 +411,9 @@ func (w *writeTxn) moved(kv, prev *mvccpb.KeyValue) {
 	}
 }
 
-// put writes key and returns the version it replaced (nil if none).
+// put writes key and returns the version it replaced (nil if none), as
+// the store keeps it: its value may be in the spill files (see
+// mvcc.Store.PutKV), so it is resolved only for a response that asks.
 func (w *writeTxn) put(key, value []byte, lease int64) (prev *mvccpb.KeyValue) {
 	kv, prev := w.e.store.PutKV(w.rev, key, value, lease)
 	op := w.addOp()
@@ -541,7 +543,7 @@ func (w *writeTxn) applyPut(r *pb.PutRequest, out *pb.PutResponse) (*pb.PutRespo
 		resp = &pb.PutResponse{}
 	}
 	if r.PrevKv {
-		resp.PrevKv = prev
+		resp.PrevKv = w.e.store.Resolve(prev)
 	}
 	return resp, nil
 }

@@ -318,7 +318,10 @@ func TestCaptureReadsAhead(t *testing.T) {
 }
 
 // PutKV returns the version the store keeps: without its value when the
-// value was spilled (so no copy is made), and reads still return it.
+// value was spilled (so no copy is made), and reads still return it. The
+// version it replaced comes back as kept too, not read back from the
+// spill files: most writes never look at it, and Resolve reads it for
+// those that do (a put with prev_kv).
 func TestPutKVReturnsTheKeptVersion(t *testing.T) {
 	s, err := Open(Options{SpillDir: t.TempDir()})
 	if err != nil {
@@ -331,8 +334,11 @@ func TestPutKVReturnsTheKeptVersion(t *testing.T) {
 		t.Fatalf("PutKV returned %v (prev %v), want the kept version without its value", kv, prev)
 	}
 	kv2, prev := s.PutKV(2, []byte("k"), []byte("small"), 0)
-	if !bytes.Equal(prev.Value, big) || !bytes.Equal(kv2.Value, []byte("small")) {
-		t.Fatalf("second put: kv %v prev %v", kv2, prev)
+	if prev != kv || !bytes.Equal(kv2.Value, []byte("small")) {
+		t.Fatalf("second put: kv %v prev %v, want prev the kept first version (not read back)", kv2, prev)
+	}
+	if got := s.Resolve(prev); !bytes.Equal(got.Value, big) || got.ModRevision != 1 || s.Err() != nil {
+		t.Fatalf("Resolve(prev) = %v (err %v), want the first value", got, s.Err())
 	}
 	res, err := s.Range([]byte("k"), nil, RangeOptions{Rev: 1})
 	if err != nil || len(res.KVs) != 1 || !bytes.Equal(res.KVs[0].Value, big) {

@@ -454,6 +454,7 @@ func (s *Store) checkWriteRev(rev int64) {
 // event's Kv is then not the version the store keeps.
 func (s *Store) Put(rev int64, key, value []byte, lease int64) *mvccpb.Event {
 	kv, prev := s.PutKV(rev, key, value, lease)
+	prev = s.Resolve(prev)
 	if len(kv.Value) == 0 && len(value) > 0 {
 		// Spilled: the event carries the value, the store a version
 		// without it.
@@ -465,9 +466,13 @@ func (s *Store) Put(rev int64, key, value []byte, lease int64) *mvccpb.Event {
 
 // PutKV is Put without the event: it returns the version the store now
 // keeps, whose Value is empty when the value went to the spill files, and
-// the event's PrevKv (nil when the key was not live). The engine's write
-// and apply paths use it: they read neither the new value nor an event,
-// and each would be an allocation per write nobody keeps.
+// the version it replaced (nil when the key was not live) as the store
+// keeps it: when that value was spilled, prev's Value is not it, and a
+// caller that hands prev out reads it back with Resolve. The engine's
+// write and apply paths use it: they read neither the new value nor an
+// event, and most writes do not want the previous value (a put without
+// prev_kv, every apply on a follower), whose read-back from the spill
+// files was a read and two allocations per update nobody kept.
 func (s *Store) PutKV(rev int64, key, value []byte, lease int64) (kv, prev *mvccpb.KeyValue) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -488,7 +493,21 @@ func (s *Store) PutKV(rev int64, key, value []byte, lease int64) (kv, prev *mvcc
 	kv = s.keep(ki.slot(), v)
 	s.append(ki, kv, prev)
 	s.rev.Store(rev)
-	return kv, s.eventPrev(prev)
+	return kv, prev
+}
+
+// Resolve returns kv as a reader sees it: kv itself, or a copy with its
+// value read back when the spill files hold it (a version PutKV returned,
+// which must still be held: the caller's write has not been rolled back
+// or compacted away). A read failure is recorded in Err, which fails the
+// write, and kv is returned as it is.
+func (s *Store) Resolve(kv *mvccpb.KeyValue) *mvccpb.KeyValue {
+	if kv == nil {
+		return nil
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.eventPrev(kv)
 }
 
 // eventPrev is prev as an event reports it, its value read back if
