@@ -73,7 +73,10 @@
 //     and age, rebuilt from the log on open and on every rebuild) so the
 //     forwarding node can learn whether a request whose answer it lost
 //     was written, and a request whose id is logged (committed or pending)
-//     is refused with ErrDuplicateRequest, never applied twice.
+//     is refused with ErrDuplicateRequest, never applied twice. An id its
+//     caller has just made for a first sending (WithNewRequestID: the
+//     Primary's own clients' writes) is logged and indexed but not looked
+//     up, since nothing can carry it yet.
 //   - Every proposal queued for the loop is answered exactly once: by the
 //     loop, or, once the loop stopped, by whoever drains the queue first
 //     (the leaving loop or a writer that queued after it). So a writer

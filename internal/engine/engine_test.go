@@ -763,3 +763,45 @@ func TestBackpressureRefusesWritesUntilItLifts(t *testing.T) {
 		t.Fatalf("put once backpressure lifted: %v", err)
 	}
 }
+
+// A writer that stops waiting (its context ended) leaves its answer
+// channel behind: the answer still comes when the write commits, and must
+// never reach a later writer, which would then return before its own
+// write is durable (the channels are recycled, see doneChans).
+func TestLateAnswerOfAnAbandonedWriteReachesNoOtherWriter(t *testing.T) {
+	st := &enginetest.MemStorage{Manual: true}
+	h := newHarness(t, st, nil)
+	put := func(c context.Context) chan error {
+		res := make(chan error, 1)
+		go func() {
+			_, err := h.e.Put(c, &pb.PutRequest{Key: []byte("k"), Value: []byte("v")})
+			res <- err
+		}()
+		return res
+	}
+	for round := range 20 {
+		// A write whose writer gives up while it is pending.
+		c, cancel := context.WithCancel(context.Background())
+		abandoned := put(c)
+		waitFor(t, func() bool { return st.Len() == 2*round+1 })
+		cancel()
+		if err := <-abandoned; !errors.Is(err, context.Canceled) {
+			t.Fatalf("round %d: abandoned write: %v", round, err)
+		}
+		// Its answer comes now, with nobody waiting for it.
+		st.SyncAll()
+		waitFor(t, func() bool { return h.e.CommittedIndex() == uint64(2*round+1) })
+		// The next write waits for its own durability.
+		next := put(ctx(t))
+		waitFor(t, func() bool { return st.Len() == 2*round+2 || len(next) > 0 })
+		select {
+		case err := <-next:
+			t.Fatalf("round %d: a write answered (%v) before it was durable", round, err)
+		default:
+		}
+		st.SyncAll()
+		if err := <-next; err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -19,9 +19,25 @@ func (id RequestID) zero() bool { return id == RequestID{} }
 
 type requestIDKey struct{}
 
-// requestCtx is what a forwarded write's context says about it.
+// requestCtx is a forwarded write's context: its parent and the request's
+// id in one allocation (context.WithValue would box the id in a second
+// one, on every write of a Primary's local path).
 type requestCtx struct {
+	context.Context
 	id RequestID
+	// fresh says the id was made for this, the request's first sending
+	// (WithNewRequestID).
+	fresh bool
+}
+
+// Value answers for the request id and asks the parent for anything else
+// (the context package finds its own cancel contexts through it, so a
+// child of ctx is cancelled with it without a goroutine).
+func (c *requestCtx) Value(key any) any {
+	if _, ok := key.(requestIDKey); ok {
+		return c
+	}
+	return c.Context.Value(key)
 }
 
 // WithRequestID returns ctx carrying the id of the forwarded request it
@@ -32,12 +48,30 @@ func WithRequestID(ctx context.Context, id RequestID) context.Context {
 	if id.zero() {
 		return ctx
 	}
-	return context.WithValue(ctx, requestIDKey{}, requestCtx{id: id})
+	return &requestCtx{Context: ctx, id: id}
 }
 
-func requestIDFrom(ctx context.Context) RequestID {
-	rc, _ := ctx.Value(requestIDKey{}).(requestCtx)
-	return rc.id
+// WithNewRequestID is WithRequestID for the first sending of a request
+// whose id the caller has just made (the replica Backend's local write on
+// the Active Primary): no entry can carry it yet, so the engine skips the
+// duplicate check (a lookup of the pending ids and of the request index,
+// whose map the index then never fills on a node nobody forwards to). A
+// request sent again must use WithRequestID.
+func WithNewRequestID(ctx context.Context, id RequestID) context.Context {
+	if id.zero() {
+		return ctx
+	}
+	return &requestCtx{Context: ctx, id: id, fresh: true}
+}
+
+// requestIDFrom returns the request id ctx carries (zero for none) and
+// whether it is new (WithNewRequestID).
+func requestIDFrom(ctx context.Context) (RequestID, bool) {
+	rc, _ := ctx.Value(requestIDKey{}).(*requestCtx)
+	if rc == nil {
+		return RequestID{}, false
+	}
+	return rc.id, rc.fresh
 }
 
 // LoggedRequest is what the engine knows of a committed entry that answered

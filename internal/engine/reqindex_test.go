@@ -168,3 +168,51 @@ func TestRequestIndexMapsOnLookupAndStaysBounded(t *testing.T) {
 		}
 	}
 }
+
+// A first sending (WithNewRequestID) is logged and indexed as any forwarded
+// write, but not looked up: the index's map stays empty until someone
+// asks, and a later sending of the same id (WithRequestID) is refused.
+func TestNewRequestIDSkipsTheDuplicateLookup(t *testing.T) {
+	h := newHarness(t, nil, nil)
+	r := &pb.PutRequest{Key: []byte("a"), Value: []byte("1")}
+	for i := uint64(1); i <= 3; i++ {
+		if _, err := h.e.Put(WithNewRequestID(ctx(t), RequestID{Member: 7, Seq: i}), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.e.reqs.mu.Lock()
+	mapped, ids := h.e.reqs.mapped, len(h.e.reqs.ids)
+	h.e.reqs.mu.Unlock()
+	if mapped != 0 || ids != 0 {
+		t.Fatalf("request index mapped %d ids (up to %d): a new id was looked up", ids, mapped)
+	}
+	rev := h.e.CurrentRevision()
+	if _, err := h.e.Put(WithRequestID(ctx(t), RequestID{Member: 7, Seq: 2}), r); !errors.Is(err, ErrDuplicateRequest) {
+		t.Fatalf("second sending: err = %v, want ErrDuplicateRequest", err)
+	}
+	if got, ok, _ := h.e.LookupRequest(RequestID{Member: 7, Seq: 3}); !ok || got.Revision != rev {
+		t.Fatalf("lookup = %+v, %v; want the entry at %d", got, ok, rev)
+	}
+}
+
+// The request id's context is its parent's: cancelling the parent cancels
+// a context made from it, and other values pass through.
+func TestRequestIDContextFollowsItsParent(t *testing.T) {
+	type key struct{}
+	parent, cancel := context.WithCancel(context.WithValue(context.Background(), key{}, "v"))
+	c := WithNewRequestID(parent, RequestID{Member: 1, Seq: 2})
+	child, stop := context.WithTimeout(c, time.Hour)
+	defer stop()
+	if c.Value(key{}) != "v" {
+		t.Fatal("parent's value lost")
+	}
+	if id, fresh := requestIDFrom(child); id != (RequestID{Member: 1, Seq: 2}) || !fresh {
+		t.Fatalf("id %v fresh %v", id, fresh)
+	}
+	// Cancelled at once, not by a goroutine the context package starts
+	// for a parent it does not know.
+	cancel()
+	if child.Err() == nil {
+		t.Fatal("child not cancelled with the parent")
+	}
+}

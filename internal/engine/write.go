@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -46,8 +47,10 @@ type proposal struct {
 	// ErrTimeout may still commit later, and must not be answered twice.
 	finished bool
 	// reqID is the forwarded request's id (zero for others): its entry
-	// carries it.
+	// carries it. newID says it was made for this first sending
+	// (WithNewRequestID), so it cannot be logged already.
 	reqID RequestID
+	newID bool
 }
 
 // finish answers the writer; only the loop goroutine calls it, or, once
@@ -60,8 +63,18 @@ func (p *proposal) finish(err error) {
 	if p.err == nil {
 		p.err = err
 	}
-	close(p.done)
+	// The one send p.done ever takes (it holds one): see doneChans.
+	p.done <- struct{}{}
 }
+
+// doneChans recycles the channels writers wait on, one per write
+// otherwise (96 B and a close). A channel goes back only from the writer
+// that received its one answer: finish sends once (finished), so after
+// that receive nobody sends on it again, and the proposal that still
+// names it is never finished again. A writer that stopped waiting (its
+// context ended) leaves the channel to the collector: the answer may
+// still come.
+var doneChans = sync.Pool{New: func() any { return make(chan struct{}, 1) }}
 
 // submit hands o to the loop and waits for its answer.
 func (e *Engine) submit(ctx context.Context, o op) error {
@@ -79,7 +92,8 @@ func (e *Engine) submitProposal(ctx context.Context, p *proposal) error {
 		}
 		return *f
 	}
-	p.done, p.deadline, p.reqID = make(chan struct{}), e.cfg.Clock.Now().Add(e.cfg.WriteTimeout), requestIDFrom(ctx)
+	p.reqID, p.newID = requestIDFrom(ctx)
+	p.done, p.deadline = doneChans.Get().(chan struct{}), e.cfg.Clock.Now().Add(e.cfg.WriteTimeout)
 	// The queue has room nearly always: a plain send is much cheaper than
 	// a select over three channels, which is only needed when it is full.
 	select {
@@ -106,6 +120,7 @@ func (e *Engine) submitProposal(ctx context.Context, p *proposal) error {
 	select {
 	case <-p.done:
 		err = p.err
+		doneChans.Put(p.done)
 	case <-ctx.Done():
 		err = ctx.Err()
 	}
@@ -316,10 +331,12 @@ func (e *Engine) handle(p *proposal) {
 		p.finish(ErrNotPrimary)
 		return
 	}
-	if p.op.logs() && !p.reqID.zero() && e.duplicate(p.reqID) {
+	if p.op.logs() && !p.reqID.zero() && !p.newID && e.duplicate(p.reqID) {
 		// A request sent again whose first sending is logged: applying
 		// it again would write it twice. The sender learns the outcome
-		// from the log.
+		// from the log. A first sending (newID) is not looked up: on a
+		// Primary's local path that was a tenth of the loop's CPU per
+		// write (duplicate 0.27 s of run's 2.26 s, put-256 profile).
 		p.finish(ErrDuplicateRequest)
 		return
 	}

@@ -282,7 +282,13 @@ func write[T any](ctx context.Context, b *Backend, local func(context.Context) (
 		var hasCommit bool
 		sends++
 		if conn == nil {
-			resp, err = local(engine.WithRequestID(ctx, id))
+			// The first sending's id is new (this node just made it), so
+			// the engine need not look it up in what it logged.
+			withID := engine.WithRequestID
+			if sends == 1 {
+				withID = engine.WithNewRequestID
+			}
+			resp, err = local(withID(ctx, id))
 			err = wireError(err)
 		} else {
 			resp, commitIdx, hasCommit, err = remote(ctx, target{conn: conn, term: sentTerm, id: id, named: rebuild != nil})
