@@ -45,12 +45,15 @@ type proposal struct {
 	deadline time.Time
 	// finished is set by the loop when it answers; a write answered with
 	// ErrTimeout may still commit later, and must not be answered twice.
+	// (The two flags sit together: a putOp stays in the 224-byte size
+	// class.)
 	finished bool
-	// reqID is the forwarded request's id (zero for others): its entry
-	// carries it. newID says it was made for this first sending
+	// newID says reqID was made for this first sending
 	// (WithNewRequestID), so it cannot be logged already.
-	reqID RequestID
 	newID bool
+	// reqID is the forwarded request's id (zero for others): its entry
+	// carries it.
+	reqID RequestID
 }
 
 // finish answers the writer; only the loop goroutine calls it, or, once
