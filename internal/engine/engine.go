@@ -178,6 +178,11 @@ type Engine struct {
 	primaryCommit atomic.Uint64
 	writesFailed  atomic.Uint64
 
+	// doneChans recycles writers' answer channels (see proposal.finish).
+	// It is the engine's, not the process's: a channel belongs to the
+	// synctest bubble that made it, and tests run engines in several.
+	doneChans sync.Pool
+
 	notifyMu sync.Mutex
 	notifyCh signal
 	// durableCh fires when the durable index advances.

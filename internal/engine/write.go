@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -66,18 +65,23 @@ func (p *proposal) finish(err error) {
 	if p.err == nil {
 		p.err = err
 	}
-	// The one send p.done ever takes (it holds one): see doneChans.
+	// The one send p.done ever takes (it holds one): see doneChan.
 	p.done <- struct{}{}
 }
 
-// doneChans recycles the channels writers wait on, one per write
-// otherwise (96 B and a close). A channel goes back only from the writer
-// that received its one answer: finish sends once (finished), so after
-// that receive nobody sends on it again, and the proposal that still
-// names it is never finished again. A writer that stopped waiting (its
-// context ended) leaves the channel to the collector: the answer may
-// still come.
-var doneChans = sync.Pool{New: func() any { return make(chan struct{}, 1) }}
+// doneChan returns a channel for a writer to wait on, recycled
+// (Engine.doneChans) instead of one made per write (96 B and a close). A
+// channel goes back only from the writer that received its one answer:
+// finish sends once (finished), so after that receive nobody sends on it
+// again, and the proposal that still names it is never finished again. A
+// writer that stopped waiting (its context ended) leaves the channel to
+// the collector: the answer may still come.
+func (e *Engine) doneChan() chan struct{} {
+	if c, ok := e.doneChans.Get().(chan struct{}); ok {
+		return c
+	}
+	return make(chan struct{}, 1)
+}
 
 // submit hands o to the loop and waits for its answer.
 func (e *Engine) submit(ctx context.Context, o op) error {
@@ -96,7 +100,7 @@ func (e *Engine) submitProposal(ctx context.Context, p *proposal) error {
 		return *f
 	}
 	p.reqID, p.newID = requestIDFrom(ctx)
-	p.done, p.deadline = doneChans.Get().(chan struct{}), e.cfg.Clock.Now().Add(e.cfg.WriteTimeout)
+	p.done, p.deadline = e.doneChan(), e.cfg.Clock.Now().Add(e.cfg.WriteTimeout)
 	// The queue has room nearly always: a plain send is much cheaper than
 	// a select over three channels, which is only needed when it is full.
 	select {
@@ -123,7 +127,7 @@ func (e *Engine) submitProposal(ctx context.Context, p *proposal) error {
 	select {
 	case <-p.done:
 		err = p.err
-		doneChans.Put(p.done)
+		e.doneChans.Put(p.done)
 	case <-ctx.Done():
 		err = ctx.Err()
 	}
