@@ -40,6 +40,15 @@ func (c *codec) Marshal(v any) (mem.BufferSlice, error) {
 		return c.fallback.Marshal(v)
 	}
 	size := m.Size()
+	if size > tinyMin && size <= tinyMax {
+		tb := &tinyBuffer{}
+		tb.buf = tb.data[:size:size]
+		if err := marshalInto(m, tb.buf); err != nil {
+			return nil, err
+		}
+		tb.slice[0] = &tb.buf
+		return tb.slice[:], nil
+	}
 	if mem.IsBelowBufferPoolingThreshold(size) {
 		sb := &smallBuffer{buf: make([]byte, size)}
 		if err := marshalInto(m, sb.buf); err != nil {
@@ -64,6 +73,24 @@ type smallBuffer struct {
 	buf   mem.SliceBuffer
 	slice [1]mem.Buffer
 }
+
+// tinyBuffer is a smallBuffer with the message's bytes inside it: the
+// answer to a write (a header, about 30 bytes with a node's 64-bit ids,
+// and nothing else unless prev_kv was asked for) is one allocation
+// instead of two, and no more bytes: tinyMax fills the 80-byte size
+// class, which a smallBuffer (48) and a slice of more than tinyMin bytes
+// (32 or 48) take as well; a smaller message stays a smallBuffer, whose
+// two allocations are then fewer bytes. It is never reused, so it needs no rule about
+// when gRPC is done with it: gRPC's pooled buffers are refcounted
+// (mem.NewBuffer), mem.Buffer cannot be implemented outside package mem,
+// and NewBuffer does not pool below its threshold (1 KiB), so a reply this
+// small could be pooled only in a 4 KiB buffer of gRPC's pool.
+type tinyBuffer struct {
+	smallBuffer
+	data [tinyMax]byte
+}
+
+const tinyMin, tinyMax = 24, 40
 
 // marshalInto fills buf, which is exactly m.Size() long. Generated code
 // writes backwards from the end, so a short write would leave the message

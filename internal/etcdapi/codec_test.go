@@ -21,6 +21,10 @@ func TestCodecMatchesDefaultCodec(t *testing.T) {
 	big := bytes.Repeat([]byte("v"), 64<<10)
 	msgs := []any{
 		&pb.PutRequest{Key: []byte("k"), Value: []byte("v"), Lease: 7, PrevKv: true},
+		// A write's answer, within tinyMax, and one just past it.
+		&pb.PutResponse{Header: &pb.ResponseHeader{ClusterId: 1 << 63, MemberId: 1 << 62, Revision: 1 << 20, RaftTerm: 3}},
+		&pb.PutResponse{Header: &pb.ResponseHeader{ClusterId: 1 << 63, MemberId: 1 << 62, Revision: 1 << 20, RaftTerm: 3},
+			PrevKv: &mvccpb.KeyValue{Key: []byte("0123456789")}},
 		&pb.RangeResponse{Header: &pb.ResponseHeader{Revision: 9}, Kvs: []*mvccpb.KeyValue{
 			{Key: []byte("a"), Value: big, CreateRevision: 2, ModRevision: 3, Version: 2},
 			{Key: []byte("b"), Value: []byte("x"), ModRevision: 4},
@@ -76,5 +80,21 @@ func TestCodecUnmarshalSplitBuffers(t *testing.T) {
 	}
 	if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer([]byte{0x0a, 0x05, 'x'})}, &pb.PutRequest{}); err == nil {
 		t.Fatal("truncated message unmarshaled without error")
+	}
+}
+
+// A write's answer (a header with a node's 64-bit ids, about 30 bytes) is
+// marshaled in one allocation, its bytes inside the buffer gRPC frees.
+func TestCodecWriteAnswerIsOneAllocation(t *testing.T) {
+	c := newCodec()
+	m := &pb.PutResponse{Header: &pb.ResponseHeader{ClusterId: 1 << 63, MemberId: 1 << 62, Revision: 1 << 20, RaftTerm: 3}}
+	if got := testing.AllocsPerRun(100, func() {
+		bs, err := c.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bs.Free()
+	}); got != 1 {
+		t.Fatalf("%.1f allocations per %d-byte answer, want 1", got, m.Size())
 	}
 }
