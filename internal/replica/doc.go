@@ -43,7 +43,10 @@
 //     evaluating it (it is not, or no longer, the Primary) waits for the
 //     next Primary and is sent there. A Put, DeleteRange or write Txn
 //     carries a request id (this node's member id and a sequence that
-//     starts at random) that its entry keeps. When its
+//     starts at random) that its entry keeps; the Active Primary's own
+//     engine takes a first sending's id as new (engine.WithNewRequestID:
+//     not looked up, nothing can carry it yet), any later sending's as
+//     one to check. When its
 //     outcome is unknown (the Primary died or stepped down with it in
 //     flight; on the Active Primary itself, only a step-down of its own
 //     engine), the node waits until a Primary is Active, applies that
