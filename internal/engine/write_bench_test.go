@@ -138,6 +138,29 @@ func BenchmarkPut(b *testing.B) {
 			}
 		})
 	})
+	b.Run("local-named", func(b *testing.B) {
+		// As a client's write on the Active Primary: the replica Backend
+		// names it with a new request id (WithNewRequestID), which the
+		// entry carries and the index records but nobody looks up.
+		e, stop := openBenchWriter(b)
+		defer stop()
+		var n atomic.Uint64
+		b.ReportAllocs()
+		b.SetParallelism(32)
+		b.ResetTimer()
+		cpu := startCPU()
+		defer cpu.report(b)
+		b.RunParallel(func(pb_ *testing.PB) {
+			for pb_.Next() {
+				i := n.Add(1)
+				ctx := WithNewRequestID(context.Background(), RequestID{Member: 7, Seq: i})
+				if _, err := e.Put(ctx, &pb.PutRequest{Key: keys[int(i)%len(keys)], Value: val}); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
 	b.Run("parallel", func(b *testing.B) {
 		e, stop := openBenchWriter(b)
 		defer stop()
