@@ -1,9 +1,7 @@
 package datafile
 
 import (
-	"encoding/binary"
 	"fmt"
-	"hash/crc32"
 	"io"
 
 	"github.com/klauspost/compress/zstd"
@@ -205,19 +203,28 @@ func SealCompressed(file []byte, sum Footer) ([]byte, error) {
 // may be overwritten. Equal input gives equal output, so a retried upload
 // carries the same bytes.
 func (sl *ChunkSealer) Seal(file []byte, sum Footer) ([]byte, error) {
+	return sl.AppendSeal(nil, file, sum)
+}
+
+// AppendSeal is Seal appending the compressed file to dst, so that a
+// caller sealing one chunk after another reuses one buffer for their
+// bodies (objwal's uploader). The result never shares memory with file:
+// file may be reused as soon as AppendSeal returns, and dst's old
+// contents only once the caller is done with them. The bytes are those
+// Seal returns, whatever dst held.
+func (sl *ChunkSealer) AppendSeal(dst, file []byte, sum Footer) ([]byte, error) {
 	if len(file) >= HeaderSize && !Kind(file[5]).compressible() {
 		return nil, fmt.Errorf("seal data file: a %s is never compressed", Kind(file[5]))
 	}
-	sealed, err := Seal(file, sum)
+	// The checksum is taken over the header the compressed file carries.
+	sealed, err := seal(file, sum, CompressionZstd)
 	if err != nil {
 		return nil, err
 	}
 	h := encodeHeader(Header{Version: FormatVersion, Kind: Kind(sealed[5]), Compression: CompressionZstd})
-	// The file checksum covers the header, which now names the compression.
-	crcAt := len(sealed) - FooterSize + 44
-	crc := crc32.Update(crc32.Checksum(h[:], castagnoli), castagnoli, sealed[HeaderSize:crcAt])
-	binary.LittleEndian.PutUint32(sealed[crcAt:], crc)
-	out := make([]byte, HeaderSize, HeaderSize+len(sealed)/2)
-	copy(out, h[:])
-	return sl.enc.EncodeAll(sealed[HeaderSize:], out), nil
+	if dst == nil {
+		dst = make([]byte, 0, HeaderSize+len(sealed)/2)
+	}
+	dst = append(dst, h[:]...)
+	return sl.enc.EncodeAll(sealed[HeaderSize:], dst), nil
 }

@@ -259,6 +259,75 @@ func TestSealCompressedChunkDecodesToTheSameEntries(t *testing.T) {
 	}
 }
 
+// A sealer and a body buffer kept from chunk to chunk (objwal's uploader)
+// give each chunk exactly the bytes a fresh sealer gives it, whatever the
+// buffer held before, and the body shares no memory with the frames: the
+// pending buffer they came from is refilled while the body is uploaded.
+func TestReusedSealerAndBufferSealLikeFreshOnes(t *testing.T) {
+	build := func(first uint64, n int, v []byte) ([]byte, Footer) {
+		entries := testEntries(first, n)
+		fatten(entries, v)
+		file := AppendHeader(nil, KindChunk)
+		for _, e := range entries {
+			var err error
+			if file, err = FrameEntry(file, e); err != nil {
+				t.Fatal(err)
+			}
+		}
+		sum := Footer{Records: uint64(n)}
+		if n > 0 {
+			sum.FirstIndex, sum.FirstRevision = entries[0].Index, entries[0].Revision
+			sum.LastIndex, sum.LastRevision = entries[n-1].Index, entries[n-1].Revision
+		}
+		return file, sum
+	}
+	sl, err := NewChunkSealer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := bytes.Repeat([]byte{0xee}, 1<<16)[:0]
+	next := uint64(1)
+	// Large, then small, then empty, then large again: a shorter chunk
+	// sealed into a longer one's buffer must not keep its tail.
+	for i, n := range []int{2000, 3, 0, 1, 500, 2000} {
+		v := bytes.Repeat([]byte{byte('a' + i)}, 40+i*50)
+		file, sum := build(next, n, v)
+		next += uint64(n)
+		fresh, _ := build(sum.FirstIndex, n, v)
+		want, err := SealCompressed(fresh, sum)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err = sl.AppendSeal(body[:0], file, sum)
+		if err != nil {
+			t.Fatalf("chunk %d: %v", i, err)
+		}
+		for j := range file[:cap(file)] {
+			file[:cap(file)][j] = 0xaa // the pending buffer, refilled
+		}
+		if !bytes.Equal(body, want) {
+			t.Fatalf("chunk %d (%d entries): reused sealer and buffer gave %d bytes that differ from a fresh sealer's %d",
+				i, n, len(body), len(want))
+		}
+		if got, f, err := DecodeChunk("chunk", body); err != nil || len(got) != n || f.Records != uint64(n) {
+			t.Fatalf("chunk %d: decoded %d entries, footer %+v, %v", i, len(got), f, err)
+		}
+	}
+	// AppendSeal appends: what dst holds stays in front.
+	file, sum := build(1, 10, []byte("x"))
+	want, err := SealCompressed(bytes.Clone(file), sum)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := sl.AppendSeal([]byte("prefix"), file, sum)
+	if err != nil || !bytes.Equal(got, append([]byte("prefix"), want...)) {
+		t.Fatalf("AppendSeal after a prefix: %q..., %v", got[:min(len(got), 8)], err)
+	}
+}
+
+// BenchmarkSealCompressedChunk seals a chunk of 1000 entries: plain, with a
+// sealer made per call (SealCompressed), with one sealer kept (objwal's
+// Log), and with one sealer and one body buffer kept (objwal's uploader).
 func BenchmarkSealCompressedChunk(b *testing.B) {
 	entries := testEntries(1, 1000)
 	fatten(entries, bytes.Repeat([]byte{7}, 256))
@@ -268,18 +337,28 @@ func BenchmarkSealCompressedChunk(b *testing.B) {
 	}
 	sum := Footer{Records: 1000, FirstIndex: entries[0].Index, FirstRevision: entries[0].Revision,
 		LastIndex: entries[999].Index, LastRevision: entries[999].Revision}
-	for _, compress := range []bool{false, true} {
-		b.Run(fmt.Sprintf("compress=%v", compress), func(b *testing.B) {
+	sl, err := NewChunkSealer()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var body []byte
+	for _, how := range []string{"false", "fresh", "reused", "reused-dst"} {
+		b.Run("compress="+how, func(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(file)))
 			buf := make([]byte, len(file), len(file)+FooterSize)
 			for b.Loop() {
 				copy(buf, file)
 				var err error
-				if compress {
-					_, err = SealCompressed(buf[:len(file)], sum)
-				} else {
+				switch how {
+				case "false":
 					_, err = Seal(buf[:len(file)], sum)
+				case "fresh":
+					_, err = SealCompressed(buf[:len(file)], sum)
+				case "reused":
+					_, err = sl.Seal(buf[:len(file)], sum)
+				case "reused-dst":
+					body, err = sl.AppendSeal(body[:0], buf[:len(file)], sum)
 				}
 				if err != nil {
 					b.Fatal(err)

@@ -59,5 +59,10 @@
 // no longer byte for byte a chunk, though it still decodes as one. Files
 // without compression (every older snapshot and chunk, every segment) are
 // read as before; a compressed segment, or any other compression value, is
-// rejected rather than guessed at.
+// rejected rather than guessed at. A ChunkSealer (one zstd encoder) is
+// kept by its owner and seals chunk after chunk; AppendSeal writes each
+// body into a buffer its caller reuses, and takes the file checksum over
+// the compressed header in the one pass that checks the records, so a
+// chunk costs no allocation and one checksum pass. A body never shares
+// memory with the frames it was sealed from.
 package datafile

@@ -25,6 +25,14 @@ func AppendHeader(dst []byte, kind Kind) []byte {
 // range is dense. It does not recompute each payload's checksum: the frames
 // were made by FrameEntry a moment ago, and the file checksum covers them.
 func Seal(file []byte, sum Footer) ([]byte, error) {
+	return seal(file, sum, CompressionNone)
+}
+
+// seal is Seal for a file whose header will name comp: the file checksum
+// is taken over that header, so a file sealed for compression needs no
+// second pass over its records (ChunkSealer.AppendSeal). file's own header
+// is checked as AppendHeader wrote it and left as it is.
+func seal(file []byte, sum Footer, comp Compression) ([]byte, error) {
 	if len(file) < HeaderSize {
 		return nil, fmt.Errorf("seal data file: %d bytes is shorter than a header", len(file))
 	}
@@ -49,9 +57,10 @@ func Seal(file []byte, sum Footer) ([]byte, error) {
 	if kind.holdsEntries() && records > 0 && (sum.FirstIndex == 0 || sum.LastIndex-sum.FirstIndex+1 != records) {
 		return nil, fmt.Errorf("seal data file: indices %d..%d do not number %d entries", sum.FirstIndex, sum.LastIndex, records)
 	}
+	h := encodeHeader(Header{Version: FormatVersion, Kind: kind, Compression: comp})
 	var b [FooterSize]byte
 	encodeFooterBody(b[:], sum)
-	crc := crc32.Update(crc32.Checksum(file, castagnoli), castagnoli, b[:44])
+	crc := crc32.Update(crc32.Update(crc32.Checksum(h[:], castagnoli), castagnoli, file[HeaderSize:]), castagnoli, b[:44])
 	binary.LittleEndian.PutUint32(b[44:48], crc)
 	copy(b[48:52], footerMagic[:])
 	return append(file, b[:]...), nil

@@ -102,6 +102,16 @@
 // quorum fallback) only makes the uploads eager: whichever of the upload
 // and the receipts comes first acknowledges an entry.
 //
+// The write path reuses its memory: the uploader takes the pending
+// buffer with its batch and hands it back as the next pending buffer once
+// the chunk is sealed and uploaded, seals each chunk into one body buffer
+// that only it holds, and keeps one zstd encoder for the life of the log.
+// No buffer is handed back while a chunk still needs it: one chunk is in
+// flight at a time, its PUT and every retry of it return before the next
+// batch is taken, and a store keeps no body once a call returns. Kept
+// buffers larger than 1 MiB (the spare and the body) are dropped whenever
+// nothing is left to upload, so a burst does not pin its memory.
+//
 // Snapshots are saved locally and uploaded only once every chunk up to
 // their index is in the bucket, and only after the metadata file records
 // that the local log agrees with the bucket at least that far, so a local

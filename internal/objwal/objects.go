@@ -53,7 +53,7 @@ func parseNum(key, prefix string) uint64 {
 // bytes, which the read-back after a refused PUT relies on. An empty chunk (no entries, a footer with zero ranges) is
 // a valid datafile chunk; it is what a claim carries when there is nothing
 // to upload.
-func encodeChunk(sl *datafile.ChunkSealer, file []byte, ents []pendEntry) ([]byte, error) {
+func encodeChunk(sl *datafile.ChunkSealer, dst, file []byte, ents []pendEntry) ([]byte, error) {
 	sum := datafile.Footer{Records: uint64(len(ents))}
 	if n := len(ents); n > 0 {
 		sum.FirstIndex, sum.FirstRevision = ents[0].index, ents[0].revision
@@ -62,7 +62,7 @@ func encodeChunk(sl *datafile.ChunkSealer, file []byte, ents []pendEntry) ([]byt
 	if sl == nil {
 		return datafile.SealCompressed(file, sum)
 	}
-	return sl.Seal(file, sum)
+	return sl.AppendSeal(dst, file, sum)
 }
 
 // encodeEntries builds a chunk object from decoded entries (Open's claim)
@@ -78,7 +78,7 @@ func encodeEntries(sl *datafile.ChunkSealer, entries []*netsyv1.Entry) ([]byte, 
 		}
 		ents = append(ents, pendEntry{index: e.Index, revision: e.Revision, off: off, end: len(file)})
 	}
-	return encodeChunk(sl, file, ents)
+	return encodeChunk(sl, nil, file, ents)
 }
 
 // attemptCtx bounds one object-storage call by timeout on the injected

@@ -266,13 +266,16 @@ type Log struct {
 	localSnapIdx uint64
 	// Entries appended but not yet taken by the uploader: frames back to
 	// back in pendBuf after a chunk header, described by pend. The
-	// uploader seals the buffer into the chunk object in place.
+	// uploader takes the buffer with its batch (Append goes on in another)
+	// and seals it into the chunk object in a body buffer of its own.
 	pendBuf   []byte
 	pend      []pendEntry
 	pendBytes int64
 	// spare is the buffer of the last uploaded batch, reused for pendBuf;
-	// lastBatch is that batch's size, which sizes a new buffer.
+	// lastBatch is that batch's size, which sizes a new buffer. spareEnts
+	// is that batch's entry list, reused for the next one's.
 	spare     []byte
+	spareEnts []pendEntry
 	lastBatch int
 	// The batch being uploaded: its size and its oldest entry's append time.
 	inflightBytes int64

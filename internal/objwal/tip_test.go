@@ -45,7 +45,7 @@ func TestDurableTipReadsNewestChunkWithEntriesAndSnapshot(t *testing.T) {
 		}
 		return b
 	}
-	claim, err := encodeChunk(nil, datafile.AppendHeader(nil, datafile.KindChunk), nil)
+	claim, err := encodeChunk(nil, nil, datafile.AppendHeader(nil, datafile.KindChunk), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

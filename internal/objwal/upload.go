@@ -5,15 +5,24 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/netsy-io/netsy/internal/datafile"
 )
 
-// maxSpare bounds the batch buffer kept for reuse, so one burst does not
-// pin its memory for the life of the process.
+// maxSpare bounds the buffers (a batch's frames, a chunk's body) kept for
+// reuse while the uploader is idle, so one burst does not pin its memory
+// for the life of the process. While entries keep coming they are kept up
+// to spareLimit.
 const maxSpare = 1 << 20
+
+// spareLimit bounds a buffer kept for reuse while there is work: an async
+// batch is up to ChunkMaxBytes, its buffer also holds what arrived while
+// the previous chunk was going up, and Append doubles a buffer that runs
+// out of room, so one of 4 MiB batches can reach 16 MiB. Allocating each
+// one afresh was the write path's largest allocation (heap profile of 100k
+// puts of 256 B on one async node: 35 MB in newPendBuf, every byte put).
+func (l *Log) spareLimit() int { return max(maxSpare, 4*l.o.ChunkMaxBytes) }
 
 // maxHold caps how long a sync-mode batch waits for writers to come back
 // (see holdLocked).
@@ -30,20 +39,31 @@ type batch struct {
 // pending (in async mode: what is fsync'd and due), uploads it as the next
 // chunk, and repeats. One chunk is in flight at a time, so entries appended
 // during a PUT ride in the next one.
+//
+// body is the buffer chunks are sealed into. Only this goroutine ever
+// holds it, and a chunk's PUT (with all its retries) returns before the
+// next chunk is sealed, so a body is never overwritten while the store
+// may still read it (objstore.Store.PutIfAbsent keeps nothing once it
+// returns).
 func (l *Log) runUploader(ctx context.Context, upDone chan struct{}) {
 	defer l.wg.Done()
 	defer close(upDone)
+	var body []byte
 	for {
-		b, wait, done := l.takeBatch()
+		b, wait, idle, done := l.takeBatch()
 		switch {
 		case done:
 			return
 		case b == nil:
+			if idle && cap(body) > maxSpare {
+				body = nil // see maxSpare
+			}
 			if !l.idle(ctx, wait) {
 				return
 			}
 		default:
-			if !l.upload(ctx, b) {
+			var ok bool
+			if body, ok = l.upload(ctx, b, body); !ok {
 				return
 			}
 		}
@@ -51,13 +71,14 @@ func (l *Log) runUploader(ctx context.Context, upDone chan struct{}) {
 }
 
 // takeBatch returns the next batch, or how long to wait for one (0: until
-// kicked), or done when the uploader should stop.
-func (l *Log) takeBatch() (b *batch, wait time.Duration, done bool) {
+// kicked) and whether nothing is left to upload (idle), or done when the
+// uploader should stop.
+func (l *Log) takeBatch() (b *batch, wait time.Duration, idle, done bool) {
 	now := l.clk.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.err != nil {
-		return nil, 0, true
+		return nil, 0, false, true
 	}
 	n := len(l.pend)
 	if !l.eager() {
@@ -68,14 +89,18 @@ func (l *Log) takeBatch() (b *batch, wait time.Duration, done bool) {
 		}
 	}
 	if n == 0 {
-		if len(l.pend) == 0 && l.inflightBytes == 0 {
+		idle := len(l.pend) == 0 && l.inflightBytes == 0
+		if idle {
 			close(l.upIdle)
 			l.upIdle = make(chan struct{})
+			if cap(l.spare) > maxSpare {
+				l.spare = nil // see maxSpare
+			}
 		}
-		return nil, 0, l.closing && len(l.pend) == 0
+		return nil, 0, idle, l.closing && len(l.pend) == 0
 	}
 	if wait := l.holdLocked(n, now); wait > 0 {
-		return nil, wait, false
+		return nil, wait, false, false
 	}
 	l.expect = 0
 	take, size := 0, 0
@@ -89,11 +114,12 @@ func (l *Log) takeBatch() (b *batch, wait time.Duration, done bool) {
 	}
 	if !l.eager() && !l.closing && !l.flushing && take == n && size < l.o.ChunkMaxBytes {
 		if age := now.Sub(l.pend[0].at); age < l.o.ChunkMaxAge {
-			return nil, l.o.ChunkMaxAge - age, false
+			return nil, l.o.ChunkMaxAge - age, false, false
 		}
 	}
 	end := l.pend[take-1].end
-	b = &batch{buf: l.pendBuf[:end], ents: slices.Clone(l.pend[:take]), bytes: int64(size)}
+	b = &batch{buf: l.pendBuf[:end], ents: append(l.spareEnts[:0], l.pend[:take]...), bytes: int64(size)}
+	l.spareEnts = nil
 	if l.eager() {
 		// The local fsync of the batch runs while it uploads; the wal
 		// never calls back into objwal holding its own lock.
@@ -109,7 +135,7 @@ func (l *Log) takeBatch() (b *batch, wait time.Duration, done bool) {
 	l.pend = append(l.pend[:0], rest...)
 	l.pendBytes -= int64(size)
 	l.inflightBytes, l.inflightAt = int64(size), b.ents[0].at
-	return b, 0, false
+	return b, 0, false, false
 }
 
 // minPendRoom is the free space Append keeps in pendBuf before framing an
@@ -165,15 +191,17 @@ func (l *Log) idle(ctx context.Context, wait time.Duration) bool {
 	return true
 }
 
-// upload puts b as the next chunk and reports it; false stops the uploader.
-func (l *Log) upload(ctx context.Context, b *batch) bool {
-	body, err := encodeChunk(l.sealer, b.buf, b.ents)
+// upload puts b as the next chunk, sealed into body's memory, and reports
+// it; it returns the buffer to seal the next chunk into, and false to stop
+// the uploader.
+func (l *Log) upload(ctx context.Context, b *batch, body []byte) ([]byte, bool) {
+	body, err := encodeChunk(l.sealer, body[:0], b.buf, b.ents)
 	l.mu.Lock()
 	seq := l.nextSeq
 	if err != nil {
 		l.failLocked(fmt.Errorf("encode %s: %w", walKey(seq), err))
 		l.mu.Unlock()
-		return false
+		return nil, false
 	}
 	if first := b.ents[0].index; first != l.uploaded+1 {
 		// Whatever led here, a chunk that does not continue the bucket's
@@ -181,7 +209,7 @@ func (l *Log) upload(ctx context.Context, b *batch) bool {
 		l.failLocked(fmt.Errorf("%s would start at index %d but the bucket's history ends at %d: refusing to upload a chunk that does not follow it",
 			walKey(seq), first, l.uploaded))
 		l.mu.Unlock()
-		return false
+		return nil, false
 	}
 	l.mu.Unlock()
 
@@ -194,7 +222,7 @@ func (l *Log) upload(ctx context.Context, b *batch) bool {
 		}
 		// Otherwise Close gave up on a failing store: the entries stay
 		// unreported, and the next Open uploads them from the local log.
-		return false
+		return nil, false
 	}
 
 	done := l.clk.Now()
@@ -216,9 +244,14 @@ func (l *Log) upload(ctx context.Context, b *batch) bool {
 	}
 	// The batch's uncompressed size sizes the next buffer.
 	l.lastBatch = len(b.buf) + datafile.FooterSize
-	if cap(b.buf) <= maxSpare && l.spare == nil {
+	if cap(b.buf) <= l.spareLimit() && l.spare == nil {
 		// pendBuf took the spare in takeBatch; this one becomes the next.
+		// Nothing refers to it any more: the chunk's bytes are in body,
+		// and Append framed into the buffer takeBatch gave pendBuf.
 		l.spare = b.buf[:0]
+	}
+	if l.spareEnts == nil {
+		l.spareEnts = b.ents[:0]
 	}
 	l.reportLocked()
 	l.mu.Unlock()
@@ -226,7 +259,10 @@ func (l *Log) upload(ctx context.Context, b *batch) bool {
 		l.hooks.putDone(seq, nil)
 	}
 	kick(l.maintKick)
-	return true
+	if cap(body) > l.spareLimit() {
+		body = nil
+	}
+	return body, true
 }
 
 // putChunk creates wal/{seq} with body. Transient failures retry the same
