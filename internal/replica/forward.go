@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -238,6 +239,12 @@ func (s *fstream) run() {
 			s.broken(s.ctx.Err())
 			return
 		}
+		// Writes come in bursts (the clients a commit answered send
+		// their next ones together): let those already runnable queue
+		// theirs before taking the queue, so they share a message
+		// instead of each one's wake-up running this goroutine. No
+		// timer: a lone write waits for nothing.
+		runtime.Gosched()
 		for {
 			if s.f.beforeSend != nil {
 				s.f.beforeSend()

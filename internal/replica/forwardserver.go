@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -249,6 +250,12 @@ func (q *replyQueue) take() ([]*netsyv1.ForwardReply, bool) {
 func (q *replyQueue) run(stream netsyv1.Forward_ForwardServer) error {
 	var err error
 	for range q.wake {
+		// The replies of one group commit are readied together: let the
+		// workers already runnable add theirs before taking the queue, so
+		// they share a message instead of going one by one (the first
+		// one's wake-up would otherwise run this goroutine after each).
+		// No timer: nothing waits for a reply that is not ready.
+		runtime.Gosched()
 		for {
 			batch, closed := q.take()
 			if len(batch) > 0 && err == nil {
