@@ -60,7 +60,8 @@
 //     replica that applied it rebuilds its state); entries older than
 //     what this node still holds send the replica to object storage first.
 //     Every message carries the primary term. Commits follow the engine's
-//     commit point. A slow replica slows only its own stream (gRPC flow
+//     commit point. Woken by an append or a commit, a stream yields once
+//     before reading, so a burst shares a message (no timer). A slow replica slows only its own stream (gRPC flow
 //     control); nothing is dropped.
 //
 // It must never accept a write before the claim succeeded, answer a

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -158,26 +159,107 @@ func (c countingConn) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
-// BenchmarkForwardedPuts measures 64 clients' puts forwarded by a replica
-// to a Primary that answers at once, over the in-memory network: as one
-// etcd call each (what an older Primary gets) and over the Forward
-// stream. writes/op counts the connection writes of both sides (syscalls
-// on TCP).
-func BenchmarkForwardedPuts(b *testing.B) {
-	for _, stream := range []bool{false, true} {
-		name := "unary"
-		if stream {
-			name = "stream"
+// groupKV is a Primary's KV service that answers Puts in groups, as the
+// engine's group commit does: a Put waits for the committer, which
+// answers every Put that arrived meanwhile at once.
+type groupKV struct {
+	*pb.UnimplementedKVServer
+	mu    sync.Mutex
+	round chan struct{}
+	wake  chan struct{}
+}
+
+func newGroupKV() *groupKV {
+	return &groupKV{round: make(chan struct{}), wake: make(chan struct{}, 1)}
+}
+
+func (g *groupKV) Put(ctx context.Context, _ *pb.PutRequest) (*pb.PutResponse, error) {
+	g.mu.Lock()
+	round := g.round
+	g.mu.Unlock()
+	select {
+	case g.wake <- struct{}{}:
+	default:
+	}
+	select {
+	case <-round:
+		return &pb.PutResponse{Header: &pb.ResponseHeader{Revision: 2}}, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// commit answers a round of Puts each time one is waiting, until stop.
+func (g *groupKV) commit(stop <-chan struct{}) {
+	for {
+		select {
+		case <-g.wake:
+		case <-stop:
+			return
 		}
-		b.Run(name, func(b *testing.B) {
-			var writes atomic.Int64
+		g.mu.Lock()
+		round := g.round
+		g.round = make(chan struct{})
+		g.mu.Unlock()
+		close(round)
+	}
+}
+
+// countMessages counts the messages a server's streams send and receive.
+func countMessages(sent, recv *atomic.Int64) grpc.ServerOption {
+	return grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		return h(srv, countingStream{ss, sent, recv})
+	})
+}
+
+type countingStream struct {
+	grpc.ServerStream
+	sent, recv *atomic.Int64
+}
+
+func (s countingStream) SendMsg(m any) error {
+	s.sent.Add(1)
+	return s.ServerStream.SendMsg(m)
+}
+
+func (s countingStream) RecvMsg(m any) error {
+	err := s.ServerStream.RecvMsg(m)
+	if err == nil {
+		s.recv.Add(1)
+	}
+	return err
+}
+
+// BenchmarkForwardedPuts measures 64 clients' puts forwarded by a replica
+// to a Primary that answers at once (instant) or in groups, as its group
+// commit does (group), over the in-memory network: as one etcd call each
+// (what an older Primary gets) and over the Forward stream. writes/op
+// counts the connection writes of both sides (syscalls on TCP); on the
+// stream, batches/op and replies/op count its messages each way.
+func BenchmarkForwardedPuts(b *testing.B) {
+	for _, tc := range []struct {
+		name          string
+		stream, group bool
+	}{{"unary", false, false}, {"stream", true, false}, {"stream-group", true, true}} {
+		stream := tc.stream
+		b.Run(tc.name, func(b *testing.B) {
+			var writes, sentMsgs, recvMsgs atomic.Int64
 			mn := memnet.New()
 			defer mn.Close()
 			info := &netsyv1.NodeInfo{NodeId: "p", MemberId: 10, PeerAddr: "p:2380"}
-			g := peer.NewServer(grpc.ChainUnaryInterceptor(CommitIndexInterceptor(func() uint64 { return 1 })))
+			g := peer.NewServer(grpc.ChainUnaryInterceptor(CommitIndexInterceptor(func() uint64 { return 1 })),
+				countMessages(&sentMsgs, &recvMsgs))
+			var kv ForwardKV = instantKV{}
+			if tc.group {
+				gkv := newGroupKV()
+				stop := make(chan struct{})
+				defer close(stop)
+				go gkv.commit(stop)
+				kv = gkv
+			}
 			pb.RegisterKVServer(g, instantKV{})
 			if stream {
-				netsyv1.RegisterForwardServer(g, NewForwardServer(ForwardServerConfig{KV: instantKV{}, Committed: func() uint64 { return 1 }}))
+				netsyv1.RegisterForwardServer(g, NewForwardServer(ForwardServerConfig{KV: kv, Committed: func() uint64 { return 1 }}))
 			}
 			l, err := countingNet{mn.Host("p"), &writes}.Listen(info.PeerAddr)
 			if err != nil {
@@ -194,6 +276,8 @@ func BenchmarkForwardedPuts(b *testing.B) {
 				b.Fatal(err)
 			}
 			writes.Store(0)
+			sentMsgs.Store(0)
+			recvMsgs.Store(0)
 			b.SetParallelism(max(64/runtime.GOMAXPROCS(0), 1))
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -206,6 +290,10 @@ func BenchmarkForwardedPuts(b *testing.B) {
 				}
 			})
 			b.ReportMetric(float64(writes.Load())/float64(b.N), "writes/op")
+			if stream {
+				b.ReportMetric(float64(recvMsgs.Load())/float64(b.N), "batches/op")
+				b.ReportMetric(float64(sentMsgs.Load())/float64(b.N), "replies/op")
+			}
 		})
 	}
 }

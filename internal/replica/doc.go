@@ -71,9 +71,10 @@
 //   - Put, DeleteRange and write Txn reach the Primary over one Forward
 //     stream per connection to it (forward.go), opened by the first write
 //     that needs it, reopened by the next after it broke, ended by Close.
-//     One goroutine sends: the writes queued while it sent the previous
-//     message go in the next, with no timer; one receives and hands each
-//     reply to its write. Only the transport differs from an etcd call:
+//     One goroutine sends: woken, it yields once to the goroutines
+//     already runnable (a burst of writes queues together), then the
+//     writes queued go in one message, with no timer; one receives and
+//     hands each reply to its write. Only the transport differs from an etcd call:
 //     the answer is the call's (the Primary's error rebuilt from its
 //     status, or the response and the commit index). A broken stream
 //     fails the writes it sent as a lost call (unknown outcome, resolved
@@ -86,8 +87,9 @@
 //     a batch at once, concurrently, through the peer port's etcd KV
 //     service with its request id (so they group-commit together, and a
 //     node that is not the Active Primary refuses them as the call
-//     would), and sends replies, as many in a message as are ready, from
-//     one goroutine per stream.
+//     would), and sends replies, as many in a message as are ready
+//     (it yields once before taking them, so the replies of one group
+//     commit share a message), from one goroutine per stream.
 //   - Serializable reads are served locally at once. Linearizable reads are
 //     served locally after a read index: the Primary confirms its commit
 //     point (concurrent reads share one request that began after they
