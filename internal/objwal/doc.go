@@ -108,7 +108,10 @@
 // that only it holds, and keeps one zstd encoder for the life of the log.
 // No buffer is handed back while a chunk still needs it: one chunk is in
 // flight at a time, its PUT and every retry of it return before the next
-// batch is taken, and a store keeps no body once a call returns. Kept
+// batch is taken, and a store keeps no body once a call returns. (Over
+// HTTP, Go's transport may go on writing a request body after the server
+// answered early, refusing it; bytes of the next chunk sent that way reach
+// a request already refused, never a stored object.) Kept
 // buffers larger than 1 MiB (the spare and the body) are dropped whenever
 // nothing is left to upload, so a burst does not pin its memory.
 //

@@ -43,8 +43,8 @@ type batch struct {
 // body is the buffer chunks are sealed into. Only this goroutine ever
 // holds it, and a chunk's PUT (with all its retries) returns before the
 // next chunk is sealed, so a body is never overwritten while the store
-// may still read it (objstore.Store.PutIfAbsent keeps nothing once it
-// returns).
+// may still read it for the object it stores (objstore.Store.PutIfAbsent
+// keeps nothing once it returns; see doc.go for HTTP's early answers).
 func (l *Log) runUploader(ctx context.Context, upDone chan struct{}) {
 	defer l.wg.Done()
 	defer close(upDone)
