@@ -82,9 +82,13 @@
 //     (the leaving loop or a writer that queued after it). So a writer
 //     waits on its own proposal and its caller's context only.
 //   - The loop wakes its watchers per pass, not per entry: Follow streams
-//     and the quorum learn of appends (AppendNotify) once per pass of the
-//     loop that appended, and the commit, durable and append channels are
-//     made only when somebody waits on them. The write path's allocations
+//     learn of appends (AppendNotify) once per pass of the loop that
+//     appended, and the commit, durable and append channels are made only
+//     when somebody waits on them. A goroutine that waits on appends over
+//     and over (the Primary's quorum) keeps one buffered channel instead
+//     (WatchAppends): poked per pass only while it says it wants to be,
+//     never blocking the loop, and keeping the poke for a watcher that
+//     read the log and has not started waiting yet. The write path's allocations
 //     per write are pinned by BenchmarkPut, BenchmarkPutPending and
 //     BenchmarkFollowBatch (run with -benchmem; they report cpu-ns/op).
 //

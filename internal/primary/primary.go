@@ -33,6 +33,8 @@ type Engine interface {
 	ReadEntries(from uint64, max int) ([]*netsyv1.Entry, error)
 	EntryTerm(index uint64) (int64, bool)
 	AppendNotify() <-chan struct{}
+	// WatchAppends pokes ch (buffered) after appends while on holds true.
+	WatchAppends(ch chan<- struct{}, on *atomic.Bool) (stop func())
 	CommitNotify() <-chan struct{}
 	LeaseRenew(ctx context.Context, id int64) (int64, error)
 }
