@@ -526,11 +526,11 @@ func (e *Engine) applyEntry(ent *netsyv1.Entry) error {
 				}
 				e.lease.move(kv.Key, from, kv.Lease)
 			case netsyv1.Op_DELETE:
-				ev := e.store.Delete(rev, op.Key)
-				if ev == nil {
+				kv, prev := e.store.DeleteKV(rev, op.Key)
+				if kv == nil {
 					return fmt.Errorf("delete of missing key %q", op.Key)
 				}
-				e.lease.track(ev)
+				e.lease.move(kv.Key, prev.Lease, 0)
 			}
 		}
 	} else if ent.Revision != e.store.Rev() {
