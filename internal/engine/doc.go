@@ -76,7 +76,11 @@
 //     is refused with ErrDuplicateRequest, never applied twice. An id its
 //     caller has just made for a first sending (WithNewRequestID: the
 //     Primary's own clients' writes) is logged and indexed but not looked
-//     up, since nothing can carry it yet.
+//     up, since nothing can carry it yet, nor kept in the pending ids' map
+//     while its entry waits for durability: only the member that made it
+//     knows it, and a sending again by that member (WithRequestID) is
+//     checked against a scan of the pending entries with new ids, which
+//     are all one member's (another member's new id goes to the map).
 //   - Every proposal queued for the loop is answered exactly once: by the
 //     loop, or, once the loop stopped, by whoever drains the queue first
 //     (the leaving loop or a writer that queued after it). So a writer
