@@ -552,7 +552,8 @@ func (p *Primary) Answered(sentAt time.Time, term uint64) {
 
 // LeaseUntil is when the lease ends, a Now reading of this node's clock
 // (zero before any answer renewed it). It is for observers (a
-// simulation's recorder); the role itself asks LeaseHeld.
+// simulation's recorder) and for the quorum's timer for the lapse; the
+// role's decisions ask LeaseHeld.
 func (p *Primary) LeaseUntil() time.Time {
 	p.leaseMu.Lock()
 	defer p.leaseMu.Unlock()

@@ -500,11 +500,13 @@ func (q *quorum) lagLocked(durable uint64, now time.Time) time.Duration {
 	return now.Sub(q.history[i].at)
 }
 
-// run feeds appends and ticks to q while ctx lives. Appends wake it only
-// while q wants them (wantAppends), through one channel the engine pokes
-// (WatchAppends: no channel per wake-up); a tick records the newest
-// append too, so lag in time stays known to a tick when appends do not
-// wake it.
+// run feeds appends, ticks and the lease's end to q while ctx lives.
+// Appends wake it only while q wants them (wantAppends), through one
+// channel the engine pokes (WatchAppends: no channel per wake-up); a tick
+// records the newest append too, so lag in time stays known to a tick
+// when appends do not wake it. A timer set for when the lease ends makes
+// a lapse switch writes to object storage then, not at the next tick nor
+// the next append: a lone node is woken by neither per write.
 func (q *quorum) run(ctx context.Context) {
 	eng, clk := q.p.cfg.Engine, q.p.cfg.Clock
 	tick := min(q.p.cfg.QuorumTimeout, q.window()) / 4
@@ -513,15 +515,32 @@ func (q *quorum) run(ctx context.Context) {
 	defer t.Stop()
 	appends := make(chan struct{}, 1)
 	defer eng.WatchAppends(appends, &q.wantAppends)()
+	// lapse fires when the lease, as last read (armed), ends. A renewal
+	// moves the end later, so a fire may come early: it only makes q
+	// judge again, and the timer is set for the new end on that pass.
+	lapse := clk.NewTimer(time.Hour)
+	lapse.Stop()
+	defer lapse.Stop()
+	var armed time.Time
 	for {
 		// The read comes before the wait: a poke for an append after
 		// it waits in the buffer.
 		if last, _, _ := eng.LastAppended(); last > 0 {
 			q.appended(last, clk.Now())
 		}
+		if until := q.p.LeaseUntil(); !until.Equal(armed) {
+			armed = until
+			if d := until.Sub(clk.Now()); d > 0 {
+				lapse.Reset(d)
+			} else {
+				lapse.Stop()
+			}
+		}
 		select {
 		case <-appends:
 		case <-t.C():
+			q.tick(clk.Now())
+		case <-lapse.C():
 			q.tick(clk.Now())
 		case <-ctx.Done():
 			return

@@ -566,3 +566,27 @@ func TestQuorumReceiptsOfDegradedOrLoadingReplicasDoNotCount(t *testing.T) {
 		})
 	}
 }
+
+// A lone node's quorum, which appends do not wake, still falls back to
+// object storage the moment its lease ends, not at its next tick: here
+// the lease ends at 230 ms, between the ticks at 200 and 250 ms.
+func TestQuorumAloneFallsBackWhenTheLeaseEnds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newQuorum(t, -1, 1) // ticks every 50 ms, a 200 ms lease
+		eng := &notifyEngine{fakeEngine: h.eng}
+		h.p.cfg.Engine = eng
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { h.q.run(ctx); close(done) }()
+		defer func() { cancel(); <-done }()
+		synctest.Wait()
+		h.clk.Advance(30 * time.Millisecond)
+		answered(h.p, h.clk.Now()) // the lease now ends at 230 ms
+		h.clk.Advance(199 * time.Millisecond)
+		synctest.Wait()
+		h.want(objwal.ModeAsync, 0)
+		h.clk.Advance(time.Millisecond)
+		synctest.Wait()
+		h.want(objwal.ModeSync, 0)
+	})
+}
