@@ -76,15 +76,23 @@
 //     is refused with ErrDuplicateRequest, never applied twice. An id its
 //     caller has just made for a first sending (WithNewRequestID: the
 //     Primary's own clients' writes) is logged and indexed but not looked
-//     up, since nothing can carry it yet.
+//     up, since nothing can carry it yet, nor kept in the pending ids' map
+//     while its entry waits for durability: only the member that made it
+//     knows it, and a sending again by that member (WithRequestID) is
+//     checked against a scan of the pending entries with new ids, which
+//     are all one member's (another member's new id goes to the map).
 //   - Every proposal queued for the loop is answered exactly once: by the
 //     loop, or, once the loop stopped, by whoever drains the queue first
 //     (the leaving loop or a writer that queued after it). So a writer
 //     waits on its own proposal and its caller's context only.
 //   - The loop wakes its watchers per pass, not per entry: Follow streams
-//     and the quorum learn of appends (AppendNotify) once per pass of the
-//     loop that appended, and the commit, durable and append channels are
-//     made only when somebody waits on them. The write path's allocations
+//     learn of appends (AppendNotify) once per pass of the loop that
+//     appended, and the commit, durable and append channels are made only
+//     when somebody waits on them. A goroutine that waits on appends over
+//     and over (the Primary's quorum) keeps one buffered channel instead
+//     (WatchAppends): poked per pass only while it says it wants to be,
+//     never blocking the loop, and keeping the poke for a watcher that
+//     read the log and has not started waiting yet. The write path's allocations
 //     per write are pinned by BenchmarkPut, BenchmarkPutPending and
 //     BenchmarkFollowBatch (run with -benchmem; they report cpu-ns/op).
 //

@@ -206,8 +206,17 @@ type Engine struct {
 	// alarmsAhead); it is 0 whenever pending is empty.
 	pendingAlarms int
 
-	// pendingIDs are the request ids of the pending entries (the loop's).
-	pendingIDs map[RequestID]struct{}
+	// pendingIDs are the request ids of the pending entries (the loop's),
+	// except those made new for their first sending (WithNewRequestID)
+	// by freshMember: freshN pending entries carry such ids, and they are
+	// found by a scan of pending (pendingFresh). Nothing looks a new id
+	// up as it is logged, and only a sending again by the node that made
+	// it (that member's id, so rare) can name one later, so the map's
+	// insertion and deletion per write of a Primary's own clients are
+	// saved. A new id of another member while freshN > 0 goes to the map.
+	pendingIDs  map[RequestID]struct{}
+	freshMember uint64
+	freshN      int
 
 	// Follower state: entries appended to storage but not yet applied
 	// (applied once committed by the Primary and durable here), and the
@@ -239,6 +248,9 @@ type pendingEntry struct {
 	// revoked are the leases the entry revoked, kept so that a rollback
 	// can restore them.
 	revoked []*netsyv1.LeaseGrant
+	// freshID says the entry's request id is counted in freshN, not in
+	// pendingIDs.
+	freshID bool
 }
 
 // Open restores the engine from storage (newest snapshot plus the entries
@@ -526,11 +538,11 @@ func (e *Engine) applyEntry(ent *netsyv1.Entry) error {
 				}
 				e.lease.move(kv.Key, from, kv.Lease)
 			case netsyv1.Op_DELETE:
-				ev := e.store.Delete(rev, op.Key)
-				if ev == nil {
+				kv, prev := e.store.DeleteKV(rev, op.Key)
+				if kv == nil {
 					return fmt.Errorf("delete of missing key %q", op.Key)
 				}
-				e.lease.track(ev)
+				e.lease.move(kv.Key, prev.Lease, 0)
 			}
 		}
 	} else if ent.Revision != e.store.Rev() {
@@ -778,7 +790,9 @@ func (e *Engine) commitUpTo(idx uint64) {
 	last := done[n-1]
 	for _, pe := range done {
 		e.reqs.observe(pe.entry)
-		if r := pe.entry.GetRequestId(); r != nil {
+		if pe.freshID {
+			e.freshN--
+		} else if r := pe.entry.GetRequestId(); r != nil {
 			delete(e.pendingIDs, RequestID{Member: r.Member, Seq: r.Seq})
 		}
 		if pe.entry.CompactRevision > 0 {
@@ -854,6 +868,7 @@ func (e *Engine) rollbackPending() {
 	rolled := len(e.pending) > 0
 	e.pending, e.pendingAlarms = nil, 0
 	clear(e.pendingIDs)
+	e.freshN = 0
 	if e.store.Rev() > e.committedRev.Load() {
 		e.store.Rollback(e.committedRev.Load())
 		rolled = true
@@ -902,16 +917,23 @@ func (e *Engine) termAt(index uint64) (int64, bool) {
 func (e *Engine) appendEntry(ent *netsyv1.Entry, p *proposal, revoked []*netsyv1.LeaseGrant) {
 	ent.Term = e.term.Load()
 	e.lastIdx, e.lastRev = ent.Index, ent.Revision
-	e.pending = append(e.pending, pendingEntry{index: ent.Index, rev: ent.Revision, entry: ent, p: p, revoked: revoked})
+	pe := pendingEntry{index: ent.Index, rev: ent.Revision, entry: ent, p: p, revoked: revoked}
 	if ent.Alarm != nil {
 		e.pendingAlarms++
 	}
 	if r := ent.GetRequestId(); r != nil {
-		if e.pendingIDs == nil {
-			e.pendingIDs = make(map[RequestID]struct{})
+		switch {
+		case p != nil && p.newID && (e.freshN == 0 || e.freshMember == r.Member):
+			pe.freshID, e.freshMember = true, r.Member
+			e.freshN++
+		default:
+			if e.pendingIDs == nil {
+				e.pendingIDs = make(map[RequestID]struct{})
+			}
+			e.pendingIDs[RequestID{Member: r.Member, Seq: r.Seq}] = struct{}{}
 		}
-		e.pendingIDs[RequestID{Member: r.Member, Seq: r.Seq}] = struct{}{}
 	}
+	e.pending = append(e.pending, pe)
 	if err := e.cfg.Storage.Append(ent); err != nil {
 		e.storageFailed(err)
 		return

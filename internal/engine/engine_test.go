@@ -435,6 +435,12 @@ func TestSpilledValues(t *testing.T) {
 	if !slices.Equal(vals, []string{"first", "in", "second"}) {
 		t.Fatalf("snapshot values %q", vals)
 	}
+	// A delete with prev_kv answers with the deleted value, read back.
+	h.put("d", "spilled")
+	dr, err := h.e.DeleteRange(ctx(t), &pb.DeleteRangeRequest{Key: []byte("d"), PrevKv: true})
+	if err != nil || dr.Deleted != 1 || len(dr.PrevKvs) != 1 || string(dr.PrevKvs[0].Value) != "spilled" {
+		t.Fatalf("delete with prev_kv: %v %v", dr, err)
+	}
 	// A value that can no longer be read back fails the engine's writes.
 	if err := h.e.store.Close(); err != nil {
 		t.Fatal(err)

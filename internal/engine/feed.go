@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/netsy-io/netsy/proto/netsyv1"
 )
@@ -21,6 +23,15 @@ type feed struct {
 	// Follow stream one wake-up and the loop at most one channel.
 	notify signal
 	added  bool
+	// watches are the standing watchers (WatchAppends) publish pokes.
+	watches []*appendWatch
+}
+
+// appendWatch is one WatchAppends: a channel its owner made once, and
+// whether it wants pokes now.
+type appendWatch struct {
+	ch chan<- struct{}
+	on *atomic.Bool
 }
 
 func newFeed() *feed { return &feed{} }
@@ -49,6 +60,17 @@ func (f *feed) publish() {
 	if f.added {
 		f.added = false
 		f.notify.fire()
+		for _, w := range f.watches {
+			if w.on.Load() {
+				// A full buffer already holds a poke its owner has not
+				// taken: it reads the log after taking it, so one is
+				// enough, and the loop never blocks on a watcher.
+				select {
+				case w.ch <- struct{}{}:
+				default:
+				}
+			}
+		}
 	}
 	f.mu.Unlock()
 }
@@ -93,6 +115,34 @@ func (f *feed) term(index uint64) (int64, bool) {
 		return 0, false
 	}
 	return f.ents[index-f.ents[0].Index].Term, true
+}
+
+// watch adds a standing watcher until the returned function is called.
+func (f *feed) watch(ch chan<- struct{}, on *atomic.Bool) (stop func()) {
+	w := &appendWatch{ch: ch, on: on}
+	f.mu.Lock()
+	f.watches = append(f.watches, w)
+	f.mu.Unlock()
+	return func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.watches = slices.DeleteFunc(f.watches, func(x *appendWatch) bool { return x == w })
+	}
+}
+
+// WatchAppends is AppendNotify for one goroutine that waits on appends
+// over and over (the Primary's quorum): after each pass of the loop that
+// appended, while on holds true, ch (which must be buffered) is poked if
+// it has room. Unlike AppendNotify it costs no channel per wake-up, and
+// nothing at all while on is false. No poke is lost between a check and
+// a wait: a watcher that reads LastAppended and then waits on ch finds a
+// poke for any pass published after that read (it stays in the buffer).
+// The watch lasts until stop is called.
+func (e *Engine) WatchAppends(ch chan<- struct{}, on *atomic.Bool) (stop func()) {
+	if cap(ch) == 0 {
+		panic("engine: WatchAppends needs a buffered channel")
+	}
+	return e.feed.watch(ch, on)
 }
 
 func (f *feed) wait() <-chan struct{} {

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.etcd.io/etcd/api/v3/mvccpb"
 
 	"github.com/netsy-io/netsy/internal/clock"
 	"github.com/netsy-io/netsy/internal/mvcc"
@@ -232,18 +231,6 @@ func (l *lessor) newID() int64 {
 			return id
 		}
 	}
-}
-
-// track keeps key attachments in step with a put or delete event.
-func (l *lessor) track(ev *mvccpb.Event) {
-	var prev, next int64
-	if ev.PrevKv != nil {
-		prev = ev.PrevKv.Lease
-	}
-	if ev.Type == mvccpb.PUT {
-		next = ev.Kv.Lease
-	}
-	l.move(ev.Kv.Key, prev, next)
 }
 
 // move moves key's attachment from lease prev to lease next (0: none).

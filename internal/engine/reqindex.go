@@ -262,6 +262,25 @@ func (e *Engine) duplicate(id RequestID) bool {
 	if _, ok := e.pendingIDs[id]; ok {
 		return true
 	}
+	if e.freshN > 0 && id.Member == e.freshMember && e.pendingFresh(id) {
+		return true
+	}
 	_, ok, _ := e.reqs.lookup(id)
 	return ok
+}
+
+// pendingFresh reports whether a pending entry whose id was new when
+// logged (see Engine.pendingIDs) carries id: a scan, as only the member
+// that made those ids asks, for a request it sends again.
+func (e *Engine) pendingFresh(id RequestID) bool {
+	for i := range e.pending {
+		pe := &e.pending[i]
+		if !pe.freshID {
+			continue
+		}
+		if r := pe.entry.GetRequestId(); r.Member == id.Member && r.Seq == id.Seq {
+			return true
+		}
+	}
+	return false
 }

@@ -216,3 +216,57 @@ func TestRequestIDContextFollowsItsParent(t *testing.T) {
 		t.Fatal("child not cancelled with the parent")
 	}
 }
+
+// A first sending's new id (WithNewRequestID) is kept out of the pending
+// ids' map, yet a sending again of it (WithRequestID) while the first is
+// appended but not durable is still refused: pending entries with new
+// ids are counted, all of one member's, and scanned when that member asks.
+// A new id of another member meanwhile, and forwarded ids, go to the map
+// as before; nothing is refused that is not logged.
+func TestResentNewRequestRefusedWhileItsFirstSendingIsPending(t *testing.T) {
+	st := &enginetest.MemStorage{Manual: true}
+	h := newHarness(t, st, nil)
+	r := &pb.PutRequest{Key: []byte("a"), Value: []byte("1")}
+	mine, other, fwd := RequestID{Member: 7, Seq: 1}, RequestID{Member: 8, Seq: 1}, RequestID{Member: 9, Seq: 1}
+	var sent []chan error
+	send := func(c context.Context) {
+		ch := make(chan error, 1)
+		sent = append(sent, ch)
+		go func() {
+			_, err := h.e.Put(c, r)
+			ch <- err
+		}()
+		waitFor(t, func() bool { return st.Len() == len(sent) })
+	}
+	send(WithNewRequestID(context.Background(), mine))
+	send(WithNewRequestID(context.Background(), other))
+	send(WithRequestID(context.Background(), fwd))
+	loopInt := func(f func() int) (n int) {
+		if err := h.e.inLoop(ctx(t), func() { n = f() }); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if got, want := loopInt(func() int { return len(h.e.pendingIDs) }), 2; got != want {
+		t.Fatalf("%d ids in the pending map, want %d (the other member's new id and the forwarded one)", got, want)
+	}
+	for _, id := range []RequestID{mine, other, fwd} {
+		if _, err := h.e.Put(WithRequestID(ctx(t), id), r); !errors.Is(err, ErrDuplicateRequest) {
+			t.Fatalf("%+v sent again while pending: err = %v, want ErrDuplicateRequest", id, err)
+		}
+	}
+	// The same member's next request is no duplicate.
+	send(WithRequestID(context.Background(), RequestID{Member: 7, Seq: 2}))
+	st.SyncAll()
+	for i, ch := range sent {
+		if err := <-ch; err != nil {
+			t.Fatalf("sending %d: %v", i, err)
+		}
+	}
+	if _, err := h.e.Put(WithRequestID(ctx(t), mine), r); !errors.Is(err, ErrDuplicateRequest) {
+		t.Fatalf("sent again once committed: err = %v, want ErrDuplicateRequest", err)
+	}
+	if n := loopInt(func() int { return h.e.freshN + len(h.e.pendingIDs) }); n != 0 {
+		t.Fatalf("%d pending ids left after every entry committed", n)
+	}
+}

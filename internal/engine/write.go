@@ -446,15 +446,18 @@ func (w *writeTxn) put(key, value []byte, lease int64) (prev *mvccpb.KeyValue) {
 	return prev
 }
 
-func (w *writeTxn) del(key []byte) *mvccpb.Event {
-	ev := w.e.store.Delete(w.rev, key)
-	if ev == nil {
+// del deletes key and returns the version it deleted (nil if the key was
+// not live), as the store keeps it: like put's, it is resolved only for a
+// response that asks (mvcc.Store.DeleteKV).
+func (w *writeTxn) del(key []byte) (prev *mvccpb.KeyValue) {
+	kv, prev := w.e.store.DeleteKV(w.rev, key)
+	if kv == nil {
 		return nil
 	}
 	op := w.addOp()
 	op.Type, op.Key = netsyv1.Op_DELETE, key
-	w.moved(ev.Kv, ev.PrevKv)
-	return ev
+	w.moved(kv, prev)
+	return prev
 }
 
 // abort undoes whatever the txn applied to the store.
@@ -584,13 +587,13 @@ func (w *writeTxn) applyDelete(r *pb.DeleteRangeRequest) (*pb.DeleteRangeRespons
 		return nil, err
 	}
 	for _, kv := range res.KVs {
-		ev := w.del(kv.Key)
-		if ev == nil {
+		prev := w.del(kv.Key)
+		if prev == nil {
 			continue
 		}
 		resp.Deleted++
 		if r.PrevKv {
-			resp.PrevKvs = append(resp.PrevKvs, ev.PrevKv)
+			resp.PrevKvs = append(resp.PrevKvs, w.e.store.Resolve(prev))
 		}
 	}
 	return resp, nil

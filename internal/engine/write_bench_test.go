@@ -161,6 +161,56 @@ func BenchmarkPut(b *testing.B) {
 			}
 		})
 	})
+	// The parallel puts again with one goroutine waiting on appends as the
+	// Primary's quorum does in each pass: through AppendNotify (a channel
+	// per wake-up, as it did), or a standing WatchAppends, on (receipts
+	// decide) or off (a lone node: nobody is poked).
+	for _, w := range []string{"notify", "watch-on", "watch-off"} {
+		b.Run("parallel-watched-"+w, func(b *testing.B) {
+			e, stop := openBenchWriter(b)
+			defer stop()
+			quit, exited := make(chan struct{}), make(chan struct{})
+			var wakes atomic.Int64
+			pokes := make(chan struct{}, 1)
+			var on atomic.Bool
+			on.Store(w == "watch-on")
+			defer e.WatchAppends(pokes, &on)()
+			go func() {
+				defer close(exited)
+				for {
+					var ch <-chan struct{} = pokes
+					if w == "notify" {
+						ch = e.AppendNotify()
+					}
+					e.LastAppended()
+					select {
+					case <-ch:
+						wakes.Add(1)
+					case <-quit:
+						return
+					}
+				}
+			}()
+			defer func() { close(quit); <-exited }()
+			ctx := context.Background()
+			var n atomic.Int64
+			b.ReportAllocs()
+			b.SetParallelism(32)
+			b.ResetTimer()
+			cpu := startCPU()
+			defer cpu.report(b)
+			defer func() { b.ReportMetric(float64(wakes.Load())/float64(b.N), "wakes/op") }()
+			b.RunParallel(func(pb_ *testing.PB) {
+				for pb_.Next() {
+					i := n.Add(1)
+					if _, err := e.Put(ctx, &pb.PutRequest{Key: keys[int(i)%len(keys)], Value: val}); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
 	b.Run("parallel", func(b *testing.B) {
 		e, stop := openBenchWriter(b)
 		defer stop()

@@ -303,6 +303,44 @@ func BenchmarkPutKVSpilledUpdate(b *testing.B) {
 	}
 }
 
+// Deletes of keys whose 256-byte values were spilled, each put back after
+// (an op is both: the store keeps a steady size), as the engine deletes
+// (kept: DeleteKV, no prev_kv) and as Delete's event does (event: the
+// value read back); the difference is the read-back.
+func BenchmarkDeleteSpilled(b *testing.B) {
+	for _, mode := range []string{"event", "kept"} {
+		b.Run(mode, func(b *testing.B) {
+			s, err := Open(Options{SpillDir: filepath.Join(b.TempDir(), "values")})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			val := bytes.Repeat([]byte("v"), 256)
+			keys := make([][]byte, benchKeys)
+			for i := range keys {
+				keys[i] = fmt.Appendf(nil, "%08d", i)
+				s.PutKV(s.Rev()+1, keys[i], val, 0)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				k := keys[i%len(keys)]
+				if mode == "event" {
+					s.Delete(s.Rev()+1, k)
+				} else {
+					s.DeleteKV(s.Rev()+1, k)
+				}
+				s.PutKV(s.Rev()+1, k, val, 0)
+				if i%50_000 == 49_999 {
+					if err := s.Compact(s.Rev() - 1000); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
+	}
+}
+
 // Puts of new keys into a store that already holds 100k or 1 M keys, as
 // `benchmark put` with sequential keys and 256-byte values loads a node
 // (issue 22 item 5), with the node's GC policy (gctune) running: the cost

@@ -22,9 +22,10 @@
 //   - A value is in memory or, when the store was opened with a spill
 //     directory, in the spill files (see spill): never both for long, and
 //     every read path (Range, Events, the events Put and Delete return,
-//     Capture, HashKV) reads spilled values back. PutKV, the engine's
-//     write path, does not: it returns the replaced version as kept, and
-//     the caller reads it back with Resolve only when it answers with it. Capture.At hands out a
+//     Capture, HashKV) reads spilled values back. PutKV and DeleteKV, the
+//     engine's write path, do not: they return the replaced or deleted
+//     version as kept, and the caller reads it back with Resolve only
+//     when it answers with it. Capture.At hands out a
 //     copy the caller keeps; Capture.View lends the read-ahead block
 //     until the next call (a snapshot encode reads a million values
 //     without a copy or an allocation each), so a viewed value must never

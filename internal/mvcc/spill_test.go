@@ -346,6 +346,35 @@ func TestPutKVReturnsTheKeptVersion(t *testing.T) {
 	}
 }
 
+// DeleteKV returns the version it deleted as kept, as PutKV does: not read
+// back from the spill files (a delete without prev_kv, and every apply on
+// a follower, wants its lease alone); Resolve reads it, and Delete's event
+// still carries the value.
+func TestDeleteKVReturnsTheKeptVersion(t *testing.T) {
+	s, err := Open(Options{SpillDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	big := bytes.Repeat([]byte("v"), DefaultSpillMin)
+	kv, _ := s.PutKV(1, []byte("k"), big, 7)
+	tomb, prev := s.DeleteKV(2, []byte("k"))
+	if prev != kv || tomb == nil || tomb.ModRevision != 2 || tomb.Version != 0 || prev.Lease != 7 {
+		t.Fatalf("DeleteKV = %v, prev %v; want the tombstone and the kept first version (not read back)", tomb, prev)
+	}
+	if got := s.Resolve(prev); !bytes.Equal(got.Value, big) || got.ModRevision != 1 || s.Err() != nil {
+		t.Fatalf("Resolve(prev) = %v (err %v), want the first value", got, s.Err())
+	}
+	if tomb, prev := s.DeleteKV(3, []byte("k")); tomb != nil || prev != nil || s.Rev() != 2 {
+		t.Fatalf("delete of a deleted key: %v %v, rev %d; want nothing done", tomb, prev, s.Rev())
+	}
+	s.PutKV(3, []byte("k"), big, 0)
+	ev := s.Delete(4, []byte("k"))
+	if ev == nil || ev.PrevKv == nil || !bytes.Equal(ev.PrevKv.Value, big) || ev.Kv.ModRevision != 4 {
+		t.Fatalf("Delete's event %v, want its PrevKv with the value read back", ev)
+	}
+}
+
 // A new key costs one allocation, its index with its first version and,
 // when spilled, that value's place inside it: the collector has one
 // object fewer per key to find than with a version of its own, and no

@@ -525,22 +525,38 @@ func (s *Store) eventPrev(prev *mvccpb.KeyValue) *mvccpb.KeyValue {
 // returns the DELETE event, or nil without changing anything when the key is
 // not live at the latest revision.
 func (s *Store) Delete(rev int64, key []byte) *mvccpb.Event {
+	kv, prev := s.DeleteKV(rev, key)
+	if kv == nil {
+		return nil
+	}
+	return &mvccpb.Event{Type: mvccpb.DELETE, Kv: kv, PrevKv: s.Resolve(prev)}
+}
+
+// DeleteKV is Delete without the event, as PutKV is Put: it returns the
+// tombstone and the version it deleted as the store keeps it (both nil
+// when the key was not live), whose Value is not the value when that was
+// spilled: a caller that hands prev out reads it back with Resolve. The
+// engine's write and apply paths use it: a delete without prev_kv, and
+// every apply on a follower, wants prev's lease alone, and reading the
+// value back from the spill files only to drop it cost a read and two
+// allocations per delete.
+func (s *Store) DeleteKV(rev int64, key []byte) (kv, prev *mvccpb.KeyValue) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.checkWriteRev(rev)
 	ki := s.lookup(key)
 	if ki == nil {
-		return nil
+		return nil, nil
 	}
-	prev := ki.latest()
+	prev = ki.latest()
 	if prev == nil {
-		return nil
+		return nil, nil
 	}
-	kv := &mvccpb.KeyValue{Key: ki.key, ModRevision: rev}
+	kv = &mvccpb.KeyValue{Key: ki.key, ModRevision: rev}
 	s.idx.setLive(key, false)
 	s.append(ki, kv, prev)
 	s.rev.Store(rev)
-	return &mvccpb.Event{Type: mvccpb.DELETE, Kv: kv, PrevKv: s.eventPrev(prev)}
+	return kv, prev
 }
 
 func (s *Store) append(ki *keyIndex, kv, prev *mvccpb.KeyValue) {

@@ -33,6 +33,8 @@ type Engine interface {
 	ReadEntries(from uint64, max int) ([]*netsyv1.Entry, error)
 	EntryTerm(index uint64) (int64, bool)
 	AppendNotify() <-chan struct{}
+	// WatchAppends pokes ch (buffered) after appends while on holds true.
+	WatchAppends(ch chan<- struct{}, on *atomic.Bool) (stop func())
 	CommitNotify() <-chan struct{}
 	LeaseRenew(ctx context.Context, id int64) (int64, error)
 }
@@ -550,7 +552,8 @@ func (p *Primary) Answered(sentAt time.Time, term uint64) {
 
 // LeaseUntil is when the lease ends, a Now reading of this node's clock
 // (zero before any answer renewed it). It is for observers (a
-// simulation's recorder); the role itself asks LeaseHeld.
+// simulation's recorder) and for the quorum's timer for the lapse; the
+// role's decisions ask LeaseHeld.
 func (p *Primary) LeaseUntil() time.Time {
 	p.leaseMu.Lock()
 	defer p.leaseMu.Unlock()

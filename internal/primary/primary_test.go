@@ -86,7 +86,10 @@ type lcEngine struct {
 }
 
 func (e *lcEngine) AppendNotify() <-chan struct{} { return e.appendCh }
-func (e *lcEngine) CurrentRevision() int64        { return int64(e.CommittedIndex()) + 100 }
+func (e *lcEngine) WatchAppends(chan<- struct{}, *atomic.Bool) func() {
+	return func() {} // no appends
+}
+func (e *lcEngine) CurrentRevision() int64 { return int64(e.CommittedIndex()) + 100 }
 
 // Promote records what Starting had done when the engine was promoted:
 // the term on disk and the log's mode. The claim is its Starting step.

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/netsy-io/netsy/internal/objwal"
@@ -83,6 +84,13 @@ type quorum struct {
 	onFallback     func(reason string)
 	// scratch is evaluateLocked's buffer for the counted durable indexes.
 	scratch []uint64
+	// wantAppends says whether run is to be woken by appends: only while
+	// a quorum of receipts decides (evaluateLocked sets it), since only
+	// then does an append start a deadline that matters. A lone node
+	// under majority quorum, quorum 0, or a Primary with no count yet,
+	// decides from the lease and the clock alone, which ticks serve; the
+	// engine then pokes nobody per write.
+	wantAppends atomic.Bool
 }
 
 func (q *quorum) reset(term uint64) {
@@ -242,14 +250,23 @@ func (q *quorum) deactivate() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.active = false
+	q.wantAppends.Store(false)
 }
 
 // appended records that entries through index were appended at now.
 func (q *quorum) appended(index uint64, now time.Time) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if q.markLocked(index, now) {
+		q.evaluateLocked(now)
+	}
+}
+
+// markLocked records an append mark for entries through index, unless one
+// covers them; it reports whether it did.
+func (q *quorum) markLocked(index uint64, now time.Time) bool {
 	if index <= q.lastMark {
-		return
+		return false
 	}
 	q.lastMark = index
 	m := appendMark{index: index, at: now}
@@ -260,7 +277,7 @@ func (q *quorum) appended(index uint64, now time.Time) {
 		// appends rather than a shift of the whole record on every one.
 		q.history = append(q.history[:0], q.history[len(q.history)-maxLagMarks:]...)
 	}
-	q.evaluateLocked(now)
+	return true
 }
 
 // tick re-judges health, deadlines and the lease.
@@ -305,12 +322,23 @@ func (q *quorum) countsLocked(r *replicaRec, now time.Time) (bool, string) {
 // make uploads eager (the fallback).
 func (q *quorum) evaluateLocked(now time.Time) {
 	if !q.active {
+		q.wantAppends.Store(false)
 		return
 	}
 	committed := q.p.cfg.Engine.CommittedIndex()
 	q.trimLocked(committed, now)
 	cfg := q.p.cfg
 	need := needed(cfg.Quorum, q.registered)
+	counting := need > 0 && (cfg.Quorum > 0 || q.registered > 0)
+	if counting && !q.wantAppends.Load() {
+		// Receipts decide from now on: the entries appended while they
+		// did not get their mark now, as run was not woken for them,
+		// and run is woken by every append after this.
+		if last, _, _ := cfg.Engine.LastAppended(); q.markLocked(last, now) {
+			q.trimLocked(committed, now)
+		}
+	}
+	q.wantAppends.Store(counting)
 	if cfg.Quorum == -1 && q.registered <= 0 {
 		// No Cluster State vouched for a count yet: a majority of what
 		// is unknown, so object storage acknowledges.
@@ -472,21 +500,47 @@ func (q *quorum) lagLocked(durable uint64, now time.Time) time.Duration {
 	return now.Sub(q.history[i].at)
 }
 
-// run feeds appends and ticks to q while ctx lives.
+// run feeds appends, ticks and the lease's end to q while ctx lives.
+// Appends wake it only while q wants them (wantAppends), through one
+// channel the engine pokes (WatchAppends: no channel per wake-up); a tick
+// records the newest append too, so lag in time stays known to a tick
+// when appends do not wake it. A timer set for when the lease ends makes
+// a lapse switch writes to object storage then, not at the next tick nor
+// the next append: a lone node is woken by neither per write.
 func (q *quorum) run(ctx context.Context) {
 	eng, clk := q.p.cfg.Engine, q.p.cfg.Clock
 	tick := min(q.p.cfg.QuorumTimeout, q.window()) / 4
 	tick = max(tick, 5*time.Millisecond)
 	t := clk.NewTicker(tick)
 	defer t.Stop()
+	appends := make(chan struct{}, 1)
+	defer eng.WatchAppends(appends, &q.wantAppends)()
+	// lapse fires when the lease, as last read (armed), ends. A renewal
+	// moves the end later, so a fire may come early: it only makes q
+	// judge again, and the timer is set for the new end on that pass.
+	lapse := clk.NewTimer(time.Hour)
+	lapse.Stop()
+	defer lapse.Stop()
+	var armed time.Time
 	for {
-		ch := eng.AppendNotify()
+		// The read comes before the wait: a poke for an append after
+		// it waits in the buffer.
 		if last, _, _ := eng.LastAppended(); last > 0 {
 			q.appended(last, clk.Now())
 		}
+		if until := q.p.LeaseUntil(); !until.Equal(armed) {
+			armed = until
+			if d := until.Sub(clk.Now()); d > 0 {
+				lapse.Reset(d)
+			} else {
+				lapse.Stop()
+			}
+		}
 		select {
-		case <-ch:
+		case <-appends:
 		case <-t.C():
+			q.tick(clk.Now())
+		case <-lapse.C():
 			q.tick(clk.Now())
 		case <-ctx.Done():
 			return

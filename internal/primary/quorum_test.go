@@ -5,7 +5,9 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/netsy-io/netsy/internal/clock"
@@ -361,11 +363,39 @@ func TestQuorumRunLoop(t *testing.T) {
 	waitFor(t, "the fallback", func() bool { m, _ := h.log.get(); return m == objwal.ModeSync })
 }
 
-// notifyEngine adds the append notification the run loop waits on.
+// notifyEngine adds the append notifications the run loop waits on: the
+// engine's (AppendNotify and WatchAppends), a poke per append.
 type notifyEngine struct {
 	*fakeEngine
-	nmu sync.Mutex
-	ch  chan struct{}
+	nmu     sync.Mutex
+	ch      chan struct{}
+	watches []watch
+	// afterRead, if set, runs once after the next LastAppended read.
+	afterRead func()
+}
+
+type watch struct {
+	ch chan<- struct{}
+	on *atomic.Bool
+}
+
+func (e *notifyEngine) WatchAppends(ch chan<- struct{}, on *atomic.Bool) func() {
+	e.nmu.Lock()
+	defer e.nmu.Unlock()
+	e.watches = append(e.watches, watch{ch, on})
+	return func() {}
+}
+
+func (e *notifyEngine) LastAppended() (uint64, int64, int64) {
+	i, r, t := e.fakeEngine.LastAppended()
+	e.nmu.Lock()
+	f := e.afterRead
+	e.afterRead = nil
+	e.nmu.Unlock()
+	if f != nil {
+		f()
+	}
+	return i, r, t
 }
 
 func (e *notifyEngine) AppendNotify() <-chan struct{} {
@@ -379,9 +409,98 @@ func (e *notifyEngine) appendTo(i uint64) {
 	e.last = i
 	e.mu.Unlock()
 	e.nmu.Lock()
-	close(e.ch)
-	e.ch = make(chan struct{})
-	e.nmu.Unlock()
+	defer e.nmu.Unlock()
+	if e.ch != nil {
+		close(e.ch)
+		e.ch = make(chan struct{})
+	}
+	for _, w := range e.watches {
+		if w.on.Load() {
+			select {
+			case w.ch <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// The run loop reads where the log ends, then waits: an append that lands
+// between the read and the wait must still wake it (the engine's poke
+// waits in the channel), or the append's quorum deadline would start only
+// at the next tick, a tick late.
+func TestQuorumRunWakesForAnAppendBetweenItsReadAndItsWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newQuorum(t, -1, 3)
+		eng := &notifyEngine{fakeEngine: h.eng, ch: make(chan struct{})}
+		h.p.cfg.Engine = eng
+		eng.afterRead = func() { eng.appendTo(6) }
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { h.q.run(ctx); close(done) }()
+		synctest.Wait() // run is blocked: on its wait, or forever on a lost wake-up
+		h.q.mu.Lock()
+		mark := h.q.lastMark
+		h.q.mu.Unlock()
+		cancel()
+		<-done
+		if mark != 6 {
+			t.Fatalf("the run loop recorded appends through %d before any tick; want 6 (the append between its read and its wait woke nobody)", mark)
+		}
+	})
+}
+
+// A lone node under majority quorum decides from its lease alone: appends
+// do not wake its quorum goroutine (the engine pokes nobody), while its
+// ticks still switch it to object storage once the lease lapsed. A second
+// registered node makes it count receipts, and then appends wake it and
+// start their deadlines.
+func TestQuorumAloneIsNotWokenByAppends(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newQuorum(t, -1, 1)
+		eng := &notifyEngine{fakeEngine: h.eng, ch: make(chan struct{})}
+		h.p.cfg.Engine = eng
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { h.q.run(ctx); close(done) }()
+		defer func() { cancel(); <-done }()
+		synctest.Wait()
+		if h.q.wantAppends.Load() {
+			t.Fatal("a lone node's quorum asks to be woken by appends")
+		}
+		eng.appendTo(3)
+		synctest.Wait()
+		h.q.mu.Lock()
+		mark := h.q.lastMark
+		h.q.mu.Unlock()
+		if mark != 0 {
+			t.Fatalf("an append woke a lone node's quorum (mark %d)", mark)
+		}
+		h.want(objwal.ModeAsync, 0)
+		// No answer from the Elector: the lease (200 ms) lapses, and the
+		// next tick (50 ms) falls back, with no append to wake it.
+		h.clk.Advance(250 * time.Millisecond)
+		synctest.Wait()
+		h.want(objwal.ModeSync, 0)
+		h.q.mu.Lock()
+		mark = h.q.lastMark
+		h.q.mu.Unlock()
+		if mark != 3 {
+			t.Fatalf("a tick recorded appends through %d; want 3", mark)
+		}
+		answered(h.p, h.clk.Now())
+		h.q.setRegistered(2, qmembers, true)
+		if !h.q.wantAppends.Load() {
+			t.Fatal("with a replica needed, the quorum does not ask to be woken by appends")
+		}
+		eng.appendTo(9)
+		synctest.Wait()
+		h.q.mu.Lock()
+		mark = h.q.lastMark
+		h.q.mu.Unlock()
+		if mark != 9 {
+			t.Fatalf("an append that needs a replica's receipt was recorded through %d; want 9", mark)
+		}
+	})
 }
 
 // waitFor yields until cond holds (a goroutine driven by the fake clock
@@ -446,4 +565,28 @@ func TestQuorumReceiptsOfDegradedOrLoadingReplicasDoNotCount(t *testing.T) {
 			h.want(objwal.ModeSync, 0)
 		})
 	}
+}
+
+// A lone node's quorum, which appends do not wake, still falls back to
+// object storage the moment its lease ends, not at its next tick: here
+// the lease ends at 230 ms, between the ticks at 200 and 250 ms.
+func TestQuorumAloneFallsBackWhenTheLeaseEnds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newQuorum(t, -1, 1) // ticks every 50 ms, a 200 ms lease
+		eng := &notifyEngine{fakeEngine: h.eng}
+		h.p.cfg.Engine = eng
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { h.q.run(ctx); close(done) }()
+		defer func() { cancel(); <-done }()
+		synctest.Wait()
+		h.clk.Advance(30 * time.Millisecond)
+		answered(h.p, h.clk.Now()) // the lease now ends at 230 ms
+		h.clk.Advance(199 * time.Millisecond)
+		synctest.Wait()
+		h.want(objwal.ModeAsync, 0)
+		h.clk.Advance(time.Millisecond)
+		synctest.Wait()
+		h.want(objwal.ModeSync, 0)
+	})
 }

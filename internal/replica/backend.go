@@ -123,6 +123,9 @@ type Backend struct {
 	// fwd carries forwarded writes to the Primary (nil on the peer port's
 	// Backend, which never forwards).
 	fwd *forwarder
+
+	// timers are waitApplied's stopped timers, kept for reuse (read.go).
+	timers timerPool
 }
 
 // NewBackend returns a Backend.

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -734,4 +735,50 @@ func TestBackendReadWhileStartingAnsweredOnceActive(t *testing.T) {
 	}
 	n.roles.activate()
 	wantValue(t, "the read", await(t, "the read", res), "v", 4)
+}
+
+// hookLocal calls onNotify when the Backend takes a commit notification
+// and hands it ch.
+type hookLocal struct {
+	Local
+	applied  uint64
+	ch       chan struct{}
+	onNotify func(*hookLocal)
+}
+
+func (l *hookLocal) CommittedIndex() uint64 { return l.applied }
+func (l *hookLocal) CommitNotify() <-chan struct{} {
+	l.onNotify(l)
+	return l.ch
+}
+
+// waitApplied reuses its timers: one that fired just as its wait ended in
+// success (the commit point was applied first) must not end the next
+// wait, which still has its whole time, at once.
+func TestWaitAppliedReusedTimerDoesNotCutTheNextWaitShort(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+		l := &hookLocal{ch: make(chan struct{})}
+		close(l.ch)
+		be := NewBackend(BackendConfig{Local: l, Roles: newFakeRoles(nil, 0), Clock: clk})
+		// First wait: the timer fires (the clock passes its second) and
+		// the index is applied before the wait looks at the timer.
+		l.onNotify = func(l *hookLocal) { clk.Advance(2 * time.Second); l.applied = 1 }
+		if err := be.waitApplied(t.Context(), 1, time.Second); err != nil {
+			t.Fatal(err)
+		}
+		// Second wait: index 2 is applied once the wait blocked, with no
+		// time passing: it must succeed.
+		commit := make(chan struct{})
+		l.onNotify = func(l *hookLocal) { l.ch = commit }
+		go func() {
+			synctest.Wait()
+			l.onNotify = func(*hookLocal) {}
+			l.applied = 2
+			close(commit)
+		}()
+		if err := be.waitApplied(t.Context(), 2, time.Second); err != nil {
+			t.Fatalf("a wait with its whole second ahead failed at once: %v", err)
+		}
+	})
 }

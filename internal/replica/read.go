@@ -66,11 +66,12 @@ func (b *Backend) waitApplied(ctx context.Context, index uint64, wait time.Durat
 	if b.l.CommittedIndex() >= index {
 		return nil
 	}
-	// A bare timer, not a timeout context: a forwarded write's answer
-	// usually comes just before this node applies its commit point, so
-	// this runs once per write (BenchmarkWaitAppliedOneStep).
-	t := b.cfg.Clock.NewTimer(wait)
-	defer t.Stop()
+	// A reused timer, not a timeout context nor a new timer: a forwarded
+	// write's answer usually comes just before this node applies its
+	// commit point, so this runs once per write
+	// (BenchmarkWaitAppliedOneStep).
+	t := b.timers.get(b.cfg.Clock, wait)
+	defer b.timers.put(t)
 	for {
 		ch := b.l.CommitNotify()
 		if b.l.CommittedIndex() >= index {
@@ -84,6 +85,48 @@ func (b *Backend) waitApplied(ctx context.Context, index uint64, wait time.Durat
 			return b.notApplied(index)
 		}
 	}
+}
+
+// timerPool keeps stopped timers of one Backend's clock for reuse. It is
+// per Backend, not process-wide: a timer belongs to the clock (and, in
+// tests, the synctest bubble) that made it.
+type timerPool struct {
+	mu   sync.Mutex
+	free []clock.Timer
+}
+
+// maxFreeTimers bounds the timers kept: as many as writes wait at once
+// in a burst, at most.
+const maxFreeTimers = 256
+
+// get returns a timer of clk that fires once after d.
+func (p *timerPool) get(clk clock.Clock, d time.Duration) clock.Timer {
+	p.mu.Lock()
+	if n := len(p.free); n > 0 {
+		t := p.free[n-1]
+		p.free[n-1] = nil
+		p.free = p.free[:n-1]
+		p.mu.Unlock()
+		t.Reset(d)
+		return t
+	}
+	p.mu.Unlock()
+	return clk.NewTimer(d)
+}
+
+// put stops t and keeps it, with nothing left in its channel: a value
+// from this use must not end the next one's wait at once.
+func (p *timerPool) put(t clock.Timer) {
+	t.Stop()
+	select {
+	case <-t.C():
+	default:
+	}
+	p.mu.Lock()
+	if len(p.free) < maxFreeTimers {
+		p.free = append(p.free, t)
+	}
+	p.mu.Unlock()
 }
 
 func (b *Backend) notApplied(index uint64) error {
