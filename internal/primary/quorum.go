@@ -91,6 +91,11 @@ type quorum struct {
 	// decides from the lease and the clock alone, which ticks serve; the
 	// engine then pokes nobody per write.
 	wantAppends atomic.Bool
+	// rearm is run's (nil while none runs): a lone node's evaluation
+	// pokes it each time the lease lets writes go on the local fsync,
+	// so run sets its timer for the lease's end as it stands then,
+	// whoever renewed the lease and whoever judged.
+	rearm chan struct{}
 }
 
 func (q *quorum) reset(term uint64) {
@@ -333,7 +338,10 @@ func (q *quorum) evaluateLocked(now time.Time) {
 	if counting && !q.wantAppends.Load() {
 		// Receipts decide from now on: the entries appended while they
 		// did not get their mark now, as run was not woken for them,
-		// and run is woken by every append after this.
+		// and run is woken by every append after this. The flag is set
+		// before the read, so an append the read misses sees it and
+		// pokes run.
+		q.wantAppends.Store(true)
 		if last, _, _ := cfg.Engine.LastAppended(); q.markLocked(last, now) {
 			q.trimLocked(committed, now)
 		}
@@ -361,6 +369,10 @@ func (q *quorum) evaluateLocked(now time.Time) {
 			q.setModeLocked(objwal.ModeSync, true, "the Primary's lease lapsed")
 		default:
 			q.setModeLocked(objwal.ModeAsync, false, "")
+			select {
+			case q.rearm <- struct{}{}:
+			default:
+			}
 		}
 		return
 	}
@@ -521,6 +533,17 @@ func (q *quorum) run(ctx context.Context) {
 	lapse := clk.NewTimer(time.Hour)
 	lapse.Stop()
 	defer lapse.Stop()
+	rearm := make(chan struct{}, 1)
+	q.mu.Lock()
+	q.rearm = rearm
+	q.mu.Unlock()
+	defer func() {
+		q.mu.Lock()
+		if q.rearm == rearm {
+			q.rearm = nil
+		}
+		q.mu.Unlock()
+	}()
 	var armed time.Time
 	for {
 		// The read comes before the wait: a poke for an append after
@@ -533,10 +556,14 @@ func (q *quorum) run(ctx context.Context) {
 			if d := until.Sub(clk.Now()); d > 0 {
 				lapse.Reset(d)
 			} else {
+				// Already over (renewed late, read late): judge now;
+				// the fire for the end armed before may be lost.
 				lapse.Stop()
+				q.tick(clk.Now())
 			}
 		}
 		select {
+		case <-rearm:
 		case <-appends:
 		case <-t.C():
 			q.tick(clk.Now())

@@ -590,3 +590,66 @@ func TestQuorumAloneFallsBackWhenTheLeaseEnds(t *testing.T) {
 		h.want(objwal.ModeSync, 0)
 	})
 }
+
+// An append made while receipts start to decide, after the evaluation read
+// the log's end, is marked at once (the evaluation sets wantAppends before
+// its read, so the append pokes run), not at the next tick.
+func TestQuorumMarksAnAppendMadeAsReceiptsStartToDecide(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newQuorum(t, -1, 1)
+		eng := &notifyEngine{fakeEngine: h.eng}
+		h.p.cfg.Engine = eng
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { h.q.run(ctx); close(done) }()
+		defer func() { cancel(); <-done }()
+		synctest.Wait()
+		eng.nmu.Lock()
+		eng.afterRead = func() { eng.appendTo(6) }
+		eng.nmu.Unlock()
+		h.q.setRegistered(2, qmembers, true)
+		synctest.Wait()
+		h.q.mu.Lock()
+		mark := h.q.lastMark
+		h.q.mu.Unlock()
+		if mark != 6 {
+			t.Errorf("lastMark = %d, want 6: the append made as receipts started to decide waits for a tick", mark)
+		}
+	})
+}
+
+// A lone node whose lease was renewed late, with the local fsync let back
+// by an evaluation other than run's (a Cluster State push), still switches
+// to object storage when that renewed lease ends, not at the next tick:
+// the evaluation makes run arm its timer for the new end.
+func TestQuorumAloneFallsBackWhenARenewalJudgedElsewhereEnds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newQuorum(t, -1, 1) // ticks every 50 ms, lease 200 ms, answered at 0
+		eng := &notifyEngine{fakeEngine: h.eng}
+		h.p.cfg.Engine = eng
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { h.q.run(ctx); close(done) }()
+		defer func() { cancel(); <-done }()
+		synctest.Wait()
+		h.clk.Advance(210 * time.Millisecond) // lapsed at 200
+		synctest.Wait()
+		h.want(objwal.ModeSync, 0)
+		// A late answer (sent at 20 ms) renews the lease to 220 ms, and
+		// the Cluster State push that came with it judges: local fsync.
+		answered(h.p, epoch.Add(20*time.Millisecond))
+		h.q.setRegistered(1, qmembers, true)
+		h.want(objwal.ModeAsync, 0)
+		synctest.Wait()
+		h.clk.Advance(15 * time.Millisecond) // 225: over; the next tick is at 250
+		synctest.Wait()
+		eng.appendTo(7)
+		synctest.Wait()
+		if h.p.LeaseHeld() {
+			t.Fatal("lease still held at 225 ms")
+		}
+		if m, _ := h.log.get(); m != objwal.ModeSync {
+			t.Errorf("log mode %s at 225 ms: still acknowledging on the local fsync after the lease ended at 220 ms", m)
+		}
+	})
+}
