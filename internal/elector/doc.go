@@ -18,8 +18,10 @@
 //     GetClusterState and RegisterNode fail with ErrNotLoaded, a retryable
 //     Unavailable; a registration is recorded all the same), pushes
 //     nothing and elects nothing. On taking over it first asks every
-//     registered node for its state and adopts a Primary that says it is
-//     Active.
+//     registered node for its state (each question bounded by one
+//     heartbeat interval, as a round's are: a node that does not answer
+//     in time is unknown, as one that refuses is) and adopts a Primary
+//     that says it is Active.
 //  3. A node is Degraded once two heartbeats in a row are missing (or it
 //     says so itself, or, for the Primary, once it is 1.5 heartbeats late
 //     and does not answer a probe), Healthy again on its next heartbeat.

@@ -435,7 +435,12 @@ func (e *Elector) load(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cctx, cancel := clock.WithTimeout(ctx, e.cfg.Clock, 2*e.cfg.HeartbeatInterval)
+			// One heartbeat interval, as a round's questions (askStates):
+			// a node that has not answered by then is unknown here, as
+			// one that refused is, and the election handles both. On a
+			// restart of every node the others listen long before they
+			// serve, and a longer wait held the first election back.
+			cctx, cancel := clock.WithTimeout(ctx, e.cfg.Clock, e.cfg.HeartbeatInterval)
 			defer cancel()
 			st, err := e.cfg.Peers.GetNodeState(cctx, info)
 			if err == nil {

@@ -1213,3 +1213,34 @@ func TestRestartedPrimarysReplicaHeartbeatEndsTheLeaseWait(t *testing.T) {
 		}
 	})
 }
+
+// On taking over, the Elector asks every registered node for its state,
+// but a node that listens without answering (still recovering, as every
+// node is when a whole cluster restarts) holds the load, and so the first
+// election, one heartbeat interval at most, as it would hold a round.
+func TestTakeOverLoadWaitsOneHeartbeatIntervalForANodeThatDoesNotAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, -1, "n1", "n2", "n3")
+		c.peers.mu.Lock()
+		c.peers.gates = map[string]chan struct{}{"n3": make(chan struct{})}
+		c.peers.reached = make(chan string, 8)
+		c.peers.mu.Unlock()
+		c.start(1, -1, "n1")
+		if id := <-c.peers.reached; id != "n3" {
+			t.Fatalf("held a question to %s", id)
+		}
+		synctest.Wait()
+		loaded := func() bool {
+			_, err := c.e.ClusterState(t.Context(), false)
+			return !errors.Is(err, ErrNotLoaded)
+		}
+		if loaded() {
+			t.Fatal("loaded while a question was still open")
+		}
+		c.clk.Advance(500 * time.Millisecond)
+		synctest.Wait()
+		if !loaded() {
+			t.Fatal("not loaded one heartbeat interval after taking over; a node that does not answer held it longer")
+		}
+	})
+}

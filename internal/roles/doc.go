@@ -34,7 +34,9 @@
 //     Elector yet: heartbeats and registration retry on the next beat (at
 //     once when it is this node's own Elector that finished loading), the
 //     node does not degrade itself for it, and nothing it says reaches the
-//     view.
+//     view. A node beats at once when the lock comes to name another node
+//     as the Elector (its first beat usually goes out before the lock's
+//     first read), not a heartbeat interval later.
 //   - Leaving follows the seed: a Primary hands off or drains, the node is
 //     Degraded in every heartbeat and receipt from then on (never Healthy
 //     again in this process), and it deregisters with the Elector,

@@ -361,7 +361,7 @@ func LeaseWindow(heartbeat time.Duration) time.Duration { return heartbeat + hea
 // only Close waits for them.
 func (r *Roles) Start(ctx context.Context) {
 	ctx, r.cancel = context.WithCancel(ctx)
-	r.wg.Add(3)
+	r.wg.Add(4)
 	go func() {
 		defer r.wg.Done()
 		r.loop(ctx)
@@ -371,7 +371,34 @@ func (r *Roles) Start(ctx context.Context) {
 	r.lock.Start()
 	go r.runElectorTerms(ctx)
 	go r.watchView(ctx)
+	go r.beatOnNewElector(ctx)
 	r.hb.Start()
+}
+
+// beatOnNewElector asks for a heartbeat at once whenever the lock comes
+// to name another node as the Elector. The sender's first beat goes out
+// as Start returns, usually before the lock's first read: without this
+// the node would register only at the next tick, a heartbeat interval
+// later, and on a restart of every node that wait was on the way to the
+// first election (the Elector needs the others' heartbeats to count them
+// Healthy). A beat asked for while one runs is not lost (heartbeat.Now).
+func (r *Roles) beatOnNewElector(ctx context.Context) {
+	defer r.wg.Done()
+	holders, stop := r.lock.Subscribe()
+	defer stop()
+	for {
+		select {
+		case h, ok := <-holders:
+			if !ok {
+				return
+			}
+			if h.NodeID != "" && !h.Released && h.NodeID != r.self.NodeId {
+				r.hb.Now()
+			}
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // Close stops every role, in the order that lets each one finish: no more

@@ -5,16 +5,26 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"go.uber.org/goleak"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
+	"github.com/netsy-io/netsy/internal/clock"
+	"github.com/netsy-io/netsy/internal/config"
 	"github.com/netsy-io/netsy/internal/discovery"
 	"github.com/netsy-io/netsy/internal/elector"
+	"github.com/netsy-io/netsy/internal/engine"
+	"github.com/netsy-io/netsy/internal/heartbeat"
+	"github.com/netsy-io/netsy/internal/objstore"
+	"github.com/netsy-io/netsy/internal/objstore/mem"
+	"github.com/netsy-io/netsy/internal/objwal"
 	"github.com/netsy-io/netsy/internal/peer"
+	"github.com/netsy-io/netsy/internal/s3lect"
 	"github.com/netsy-io/netsy/proto/netsyv1"
 )
 
@@ -400,4 +410,93 @@ func hasEvent(r *Roles, kind, node string) bool {
 		}
 	}
 	return false
+}
+
+// lockGateStore holds reads of the Elector lock while its gate is shut.
+type lockGateStore struct {
+	objstore.Store
+	gate *gate
+}
+
+func (s lockGateStore) Get(ctx context.Context, key string) ([]byte, string, error) {
+	if key == s3lect.Key {
+		if err := s.gate.pass(ctx); err != nil {
+			return nil, "", err
+		}
+	}
+	return s.Store.Get(ctx, key)
+}
+
+// A node whose first heartbeat went out before it knew the Elector (the
+// lock not read yet, as on every start) registers as soon as the lock
+// names the Elector, not a heartbeat interval later: when every node of a
+// cluster restarts at once, that interval was on the way to the first
+// election. The clock never moves here, so no tick can do it.
+func TestNodeRegistersOnceTheLockNamesTheElectorWithoutWaitingForATick(t *testing.T) {
+	ctx := t.Context()
+	clk := clock.NewFake(time.Unix(1_000_000, 0))
+	c := newCalls()
+	el := newFakeElector(c)
+	cfg := config.Default()
+	cfg.NodeID, cfg.PeerAddr, cfg.DataDir = "n1", "n1:2380", t.TempDir()
+	g := &gate{}
+	g.close()
+	store := lockGateStore{Store: mem.New(clk), gate: g}
+	if _, err := store.PutIfAbsent(ctx, s3lect.Key, lockBodyFor("el", "el:2380", cfg.ElectorLease)); err != nil {
+		t.Fatal(err)
+	}
+	objlog, err := objwal.Open(ctx, objwal.Options{
+		Store: store, WALDir: t.TempDir(), Mode: objwal.ModeSync, Follower: true,
+		SegmentBytes: 1 << 20, Clock: clk,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := engine.Open(engine.Config{Storage: objlog, Clock: clk, Follower: true})
+	if err != nil {
+		objlog.Close()
+		t.Fatal(err)
+	}
+	r, err := New(Config{
+		Node: cfg, Clock: clk, Store: store, Engine: eng, Log: objlog,
+		Conn: func(string) (*grpc.ClientConn, error) {
+			return nil, errors.New("no network in this test")
+		},
+		Transport: fakeTransport{el: el, nodes: &sync.Map{}},
+	})
+	if err != nil {
+		eng.Close()
+		objlog.Close()
+		t.Fatal(err)
+	}
+	// The sender as New builds it, but telling when its first beat is
+	// over; replaced before Start, so nothing else holds the old one.
+	firstBeat := make(chan struct{})
+	var once sync.Once
+	r.hb = heartbeat.New(heartbeat.Config{
+		Interval: cfg.HeartbeatInterval, Clock: clk, State: r.state, Answered: r.answered,
+		Send: func(ctx context.Context, hb *netsyv1.Heartbeat) (*netsyv1.HeartbeatResponse, error) {
+			resp, err := r.sendHeartbeat(ctx, hb)
+			once.Do(func() { close(firstBeat) })
+			return resp, err
+		},
+	})
+	r.Start(context.Background())
+	t.Cleanup(func() {
+		g.open()
+		r.Close()
+		eng.Close()
+		objlog.Close()
+	})
+	// The lock's first read is held, so the first beat finds no Elector.
+	select {
+	case <-firstBeat:
+	case <-ctx.Done():
+		t.Fatal("no first beat")
+	}
+	if got := c.all(); len(got) != 0 {
+		t.Fatalf("calls before the lock was read: %v", got)
+	}
+	g.open()
+	c.next(t, "register n1")
 }
