@@ -382,23 +382,47 @@ func (r *Roles) Start(ctx context.Context) {
 // later, and on a restart of every node that wait was on the way to the
 // first election (the Elector needs the others' heartbeats to count them
 // Healthy). A beat asked for while one runs is not lost (heartbeat.Now).
+// Only a new node or term counts: the lock also notifies when the same
+// holder is seen with other details (the one an answer names carries no
+// lease length), and that needs no beat.
 func (r *Roles) beatOnNewElector(ctx context.Context) {
 	defer r.wg.Done()
 	holders, stop := r.lock.Subscribe()
 	defer stop()
+	w := electorWatch{self: r.self.NodeId}
 	for {
 		select {
 		case h, ok := <-holders:
 			if !ok {
 				return
 			}
-			if h.NodeID != "" && !h.Released && h.NodeID != r.self.NodeId {
+			if w.newElector(h) {
 				r.hb.Now()
 			}
 		case <-ctx.Done():
 			return
 		}
 	}
+}
+
+// electorWatch follows the lock's holders for beatOnNewElector.
+type electorWatch struct {
+	self string
+	node string
+	term uint64
+}
+
+// newElector says whether h names an Elector other than this node that
+// the last holder seen did not (another node or term); a released or
+// empty lock forgets the last one.
+func (w *electorWatch) newElector(h s3lect.Holder) bool {
+	if h.NodeID == "" || h.Released {
+		w.node, w.term = "", 0
+		return false
+	}
+	fresh := h.NodeID != w.node || h.Term != w.term
+	w.node, w.term = h.NodeID, h.Term
+	return fresh && h.NodeID != w.self
 }
 
 // Close stops every role, in the order that lets each one finish: no more

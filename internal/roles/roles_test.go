@@ -500,3 +500,28 @@ func TestNodeRegistersOnceTheLockNamesTheElectorWithoutWaitingForATick(t *testin
 	g.open()
 	c.next(t, "register n1")
 }
+
+// The lock notifies when the same holder is seen with other details (an
+// answer's copy carries no lease length): only another node or term asks
+// for a beat, never this node, and a release forgets the holder.
+func TestNewElectorBeatsOnlyForAnotherNodeOrTerm(t *testing.T) {
+	w := electorWatch{self: "n1"}
+	steps := []struct {
+		h    s3lect.Holder
+		want bool
+	}{
+		{s3lect.Holder{NodeID: "n2", Term: 2, LeaseMillis: 15000}, true},
+		{s3lect.Holder{NodeID: "n2", Term: 2}, false},
+		{s3lect.Holder{NodeID: "n2", Term: 2, LeaseMillis: 15000, Counter: 9}, false},
+		{s3lect.Holder{NodeID: "n2", Term: 3}, true},
+		{s3lect.Holder{NodeID: "n1", Term: 4}, false},
+		{s3lect.Holder{NodeID: "n3", Term: 5}, true},
+		{s3lect.Holder{NodeID: "n3", Term: 5, Released: true}, false},
+		{s3lect.Holder{NodeID: "n3", Term: 5}, true},
+	}
+	for i, s := range steps {
+		if got := w.newElector(s.h); got != s.want {
+			t.Errorf("step %d %+v: beat %v, want %v", i, s.h, got, s.want)
+		}
+	}
+}
