@@ -573,12 +573,7 @@ func TestQuorumReceiptsOfDegradedOrLoadingReplicasDoNotCount(t *testing.T) {
 func TestQuorumAloneFallsBackWhenTheLeaseEnds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newQuorum(t, -1, 1) // ticks every 50 ms, a 200 ms lease
-		eng := &notifyEngine{fakeEngine: h.eng}
-		h.p.cfg.Engine = eng
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan struct{})
-		go func() { h.q.run(ctx); close(done) }()
-		defer func() { cancel(); <-done }()
+		runQuorum(t, h)
 		synctest.Wait()
 		h.clk.Advance(30 * time.Millisecond)
 		answered(h.p, h.clk.Now()) // the lease now ends at 230 ms
@@ -597,12 +592,7 @@ func TestQuorumAloneFallsBackWhenTheLeaseEnds(t *testing.T) {
 func TestQuorumMarksAnAppendMadeAsReceiptsStartToDecide(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newQuorum(t, -1, 1)
-		eng := &notifyEngine{fakeEngine: h.eng}
-		h.p.cfg.Engine = eng
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan struct{})
-		go func() { h.q.run(ctx); close(done) }()
-		defer func() { cancel(); <-done }()
+		eng := runQuorum(t, h)
 		synctest.Wait()
 		eng.nmu.Lock()
 		eng.afterRead = func() { eng.appendTo(6) }
@@ -625,12 +615,7 @@ func TestQuorumMarksAnAppendMadeAsReceiptsStartToDecide(t *testing.T) {
 func TestQuorumAloneFallsBackWhenARenewalJudgedElsewhereEnds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newQuorum(t, -1, 1) // ticks every 50 ms, lease 200 ms, answered at 0
-		eng := &notifyEngine{fakeEngine: h.eng}
-		h.p.cfg.Engine = eng
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan struct{})
-		go func() { h.q.run(ctx); close(done) }()
-		defer func() { cancel(); <-done }()
+		eng := runQuorum(t, h)
 		synctest.Wait()
 		h.clk.Advance(210 * time.Millisecond) // lapsed at 200
 		synctest.Wait()
@@ -652,4 +637,16 @@ func TestQuorumAloneFallsBackWhenARenewalJudgedElsewhereEnds(t *testing.T) {
 			t.Errorf("log mode %s at 225 ms: still acknowledging on the local fsync after the lease ended at 220 ms", m)
 		}
 	})
+}
+
+// runQuorum runs h's quorum goroutine on a notifyEngine over h's engine
+// until the test ends, and returns that engine.
+func runQuorum(t *testing.T, h *qharness) *notifyEngine {
+	eng := &notifyEngine{fakeEngine: h.eng}
+	h.p.cfg.Engine = eng
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { h.q.run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return eng
 }
