@@ -267,19 +267,7 @@ func TestReusedSealerAndBufferSealLikeFreshOnes(t *testing.T) {
 	build := func(first uint64, n int, v []byte) ([]byte, Footer) {
 		entries := testEntries(first, n)
 		fatten(entries, v)
-		file := AppendHeader(nil, KindChunk)
-		for _, e := range entries {
-			var err error
-			if file, err = FrameEntry(file, e); err != nil {
-				t.Fatal(err)
-			}
-		}
-		sum := Footer{Records: uint64(n)}
-		if n > 0 {
-			sum.FirstIndex, sum.FirstRevision = entries[0].Index, entries[0].Revision
-			sum.LastIndex, sum.LastRevision = entries[n-1].Index, entries[n-1].Revision
-		}
-		return file, sum
+		return frameEntries(t, entries)
 	}
 	sl, err := NewChunkSealer()
 	if err != nil {

@@ -4,13 +4,21 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+
+	"github.com/netsy-io/netsy/proto/netsyv1"
 )
 
 // frameAll builds a chunk in memory the way objwal does: a header, then
 // every entry framed in place.
 func frameAll(t *testing.T, n int) ([]byte, Footer) {
 	t.Helper()
-	entries := testEntries(5, n)
+	return frameEntries(t, testEntries(5, n))
+}
+
+// frameEntries frames entries after a chunk header, with the footer's
+// summary of them.
+func frameEntries(t *testing.T, entries []*netsyv1.Entry) ([]byte, Footer) {
+	t.Helper()
 	file := AppendHeader(nil, KindChunk)
 	for _, e := range entries {
 		var err error
@@ -18,6 +26,7 @@ func frameAll(t *testing.T, n int) ([]byte, Footer) {
 			t.Fatal(err)
 		}
 	}
+	n := len(entries)
 	sum := Footer{Records: uint64(n)}
 	if n > 0 {
 		sum.FirstIndex, sum.FirstRevision = entries[0].Index, entries[0].Revision

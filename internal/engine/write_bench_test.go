@@ -116,9 +116,9 @@ func BenchmarkPut(b *testing.B) {
 		}
 		cpu.report(b)
 	})
-	b.Run("forwarded", func(b *testing.B) {
-		// As a write another node forwarded: its entry carries a request
-		// id, checked against the logged ones and indexed at commit.
+	// named puts from 32 goroutines, each write's context made by with
+	// from its request id.
+	named := func(b *testing.B, with func(context.Context, RequestID) context.Context) {
 		e, stop := openBenchWriter(b)
 		defer stop()
 		var n atomic.Uint64
@@ -130,37 +130,21 @@ func BenchmarkPut(b *testing.B) {
 		b.RunParallel(func(pb_ *testing.PB) {
 			for pb_.Next() {
 				i := n.Add(1)
-				ctx := WithRequestID(context.Background(), RequestID{Member: 7, Seq: i})
+				ctx := with(context.Background(), RequestID{Member: 7, Seq: i})
 				if _, err := e.Put(ctx, &pb.PutRequest{Key: keys[int(i)%len(keys)], Value: val}); err != nil {
 					b.Error(err)
 					return
 				}
 			}
 		})
-	})
-	b.Run("local-named", func(b *testing.B) {
-		// As a client's write on the Active Primary: the replica Backend
-		// names it with a new request id (WithNewRequestID), which the
-		// entry carries and the index records but nobody looks up.
-		e, stop := openBenchWriter(b)
-		defer stop()
-		var n atomic.Uint64
-		b.ReportAllocs()
-		b.SetParallelism(32)
-		b.ResetTimer()
-		cpu := startCPU()
-		defer cpu.report(b)
-		b.RunParallel(func(pb_ *testing.PB) {
-			for pb_.Next() {
-				i := n.Add(1)
-				ctx := WithNewRequestID(context.Background(), RequestID{Member: 7, Seq: i})
-				if _, err := e.Put(ctx, &pb.PutRequest{Key: keys[int(i)%len(keys)], Value: val}); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
-	})
+	}
+	// As a write another node forwarded: its entry carries a request id,
+	// checked against the logged ones and indexed at commit.
+	b.Run("forwarded", func(b *testing.B) { named(b, WithRequestID) })
+	// As a client's write on the Active Primary: the replica Backend names
+	// it with a new request id (WithNewRequestID), which the entry carries
+	// and the index records but nobody looks up.
+	b.Run("local-named", func(b *testing.B) { named(b, WithNewRequestID) })
 	// The parallel puts again with one goroutine waiting on appends as the
 	// Primary's quorum does in each pass: through AppendNotify (a channel
 	// per wake-up, as it did), or a standing WatchAppends, on (receipts

@@ -280,17 +280,7 @@ func BenchmarkPutKVSpilled(b *testing.B) {
 // workload once its key space exists. The replaced value stays in the
 // spill files unless a caller asks for it.
 func BenchmarkPutKVSpilledUpdate(b *testing.B) {
-	s, err := Open(Options{SpillDir: filepath.Join(b.TempDir(), "values")})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	val := bytes.Repeat([]byte("v"), 256)
-	keys := make([][]byte, benchKeys)
-	for i := range keys {
-		keys[i] = fmt.Appendf(nil, "%08d", i)
-		s.PutKV(s.Rev()+1, keys[i], val, 0)
-	}
+	s, keys, val := spilledBenchStore(b)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {
@@ -310,17 +300,7 @@ func BenchmarkPutKVSpilledUpdate(b *testing.B) {
 func BenchmarkDeleteSpilled(b *testing.B) {
 	for _, mode := range []string{"event", "kept"} {
 		b.Run(mode, func(b *testing.B) {
-			s, err := Open(Options{SpillDir: filepath.Join(b.TempDir(), "values")})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Close()
-			val := bytes.Repeat([]byte("v"), 256)
-			keys := make([][]byte, benchKeys)
-			for i := range keys {
-				keys[i] = fmt.Appendf(nil, "%08d", i)
-				s.PutKV(s.Rev()+1, keys[i], val, 0)
-			}
+			s, keys, val := spilledBenchStore(b)
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := range b.N {
@@ -420,4 +400,22 @@ func heapLive() (bytes, objects int64) {
 	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/gc/heap/objects:objects"}}
 	metrics.Read(s)
 	return int64(s[0].Value.Uint64()), int64(s[1].Value.Uint64())
+}
+
+// spilledBenchStore is a spilling store holding benchKeys keys of 256-byte
+// values (spilled), closed when the benchmark ends, with its keys and the
+// value.
+func spilledBenchStore(b *testing.B) (*Store, [][]byte, []byte) {
+	s, err := Open(Options{SpillDir: filepath.Join(b.TempDir(), "values")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	val := bytes.Repeat([]byte("v"), 256)
+	keys := make([][]byte, benchKeys)
+	for i := range keys {
+		keys[i] = fmt.Appendf(nil, "%08d", i)
+		s.PutKV(s.Rev()+1, keys[i], val, 0)
+	}
+	return s, keys, val
 }

@@ -271,18 +271,7 @@ func newTestNode(t *testing.T, refuse error) *testNode {
 	if _, err := store.PutIfAbsent(ctx, s3lect.Key, lockBodyFor("el", "el:2380", cfg.ElectorLease)); err != nil {
 		t.Fatal(err)
 	}
-	objlog, err := objwal.Open(ctx, objwal.Options{
-		Store: store, WALDir: t.TempDir(), Mode: objwal.ModeSync, Follower: true,
-		SegmentBytes: 1 << 20, Clock: clk,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := engine.Open(engine.Config{Storage: objlog, Clock: clk, Follower: true})
-	if err != nil {
-		objlog.Close()
-		t.Fatal(err)
-	}
+	objlog, eng := openFollowerLog(t, clk, store)
 	r, err := New(Config{
 		Node: cfg, Clock: clk, Store: store, Engine: eng, Log: objlog,
 		Conn: func(addr string) (*grpc.ClientConn, error) {
@@ -321,4 +310,23 @@ func (n *testNode) beat() { n.clk.Advance(n.r.cfg.Node.HeartbeatInterval) }
 // settle waits until the loop has applied everything posted so far.
 func (n *testNode) settle() {
 	n.r.do(func(*core, **elector.Elector) effects { return effects{} })
+}
+
+// openFollowerLog opens a follower's log on store and its engine, as a
+// node starting as a replica does; the caller closes both.
+func openFollowerLog(t *testing.T, clk clock.Clock, store objstore.Store) (*objwal.Log, *engine.Engine) {
+	t.Helper()
+	objlog, err := objwal.Open(t.Context(), objwal.Options{
+		Store: store, WALDir: t.TempDir(), Mode: objwal.ModeSync, Follower: true,
+		SegmentBytes: 1 << 20, Clock: clk,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := engine.Open(engine.Config{Storage: objlog, Clock: clk, Follower: true})
+	if err != nil {
+		objlog.Close()
+		t.Fatal(err)
+	}
+	return objlog, eng
 }

@@ -18,11 +18,9 @@ import (
 	"github.com/netsy-io/netsy/internal/config"
 	"github.com/netsy-io/netsy/internal/discovery"
 	"github.com/netsy-io/netsy/internal/elector"
-	"github.com/netsy-io/netsy/internal/engine"
 	"github.com/netsy-io/netsy/internal/heartbeat"
 	"github.com/netsy-io/netsy/internal/objstore"
 	"github.com/netsy-io/netsy/internal/objstore/mem"
-	"github.com/netsy-io/netsy/internal/objwal"
 	"github.com/netsy-io/netsy/internal/peer"
 	"github.com/netsy-io/netsy/internal/s3lect"
 	"github.com/netsy-io/netsy/proto/netsyv1"
@@ -445,18 +443,7 @@ func TestNodeRegistersOnceTheLockNamesTheElectorWithoutWaitingForATick(t *testin
 	if _, err := store.PutIfAbsent(ctx, s3lect.Key, lockBodyFor("el", "el:2380", cfg.ElectorLease)); err != nil {
 		t.Fatal(err)
 	}
-	objlog, err := objwal.Open(ctx, objwal.Options{
-		Store: store, WALDir: t.TempDir(), Mode: objwal.ModeSync, Follower: true,
-		SegmentBytes: 1 << 20, Clock: clk,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := engine.Open(engine.Config{Storage: objlog, Clock: clk, Follower: true})
-	if err != nil {
-		objlog.Close()
-		t.Fatal(err)
-	}
+	objlog, eng := openFollowerLog(t, clk, store)
 	r, err := New(Config{
 		Node: cfg, Clock: clk, Store: store, Engine: eng, Log: objlog,
 		Conn: func(string) (*grpc.ClientConn, error) {
