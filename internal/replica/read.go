@@ -28,6 +28,10 @@ func (b *Backend) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRespo
 // linearizable returns once this node may answer a linearizable read from
 // its own state.
 func (b *Backend) linearizable(ctx context.Context) error {
+	// Set at the first refusal: how long to wait before asking again,
+	// and the PrimaryWait bound on all the asking.
+	var retry time.Duration
+	var refusedCtx context.Context
 	for {
 		// Taken before the roles are read: turning Active after the
 		// check below must wake the wait, not be waited past.
@@ -44,9 +48,16 @@ func (b *Backend) linearizable(ctx context.Context) error {
 		ri, err := b.readIdx.get(ctx)
 		if err != nil {
 			if notEvaluated(err) && ctx.Err() == nil {
-				if werr := b.waitRoles(ctx, changed); werr != nil {
+				if refusedCtx == nil {
+					var cancel context.CancelFunc
+					refusedCtx, cancel = clock.WithTimeout(ctx, b.cfg.Clock, b.cfg.PrimaryWait)
+					defer cancel()
+					retry = readRetryMin
+				}
+				if werr := b.waitRefusedRead(refusedCtx, changed, retry); werr != nil {
 					return err
 				}
+				retry = min(2*retry, readRetryMax)
 				continue
 			}
 			if ctx.Err() == nil && !notEvaluated(err) && unknownOutcome(err) {
@@ -58,6 +69,32 @@ func (b *Backend) linearizable(ctx context.Context) error {
 			return err
 		}
 		return b.waitApplied(ctx, ri.Index, b.cfg.ReadIndexWait)
+	}
+}
+
+// The wait of a linearizable read between read indexes the Primary
+// refused unevaluated: from readRetryMin, doubling to readRetryMax.
+const (
+	readRetryMin = 10 * time.Millisecond
+	readRetryMax = 100 * time.Millisecond
+)
+
+// waitRefusedRead waits, after the Primary refused a read index without
+// evaluating it, until the roles change or retry has passed: a Primary
+// that is still Starting says so only by refusing, and turns Active with
+// no change this node sees (the Cluster State named it already), so a
+// read waiting for the roles alone sat until its deadline. Asking again
+// is always safe: only a confirmed commit point answers a read.
+func (b *Backend) waitRefusedRead(ctx context.Context, changed <-chan struct{}, retry time.Duration) error {
+	t := b.timers.get(b.cfg.Clock, retry)
+	defer b.timers.put(t)
+	select {
+	case <-changed:
+		return nil
+	case <-t.C():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
