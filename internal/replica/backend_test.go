@@ -827,3 +827,34 @@ func TestBackendReadWhilePrimaryStartsIsAnsweredSoonOnceActive(t *testing.T) {
 		}
 	})
 }
+
+// Asking again is bounded: a read whose read index the Primary refuses
+// unevaluated for PrimaryWait (5 s) with no change of roles fails with
+// the refusal then, neither earlier nor at its own deadline.
+func TestBackendReadRefusedForPrimaryWaitFails(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t)
+		p := w.servePrimary("p", 10)
+		p.readIndex = func(context.Context, int) (*netsyv1.ReadIndexResponse, error) {
+			return nil, status.Error(codes.Unavailable, engine.ErrNotPrimary.Error())
+		}
+		n := w.startBackend(p.info, 2)
+		res := async(func() (*pb.RangeResponse, error) { return n.b.Range(context.Background(), get("g2")) })
+		for range 499 {
+			synctest.Wait()
+			w.clk.Advance(10 * time.Millisecond)
+		}
+		synctest.Wait()
+		if len(res) > 0 {
+			t.Fatalf("the read ended 4.99 s into its PrimaryWait: %+v", <-res)
+		}
+		w.clk.Advance(10 * time.Millisecond)
+		synctest.Wait()
+		if len(res) == 0 {
+			t.Fatal("the read still waits past PrimaryWait")
+		}
+		if o := <-res; !notEvaluated(o.err) {
+			t.Fatalf("a read refused for PrimaryWait: %v, %v; want the refusal", o.v, o.err)
+		}
+	})
+}

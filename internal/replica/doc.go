@@ -99,8 +99,9 @@
 //     arrived) and the node waits until it has applied that far. A read
 //     index refused unevaluated (the Primary is still Starting, or not
 //     the Primary) is asked again on a role change or after 10 ms
-//     doubling to 100 ms, for at most PrimaryWait: a Primary turning
-//     Active changes nothing this node's roles see. On the Primary
+//     doubling to 100 ms, for at most PrimaryWait after the last role
+//     change: a Primary turning Active changes nothing this node's roles
+//     see. On the Primary
 //     itself the lease (or the seq check) stands in for it.
 //   - Lease TimeToLive and Leases are linearizable reads too: the lease
 //     set is replicated state, and each lease's deadline counts down on

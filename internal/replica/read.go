@@ -28,10 +28,12 @@ func (b *Backend) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRespo
 // linearizable returns once this node may answer a linearizable read from
 // its own state.
 func (b *Backend) linearizable(ctx context.Context) error {
-	// Set at the first refusal: how long to wait before asking again,
-	// and the PrimaryWait bound on all the asking.
+	// Set at a refusal after none or a role change: the PrimaryWait
+	// bound on asking again, and how long to wait before the next ask.
+	var refused context.Context
+	stopRefused := context.CancelFunc(func() {})
+	defer func() { stopRefused() }()
 	var retry time.Duration
-	var refusedCtx context.Context
 	for {
 		// Taken before the roles are read: turning Active after the
 		// check below must wake the wait, not be waited past.
@@ -48,16 +50,22 @@ func (b *Backend) linearizable(ctx context.Context) error {
 		ri, err := b.readIdx.get(ctx)
 		if err != nil {
 			if notEvaluated(err) && ctx.Err() == nil {
-				if refusedCtx == nil {
-					var cancel context.CancelFunc
-					refusedCtx, cancel = clock.WithTimeout(ctx, b.cfg.Clock, b.cfg.PrimaryWait)
-					defer cancel()
+				if refused == nil {
+					refused, stopRefused = clock.WithTimeout(ctx, b.cfg.Clock, b.cfg.PrimaryWait)
 					retry = readRetryMin
 				}
-				if werr := b.waitRefusedRead(refusedCtx, changed, retry); werr != nil {
+				moved, werr := b.waitRefusedRead(refused, changed, retry)
+				if werr != nil {
 					return err
 				}
-				retry = min(2*retry, readRetryMax)
+				if moved {
+					// PrimaryWait bounds the wait for each change of
+					// roles, as before a refusal was asked again.
+					stopRefused()
+					refused, stopRefused = nil, func() {}
+				} else {
+					retry = min(2*retry, readRetryMax)
+				}
 				continue
 			}
 			if ctx.Err() == nil && !notEvaluated(err) && unknownOutcome(err) {
@@ -80,21 +88,21 @@ const (
 )
 
 // waitRefusedRead waits, after the Primary refused a read index without
-// evaluating it, until the roles change or retry has passed: a Primary
+// evaluating it, until the roles change (moved) or retry has passed: a Primary
 // that is still Starting says so only by refusing, and turns Active with
 // no change this node sees (the Cluster State named it already), so a
 // read waiting for the roles alone sat until its deadline. Asking again
 // is always safe: only a confirmed commit point answers a read.
-func (b *Backend) waitRefusedRead(ctx context.Context, changed <-chan struct{}, retry time.Duration) error {
+func (b *Backend) waitRefusedRead(ctx context.Context, changed <-chan struct{}, retry time.Duration) (moved bool, err error) {
 	t := b.timers.get(b.cfg.Clock, retry)
 	defer b.timers.put(t)
 	select {
 	case <-changed:
-		return nil
+		return true, nil
 	case <-t.C():
-		return nil
+		return false, nil
 	case <-ctx.Done():
-		return ctx.Err()
+		return false, ctx.Err()
 	}
 }
 
