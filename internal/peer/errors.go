@@ -47,6 +47,11 @@ const (
 	// sending); it did not apply it again. The sender learns the outcome
 	// from the log.
 	ReasonDuplicateRequest Reason = "DUPLICATE_REQUEST"
+	// ReasonPrimaryStarting: the node called is the Primary at the term
+	// asked for but still Starting (its preflight: claiming object
+	// storage, catching up); it turns Active or fails shortly. The
+	// caller asks again soon rather than backing off as from a fault.
+	ReasonPrimaryStarting Reason = "PRIMARY_STARTING"
 )
 
 // Error is a status error with code c carrying reason r.

@@ -62,7 +62,10 @@
 //     Every message carries the primary term. Commits follow the engine's
 //     commit point. Woken by an append or a commit, a stream yields once
 //     before reading, so a burst shares a message (no timer). A slow replica slows only its own stream (gRPC flow
-//     control); nothing is dropped.
+//     control); nothing is dropped. Only the Active Primary serves
+//     them; while Starting at the term asked for it refuses with
+//     peer.ReasonPrimaryStarting, so the replica asks again soon instead
+//     of backing off as from a fault.
 //
 // It must never accept a write before the claim succeeded, answer a
 // linearizable read on a lapsed lease without the seq check, or stream an

@@ -1,11 +1,13 @@
 package primary
 
 import (
+	"fmt"
 	"runtime"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/netsy-io/netsy/internal/peer"
 	"github.com/netsy-io/netsy/proto/netsyv1"
 )
 
@@ -32,6 +34,12 @@ func (s *FollowService) Follow(stream netsyv1.Follow_FollowServer) error {
 		return status.Error(codes.InvalidArgument, "netsy: a Follow stream starts with FollowStart")
 	}
 	state, term := p.State()
+	if state == netsyv1.PrimaryState_STARTING && start.PrimaryTerm == term {
+		// Expected and brief (the preflight after an election): the
+		// reason lets the replica come back soon, not with the backoff
+		// a failing Primary gets.
+		return peer.Error(codes.Unavailable, peer.ReasonPrimaryStarting, fmt.Sprintf("netsy: this node is still Starting as the Primary at term %d", term))
+	}
 	if state != netsyv1.PrimaryState_ACTIVE || start.PrimaryTerm != term {
 		return status.Errorf(codes.FailedPrecondition, "netsy: this node is not the Active Primary at term %d (it is %s at term %d)", start.PrimaryTerm, state, term)
 	}

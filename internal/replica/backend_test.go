@@ -15,6 +15,8 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/netsy-io/netsy/internal/clock"
 	"github.com/netsy-io/netsy/internal/engine"
@@ -779,6 +781,80 @@ func TestWaitAppliedReusedTimerDoesNotCutTheNextWaitShort(t *testing.T) {
 		}()
 		if err := be.waitApplied(t.Context(), 2, time.Second); err != nil {
 			t.Fatalf("a wait with its whole second ahead failed at once: %v", err)
+		}
+	})
+}
+
+// A linearizable read issued while the Primary is still Starting (it
+// refuses the read index unevaluated, as "not leader") is answered within
+// readRetryMax of the Primary turning Active, however long Starting took;
+// it is never answered before. Turning Active changes nothing this node's
+// roles see (the Cluster State named the Primary already), so a read that
+// waited for a role change sat until PrimaryWait or its deadline.
+func TestBackendReadWhilePrimaryStartsIsAnsweredSoonOnceActive(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t)
+		p := w.servePrimary("p", 10)
+		var active atomic.Bool
+		p.readIndex = func(ctx context.Context, _ int) (*netsyv1.ReadIndexResponse, error) {
+			if !active.Load() {
+				// What a Starting Primary's peer port answers.
+				return nil, status.Error(codes.Unavailable, engine.ErrNotPrimary.Error())
+			}
+			return &netsyv1.ReadIndexResponse{Index: 2, PrimaryTerm: 5}, nil
+		}
+		n := w.startBackend(p.info, 2)
+		res := async(func() (*pb.RangeResponse, error) { return n.b.Range(context.Background(), get("g2")) })
+		// Starting lasts 3 s of this node's clock.
+		for range 300 {
+			synctest.Wait()
+			w.clk.Advance(10 * time.Millisecond)
+		}
+		synctest.Wait()
+		if len(res) > 0 {
+			t.Fatalf("a linearizable read was answered while the Primary refused every read index: %+v", <-res)
+		}
+		asked := p.count("ReadIndex")
+		active.Store(true)
+		w.clk.Advance(readRetryMax)
+		synctest.Wait()
+		if len(res) == 0 {
+			t.Fatalf("the read was not answered %v after the Primary turned Active (%d read indexes asked while Starting, %d since)", readRetryMax, asked, p.count("ReadIndex")-asked)
+		}
+		wantValue(t, "the read", <-res, "v", 3)
+		if asked > 3000/10 {
+			t.Fatalf("%d read indexes asked in 3 s of Starting: more often than every 10 ms", asked)
+		}
+	})
+}
+
+// Asking again is bounded: a read whose read index the Primary refuses
+// unevaluated for PrimaryWait (5 s) with no change of roles fails with
+// the refusal then, neither earlier nor at its own deadline.
+func TestBackendReadRefusedForPrimaryWaitFails(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t)
+		p := w.servePrimary("p", 10)
+		p.readIndex = func(context.Context, int) (*netsyv1.ReadIndexResponse, error) {
+			return nil, status.Error(codes.Unavailable, engine.ErrNotPrimary.Error())
+		}
+		n := w.startBackend(p.info, 2)
+		res := async(func() (*pb.RangeResponse, error) { return n.b.Range(context.Background(), get("g2")) })
+		for range 499 {
+			synctest.Wait()
+			w.clk.Advance(10 * time.Millisecond)
+		}
+		synctest.Wait()
+		if len(res) > 0 {
+			t.Fatalf("the read ended 4.99 s into its PrimaryWait: %+v", <-res)
+		}
+		w.clk.Advance(10 * time.Millisecond)
+		synctest.Wait()
+		if len(res) == 0 {
+			t.Fatal("the read still waits past PrimaryWait")
+		}
+		if o := <-res; !notEvaluated(o.err) {
+			t.Fatalf("a read refused for PrimaryWait: %v, %v; want the refusal", o.v, o.err)
 		}
 	})
 }

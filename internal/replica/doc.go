@@ -8,7 +8,10 @@
 //     Follow stream to it at once, saying where its log ends (index, the
 //     term that wrote it) and its commit point; a broken stream is
 //     reopened with backoff (20 ms doubling to 1 s, cut short by a new
-//     Primary), resuming from the log's end.
+//     Primary), resuming from the log's end. A refusal because the
+//     Primary is still Starting (peer.ReasonPrimaryStarting) is expected
+//     and brief: it is asked again every 50 ms, with no backoff, so the
+//     node follows within that of the Primary turning Active.
 //   - A node that was the Primary follows only once its own writer role
 //     has let go of the log (the engine stopped writing and its heartbeat
 //     no longer says Starting, Active or Draining: stepping down releases
@@ -93,8 +96,13 @@
 //   - Serializable reads are served locally at once. Linearizable reads are
 //     served locally after a read index: the Primary confirms its commit
 //     point (concurrent reads share one request that began after they
-//     arrived) and the node waits until it has applied that far. On the
-//     Primary itself the lease (or the seq check) stands in for it.
+//     arrived) and the node waits until it has applied that far. A read
+//     index refused unevaluated (the Primary is still Starting, or not
+//     the Primary) is asked again on a role change or after 10 ms
+//     doubling to 100 ms, for at most PrimaryWait after the last role
+//     change: a Primary turning Active changes nothing this node's roles
+//     see. On the Primary
+//     itself the lease (or the seq check) stands in for it.
 //   - Lease TimeToLive and Leases are linearizable reads too: the lease
 //     set is replicated state, and each lease's deadline counts down on
 //     this node's clock from the Primary's last checkpoint of it (see

@@ -254,13 +254,29 @@ func (f *Follower) run() {
 			retrying = false
 		}
 		if err != nil && !retarget {
-			f.log.Debug("follow stream ended; reconnecting", "primary", target.NodeId, "error", err, "in", backoff)
+			// A Primary still Starting refuses the stream by design, and
+			// turns Active soon (or fails, and a new Cluster State cuts
+			// the wait): ask again every startingRetry, never backing off
+			// as from a fault, so this node follows (and serves
+			// linearizable reads) within that of the Primary turning
+			// Active. The backoff grew 20 ms to 640 ms against a long
+			// Starting step before.
+			starting := peer.ReasonOf(err) == peer.ReasonPrimaryStarting
+			wait := backoff
+			if starting {
+				wait = startingRetry
+			}
+			f.log.Debug("follow stream ended; reconnecting", "primary", target.NodeId, "error", err, "in", wait)
 			// A Cluster State naming another Primary ends the wait: the
 			// node reconnects to a new Primary at once.
-			t := f.cfg.Clock.NewTimer(backoff)
+			t := f.cfg.Clock.NewTimer(wait)
 			select {
 			case <-t.C():
-				backoff = min(2*backoff, time.Second)
+				if starting {
+					backoff = 20 * time.Millisecond
+				} else {
+					backoff = min(2*backoff, time.Second)
+				}
 			case <-f.changed:
 				backoff = 20 * time.Millisecond
 			case <-f.ctx.Done():
@@ -282,6 +298,10 @@ func (f *Follower) setStatus(connected bool, err error) {
 		f.status.since = f.cfg.Clock.Now()
 	}
 }
+
+// startingRetry is how soon a Follower asks again a Primary that refused
+// its stream because it is still Starting (peer.ReasonPrimaryStarting).
+const startingRetry = 50 * time.Millisecond
 
 // writerRecheck is how often a Follower named a Primary to follow looks
 // again whether the local engine stopped writing (a step-down finished).

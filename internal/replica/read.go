@@ -28,6 +28,12 @@ func (b *Backend) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRespo
 // linearizable returns once this node may answer a linearizable read from
 // its own state.
 func (b *Backend) linearizable(ctx context.Context) error {
+	// Set at a refusal after none or a role change: the PrimaryWait
+	// bound on asking again, and how long to wait before the next ask.
+	var refused context.Context
+	stopRefused := context.CancelFunc(func() {})
+	defer func() { stopRefused() }()
+	var retry time.Duration
 	for {
 		// Taken before the roles are read: turning Active after the
 		// check below must wake the wait, not be waited past.
@@ -44,8 +50,21 @@ func (b *Backend) linearizable(ctx context.Context) error {
 		ri, err := b.readIdx.get(ctx)
 		if err != nil {
 			if notEvaluated(err) && ctx.Err() == nil {
-				if werr := b.waitRoles(ctx, changed); werr != nil {
+				if refused == nil {
+					refused, stopRefused = clock.WithTimeout(ctx, b.cfg.Clock, b.cfg.PrimaryWait)
+					retry = readRetryMin
+				}
+				moved, werr := b.waitRefusedRead(refused, changed, retry)
+				if werr != nil {
 					return err
+				}
+				if moved {
+					// PrimaryWait bounds the wait for each change of
+					// roles, as before a refusal was asked again.
+					stopRefused()
+					refused, stopRefused = nil, func() {}
+				} else {
+					retry = min(2*retry, readRetryMax)
 				}
 				continue
 			}
@@ -58,6 +77,32 @@ func (b *Backend) linearizable(ctx context.Context) error {
 			return err
 		}
 		return b.waitApplied(ctx, ri.Index, b.cfg.ReadIndexWait)
+	}
+}
+
+// The wait of a linearizable read between read indexes the Primary
+// refused unevaluated: from readRetryMin, doubling to readRetryMax.
+const (
+	readRetryMin = 10 * time.Millisecond
+	readRetryMax = 100 * time.Millisecond
+)
+
+// waitRefusedRead waits, after the Primary refused a read index without
+// evaluating it, until the roles change (moved) or retry has passed: a Primary
+// that is still Starting says so only by refusing, and turns Active with
+// no change this node sees (the Cluster State named it already), so a
+// read waiting for the roles alone sat until its deadline. Asking again
+// is always safe: only a confirmed commit point answers a read.
+func (b *Backend) waitRefusedRead(ctx context.Context, changed <-chan struct{}, retry time.Duration) (moved bool, err error) {
+	t := b.timers.get(b.cfg.Clock, retry)
+	defer b.timers.put(t)
+	select {
+	case <-changed:
+		return true, nil
+	case <-t.C():
+		return false, nil
+	case <-ctx.Done():
+		return false, ctx.Err()
 	}
 }
 

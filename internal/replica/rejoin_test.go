@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"google.golang.org/grpc"
@@ -15,6 +16,7 @@ import (
 	"github.com/netsy-io/netsy/internal/engine"
 	"github.com/netsy-io/netsy/internal/engine/enginetest"
 	"github.com/netsy-io/netsy/internal/peer"
+	"github.com/netsy-io/netsy/internal/primary"
 	"github.com/netsy-io/netsy/proto/netsyv1"
 )
 
@@ -278,4 +280,78 @@ func TestFollowReconnectBacksOff(t *testing.T) {
 	}
 	w.clk.Advance(time.Millisecond)
 	waitFor(t, "the third stream", func() bool { return s.streams.Load() == 3 })
+}
+
+// startingLog is object storage whose claim (the Primary's Starting step)
+// holds until released: the Primary stays Starting meanwhile.
+type startingLog struct {
+	noLog
+	release chan struct{}
+}
+
+func (l startingLog) Claim(ctx context.Context) error {
+	select {
+	case <-l.release:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// A replica named a Primary that is still Starting (its preflight ran
+// 1.77 s past the Primary turning Active in a restart at 1 M keys: the
+// refusals backed off 20 ms to 640 ms) opens its stream within
+// startingRetry of the Primary turning Active, however long Starting took:
+// the Primary refuses with peer.ReasonPrimaryStarting, and the Follower
+// asks again at that short interval instead of backing off.
+func TestFollowReconnectsSoonOnceAStartingPrimaryIsActive(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t)
+		eng, err := engine.Open(engine.Config{Storage: &enginetest.MemStorage{}, Clock: w.clk, Logger: testLogger(t, "p"), ClusterID: 1, MemberID: 1, Follower: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		slog := startingLog{release: make(chan struct{})}
+		role, err := primary.New(primary.Config{Self: "p", Engine: eng, Log: slog, Quorum: 0, Clock: w.clk, Logger: testLogger(t, "p")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		role.Start()
+		p := &prim{id: "p", addr: "p:2380", eng: eng, role: role}
+		g := peer.NewServer()
+		netsyv1.RegisterFollowServer(g, &primary.FollowService{P: role})
+		l, err := w.net.Host("p").Listen(p.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.srv = peer.Serve(g, l)
+		t.Cleanup(p.stop)
+		role.Observe(p.state(3))
+		synctest.Wait()
+		if state, term := role.State(); state != netsyv1.PrimaryState_STARTING || term != 3 {
+			t.Fatalf("the Primary is %s at term %d, want Starting at 3", state, term)
+		}
+
+		r := w.startReplica(false, nil)
+		r.f.Observe(p.state(3))
+		// Starting lasts 2 s of the replica's clock.
+		for range 200 {
+			synctest.Wait()
+			w.clk.Advance(10 * time.Millisecond)
+		}
+		synctest.Wait()
+		if ok, _, err := r.f.Connected(); ok || peer.ReasonOf(err) != peer.ReasonPrimaryStarting {
+			t.Fatalf("following a Starting Primary: connected %v, last error %v; want refused as Starting", ok, err)
+		}
+		close(slog.release)
+		synctest.Wait()
+		if !role.Active() {
+			t.Fatal("the Primary did not turn Active once its claim was made")
+		}
+		w.clk.Advance(startingRetry)
+		synctest.Wait()
+		if ok, _, err := r.f.Connected(); !ok {
+			t.Fatalf("not following %v after the Primary turned Active (last error %v)", startingRetry, err)
+		}
+	})
 }
