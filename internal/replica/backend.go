@@ -220,6 +220,10 @@ func notEvaluated(err error) bool {
 	if errors.Is(err, engine.ErrNotPrimary) || errors.Is(err, engine.ErrNoLeader) || errors.Is(err, errNotSent) {
 		return true
 	}
+	if peer.ReasonOf(err) == peer.ReasonNotPrimary {
+		return true
+	}
+	// A Primary of an older build says so only in the text.
 	s, ok := status.FromError(err)
 	if !ok {
 		return false

@@ -858,3 +858,15 @@ func TestBackendReadRefusedForPrimaryWaitFails(t *testing.T) {
 		}
 	})
 }
+
+// A Primary's refusal of a read index or write before evaluating it is
+// known by its reason, whatever its text says.
+func TestNotEvaluatedByReasonNotText(t *testing.T) {
+	err := peer.Error(codes.Unavailable, peer.ReasonNotPrimary, "netsy: this node is no longer Active")
+	if !notEvaluated(err) {
+		t.Errorf("a NOT_PRIMARY refusal with other text is taken as evaluated: %v", err)
+	}
+	if notEvaluated(status.Error(codes.Unavailable, "netsy: this node is no longer Active")) {
+		t.Error("an Unavailable error without the reason is taken as unevaluated")
+	}
+}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/netsy-io/netsy/internal/elector"
 	"github.com/netsy-io/netsy/internal/engine"
+	"github.com/netsy-io/netsy/internal/peer"
+	"github.com/netsy-io/netsy/internal/primary"
 	"github.com/netsy-io/netsy/proto/netsyv1"
 )
 
@@ -68,7 +70,11 @@ func (s nodeService) ResignElector(ctx context.Context, _ *netsyv1.ResignRequest
 
 func (s nodeService) ReadIndex(ctx context.Context, _ *netsyv1.ReadIndexRequest) (*netsyv1.ReadIndexResponse, error) {
 	resp, err := s.r.prim.ReadIndex(ctx)
-	if err != nil {
+	switch {
+	case errors.Is(err, primary.ErrNotActive):
+		// Refused unevaluated: the reader asks again (by the reason).
+		return nil, peer.Error(codes.Unavailable, peer.ReasonNotPrimary, err.Error())
+	case err != nil:
 		return nil, status.Error(codes.Unavailable, err.Error())
 	}
 	return resp, nil
