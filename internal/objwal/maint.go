@@ -117,6 +117,7 @@ func (l *Log) readySnapshot() (s *datafile.Snapshot, walSeq uint64, upload bool)
 // saveFollowerSnapshot saves a follower's snapshot locally only, so its
 // log and restart stay short. It covers entries its Primary committed, so
 // Open takes it as history even where it runs ahead of the checkpoint.
+// It then moves the checkpoint up (advanceFollowerCheckpoint).
 func (l *Log) saveFollowerSnapshot(s *datafile.Snapshot) {
 	defer s.Release()
 	l.mu.Lock()
@@ -130,6 +131,79 @@ func (l *Log) saveFollowerSnapshot(s *datafile.Snapshot) {
 		return
 	}
 	l.localSnapIdx = s.Header.Index
+	l.advanceFollowerCheckpoint(s.Header.Index, s.Header.Revision)
+}
+
+// advanceFollowerCheckpoint moves a follower's checkpoint up to the
+// newest bucket snapshot at or below its local snapshot (index idx,
+// revision rev). checkpoint cannot do it: a follower uploads no chunk, so
+// it never learns where a chunk ends, and its checkpoint stayed where
+// Open left it. A restart then re-read every chunk since, or, once they
+// were collected (or with no checkpoint at all: a follower that opened on
+// an empty bucket), installed the bucket's newest snapshot and DISCARDED
+// every local entry after the checkpoint, committed or not (issue 22: at
+// 1 M keys a restarted replica dropped 85 k entries it held and
+// downloaded them again).
+//
+// A bucket snapshot's header makes a checkpoint without reading a chunk:
+// the chunks up to its wal_seq hold entries up to its index only, so the
+// chunks after wal_seq hold every entry after index. The local state
+// holds the history through that index, durably: the local snapshot just
+// saved covers it, and both snapshots are of the one committed history
+// (the bucket's is the truth; the local one covers only entries the
+// Primary committed). Nothing past the local snapshot is vouched for:
+// Open still compares that tail with the chunks and cuts it where another
+// Primary wrote something else. The cost is one listing of snapshots/ and
+// one header read per new bucket snapshot (snapshotHead caches them).
+func (l *Log) advanceFollowerCheckpoint(idx uint64, rev int64) {
+	var keys []string
+	err := l.listAll(l.ctx, snapPrefix, "", gcAttempts, func(o objstore.ObjectInfo) (bool, error) {
+		r := parseNum(o.Key, snapPrefix)
+		if r == 0 {
+			return true, nil
+		}
+		// Revisions never go down along the log, so a snapshot of a
+		// higher revision is of a higher index: none of them can do.
+		if int64(r) > rev {
+			return false, nil
+		}
+		keys = append(keys, o.Key)
+		return true, nil
+	})
+	if err != nil {
+		if l.ctx.Err() == nil {
+			l.log.Warn("list snapshots to move a follower's checkpoint; trying again after the next snapshot", "error", err)
+		}
+		return
+	}
+	for i := len(keys) - 1; i >= 0; i-- {
+		h, err := l.snapshotHead(keys[i])
+		if isNotFound(err) {
+			continue // collected by the writer since the listing
+		}
+		if err != nil {
+			if l.ctx.Err() == nil {
+				l.log.Warn("read a snapshot header to move a follower's checkpoint", "key", keys[i], "error", err)
+			}
+			return
+		}
+		if h.Index > idx {
+			continue // same revision, later index (lease entries)
+		}
+		if h.WalSeq <= l.meta.Seq || h.Index < l.meta.Index {
+			return // no newer than the checkpoint (a seeded one covers no chunk)
+		}
+		m := l.meta.clone()
+		m.Seq, m.Index = h.WalSeq, h.Index
+		m.addSnapshot(h.Revision, h.WalSeq)
+		if err := writeMetaFS(l.o.FS, l.metaPath, m); err != nil {
+			l.log.Warn("write a follower's metadata checkpoint", "error", err)
+			return
+		}
+		l.meta, l.metaWritten = m, l.clk.Now()
+		l.log.Debug("moved a follower's checkpoint to a bucket snapshot", "key", keys[i], "seq", h.WalSeq, "index", h.Index)
+		return
+	}
 }
 
 // publishSnapshot saves s locally and uploads it, then collects garbage.
