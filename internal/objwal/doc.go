@@ -78,10 +78,11 @@
 // judge: KnownCommitted stops at the bucket's tip (or a local snapshot),
 // so the engine holds that tail unapplied. A follower uploads no chunk,
 // so its checkpoint cannot follow its uploads: each time it saves a
-// local snapshot it moves the checkpoint to the newest bucket snapshot
-// at or below it (that snapshot's wal_seq and index, read from its
-// header), so a restart keeps what it holds and reads only the chunks
-// after that snapshot, comparing (and cutting where they differ) only
+// local snapshot it moves the checkpoint up to it, to the newest bucket
+// snapshot at or below it (read from its header) and then to the last
+// chunk that starts by the snapshot's next index (a binary search, one
+// chunk read per step). A restart then keeps what it holds and reads only
+// the chunks from there, comparing (and cutting where they differ) only
 // the entries past its local snapshot. With AckOnFsync (a lone node
 // acknowledging on its fsync) the whole local log is known committed. Claim makes it the writer (as Open does without Follower): it
 // waits for the local log to be durable, catches up again and claims the

@@ -76,11 +76,14 @@ func followed(t *testing.T, e *env) (a, b *node, dir string) {
 			a.nextSnapshot()
 		}},
 	} {
-		a.appendRange(from, step.to, "a")
-		b.appendRange(from, step.to, "a")
-		if err := a.rec.wait(t, step.to); err != nil {
-			t.Fatal(err)
+		// One chunk per entry: the writer waits for each.
+		for i := from; i <= step.to; i++ {
+			a.appendRange(i, i, "a")
+			if err := a.rec.wait(t, i); err != nil {
+				t.Fatal(err)
+			}
 		}
+		b.appendRange(from, step.to, "a")
 		if err := b.rec.wait(t, step.to); err != nil {
 			t.Fatal(err)
 		}
@@ -98,8 +101,8 @@ func followed(t *testing.T, e *env) (a, b *node, dir string) {
 	return a, b, dir
 }
 
-// A follower's checkpoint advances as it follows (to the bucket snapshot
-// at or below its local one), so a restart keeps every entry it holds
+// A follower's checkpoint advances as it follows (to the last chunk
+// starting by its local snapshot), so a restart keeps every entry it holds
 // and reads neither a snapshot nor the chunks its local snapshot covers.
 // Before, its checkpoint stayed at Open's (none, on an empty bucket), and
 // the restart installed the bucket's snapshot at 28, DISCARDING 26..30
@@ -112,8 +115,11 @@ func TestFollowerRestartKeepsTheEntriesItFollowed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.Index != 20 || m.Seq == 0 {
-		t.Fatalf("the follower's checkpoint is seq %d index %d; want the bucket snapshot at index 20", m.Seq, m.Index)
+	// Chunk 1 is a's claim, chunk i+1 holds entry i. When b saved its
+	// snapshot at 25 the bucket ended with chunk 26, entry 25, which the
+	// chunks from 26 on hold.
+	if m.Seq != 25 || m.Index != 24 {
+		t.Fatalf("the follower's checkpoint is seq %d index %d; want seq 25 index 24 (the last chunk starting by its local snapshot)", m.Seq, m.Index)
 	}
 
 	reads := &readCounter{}
@@ -130,10 +136,10 @@ func TestFollowerRestartKeepsTheEntriesItFollowed(t *testing.T) {
 	if n := reads.count(snapPrefix); n != 0 {
 		t.Fatalf("the restart read %d snapshot objects, want none", n)
 	}
-	// The chunks after the snapshot at 20 (one per entry in sync mode, the
-	// claim's empty one among them): 21..30 and no older.
-	if n := reads.count(walPrefix); n > 11 {
-		t.Fatalf("the restart read %d chunks, want at most the 11 after the bucket snapshot at 20", n)
+	// Chunks 26..30 (the last holds 29 and 30), where a read from the
+	// bucket snapshot at 20 would start at 21.
+	if n := reads.count(walPrefix); n != 5 {
+		t.Fatalf("the restart read %d chunks, want the 5 after the checkpoint's (entries 25..30)", n)
 	}
 }
 
@@ -164,4 +170,43 @@ func TestFollowerRestartCutsATailTheBucketContradicts(t *testing.T) {
 	if k := b2.l.KnownCommitted(); k != 35 {
 		t.Fatalf("known committed %d after the restart, want the bucket's 35", k)
 	}
+}
+
+// With no snapshot in the bucket yet (a young cluster), a follower's
+// checkpoint still moves up to its local snapshot, found among the chunks.
+func TestFollowerCheckpointMovesWithoutABucketSnapshot(t *testing.T) {
+	e := newEnv(t)
+	dir := t.TempDir()
+	b := e.node(dir, ModeSync, func(o *Options) { o.Follower = true }).open()
+	a := e.node("", ModeSync, nil).open()
+	for i := uint64(1); i <= 10; i++ {
+		a.appendRange(i, i, "a")
+		if err := a.rec.wait(t, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.appendRange(1, 10, "a")
+	if err := b.rec.wait(t, 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.l.SaveSnapshot(snapshotAt(8)); err != nil {
+		t.Fatal(err)
+	}
+	waitSnapIdx(t, b.l, 8)
+	b.close()
+	m, err := readMeta(dir + "/" + metaFileName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Chunk 1 is a's claim, chunk i+1 holds entry i: chunk 10 starts
+	// with 9, the first entry past the local snapshot.
+	if m.Seq != 9 || m.Index != 8 {
+		t.Fatalf("the follower's checkpoint is seq %d index %d; want seq 9 index 8", m.Seq, m.Index)
+	}
+	b2 := e.node(dir, ModeSync, func(o *Options) { o.Follower = true }).open()
+	snapIdx, got := b2.replay()
+	if snapIdx != 8 {
+		t.Fatalf("after the restart the local snapshot is at %d, want 8", snapIdx)
+	}
+	checkEntries(t, got, 9, 10, tag("a"))
 }

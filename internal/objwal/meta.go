@@ -25,7 +25,7 @@ const (
 // hold every entry after Index. Open starts listing there instead of at the
 // beginning, and never truncates the local log at or below Index. The
 // writer moves it along the chunks it uploaded (checkpoint); a follower to
-// a bucket snapshot its local snapshot covers (advanceFollowerCheckpoint).
+// a point its local snapshot covers (advanceFollowerCheckpoint).
 type metaState struct {
 	Version int    `json:"version"`
 	Seq     uint64 `json:"seq"`
