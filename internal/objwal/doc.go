@@ -76,7 +76,14 @@
 // (the Primary uploads them), snapshots are saved locally only, and a
 // local tail the bucket does not yet hold is kept for the Primary to
 // judge: KnownCommitted stops at the bucket's tip (or a local snapshot),
-// so the engine holds that tail unapplied. With AckOnFsync (a lone node
+// so the engine holds that tail unapplied. A follower uploads no chunk,
+// so its checkpoint cannot follow its uploads: each time it saves a
+// local snapshot it moves the checkpoint up to it, to the newest bucket
+// snapshot at or below it (read from its header) and then to the last
+// chunk that starts by the snapshot's next index (a binary search, one
+// chunk read per step). A restart then keeps what it holds and reads only
+// the chunks from there, comparing (and cutting where they differ) only
+// the entries past its local snapshot. With AckOnFsync (a lone node
 // acknowledging on its fsync) the whole local log is known committed. Claim makes it the writer (as Open does without Follower): it
 // waits for the local log to be durable, catches up again and claims the
 // next seq. Release gives the role up, uploading everything pending first

@@ -117,6 +117,7 @@ func (l *Log) readySnapshot() (s *datafile.Snapshot, walSeq uint64, upload bool)
 // saveFollowerSnapshot saves a follower's snapshot locally only, so its
 // log and restart stay short. It covers entries its Primary committed, so
 // Open takes it as history even where it runs ahead of the checkpoint.
+// It then moves the checkpoint up (advanceFollowerCheckpoint).
 func (l *Log) saveFollowerSnapshot(s *datafile.Snapshot) {
 	defer s.Release()
 	l.mu.Lock()
@@ -130,6 +131,148 @@ func (l *Log) saveFollowerSnapshot(s *datafile.Snapshot) {
 		return
 	}
 	l.localSnapIdx = s.Header.Index
+	l.advanceFollowerCheckpoint(s.Header.Index, s.Header.Revision)
+}
+
+// advanceFollowerCheckpoint moves a follower's checkpoint up to its local
+// snapshot (index idx, revision rev), as near as the bucket allows.
+// checkpoint cannot do it: a follower uploads no chunk, so it never learns
+// where a chunk ends, and its checkpoint stayed where Open left it. A
+// restart then re-read every chunk since, or, once they were collected
+// (or with no checkpoint at all: a follower that opened on an empty
+// bucket), installed the bucket's newest snapshot and DISCARDED every
+// local entry after the checkpoint, committed or not (issue 22: at 1 M
+// keys a restarted replica dropped 85 k entries it held and downloaded
+// them again).
+//
+// Two things make a checkpoint (seq, index) valid here: the chunks after
+// seq hold every entry after index, and the local state holds the
+// history through index, durably. The local snapshot just saved gives the
+// second for any index up to idx: it covers only entries the Primary
+// committed, and the bucket holds the one committed history. For the
+// first, a bucket snapshot's header is enough (the chunks up to its
+// wal_seq hold entries up to its index only), and so is any chunk with
+// entries: the chunks from it on hold every entry from its first. So the
+// newest bucket snapshot at or below idx is taken, then the chunks after
+// it are searched for the last one starting at or before idx+1.
+//
+// Nothing past the local snapshot is vouched for: Open still compares
+// that tail with the chunks and cuts it where another Primary wrote
+// something else. The cost, once per local snapshot: a listing of
+// snapshots/ and of the chunks after the base, one header read per new
+// bucket snapshot (snapshotHead caches them), and a chunk read per step
+// of the binary search.
+func (l *Log) advanceFollowerCheckpoint(idx uint64, rev int64) {
+	m := l.meta.clone()
+	h, err := l.snapshotAtOrBelow(idx, rev)
+	if err != nil {
+		if l.ctx.Err() == nil {
+			l.log.Warn("find a bucket snapshot to move a follower's checkpoint to; trying again after the next snapshot", "error", err)
+		}
+		return
+	}
+	if h != nil && h.WalSeq > m.Seq && h.Index >= m.Index {
+		m.Seq, m.Index = h.WalSeq, h.Index
+		m.addSnapshot(h.Revision, h.WalSeq)
+	}
+	if m.Index < idx {
+		seq, first, err := l.lastChunkStartingBy(m.Seq, idx+1)
+		switch {
+		case err != nil:
+			if l.ctx.Err() == nil {
+				l.log.Warn("search the chunks to move a follower's checkpoint", "error", err)
+			}
+		case seq > 0 && first-1 > m.Index:
+			m.Seq, m.Index = seq-1, first-1
+		}
+	}
+	if m.Seq == l.meta.Seq && m.Index == l.meta.Index {
+		return
+	}
+	if err := writeMetaFS(l.o.FS, l.metaPath, m); err != nil {
+		l.log.Warn("write a follower's metadata checkpoint", "error", err)
+		return
+	}
+	l.meta, l.metaWritten = m, l.clk.Now()
+	l.log.Debug("moved a follower's checkpoint", "seq", m.Seq, "index", m.Index, "local_snapshot", idx)
+}
+
+// snapshotAtOrBelow returns the header of the newest bucket snapshot whose
+// index is at most idx (rev is that entry's revision), nil if none.
+func (l *Log) snapshotAtOrBelow(idx uint64, rev int64) (*netsyv1.SnapshotHeader, error) {
+	var keys []string
+	err := l.listAll(l.ctx, snapPrefix, "", gcAttempts, func(o objstore.ObjectInfo) (bool, error) {
+		r := parseNum(o.Key, snapPrefix)
+		if r == 0 {
+			return true, nil
+		}
+		// Revisions never go down along the log, so a snapshot of a
+		// higher revision is of a higher index: none of them can do.
+		if int64(r) > rev {
+			return false, nil
+		}
+		keys = append(keys, o.Key)
+		return true, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for i := len(keys) - 1; i >= 0; i-- {
+		h, err := l.snapshotHead(keys[i])
+		if isNotFound(err) {
+			continue // collected by the writer since the listing
+		}
+		if err != nil {
+			return nil, err
+		}
+		if h.Index <= idx { // else: same revision, later index (lease entries)
+			return h, nil
+		}
+	}
+	return nil, nil
+}
+
+// lastChunkStartingBy binary-searches the chunks after seq (which must
+// hold every entry after the checkpoint at seq) for the last one whose
+// first entry is at or before idx, reading one chunk per step; it returns
+// that chunk's seq and first index, or seq 0 if no chunk read qualifies.
+// An empty chunk (a claim) says nothing of where the next one starts, so
+// the search stays below it: it may settle short of the best chunk, never
+// past it.
+func (l *Log) lastChunkStartingBy(after, idx uint64) (seq, first uint64, err error) {
+	seqs, err := l.listChunks(l.ctx, after)
+	if err != nil {
+		return 0, 0, err
+	}
+	if len(seqs) == 0 || seqs[0] != after+1 || !dense(seqs) {
+		return 0, 0, nil // collected meanwhile: leave it to the next snapshot
+	}
+	// seqs[lo] starts at or before idx: the chunk after a checkpoint
+	// starts right after its index, which is below idx.
+	lo, hi := 0, len(seqs)-1
+	for lo < hi {
+		mid := (lo + hi + 1) / 2
+		key := walKey(seqs[mid])
+		var body []byte
+		err := l.retry(l.ctx, gcAttempts, "get "+key, isNotFound, func(ctx context.Context) error {
+			var err error
+			body, _, err = l.store.Get(ctx, key)
+			return err
+		})
+		if err != nil {
+			return 0, 0, fmt.Errorf("get %s: %w", key, err)
+		}
+		entries, _, err := datafile.DecodeChunk(key, body)
+		if err != nil {
+			return 0, 0, fmt.Errorf("chunk %s: %w", key, err)
+		}
+		if len(entries) > 0 && entries[0].Index <= idx {
+			lo, seq, first = mid, seqs[mid], entries[0].Index
+		} else {
+			hi = mid - 1
+		}
+	}
+	return seq, first, nil
 }
 
 // publishSnapshot saves s locally and uploads it, then collects garbage.

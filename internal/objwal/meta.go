@@ -23,7 +23,9 @@ const (
 // It is a checkpoint: Seq and Index promise that the local log holds the
 // bucket's history, durably, through Index, and that the chunks after Seq
 // hold every entry after Index. Open starts listing there instead of at the
-// beginning, and never truncates the local log at or below Index.
+// beginning, and never truncates the local log at or below Index. The
+// writer moves it along the chunks it uploaded (checkpoint); a follower to
+// a point its local snapshot covers (advanceFollowerCheckpoint).
 type metaState struct {
 	Version int    `json:"version"`
 	Seq     uint64 `json:"seq"`

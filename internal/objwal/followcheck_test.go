@@ -1,0 +1,212 @@
+package objwal
+
+import (
+	"context"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/netsy-io/netsy/internal/objstore"
+)
+
+// readCounter counts the objects a Log reads, by key prefix.
+type readCounter struct {
+	objstore.Store
+	mu    sync.Mutex
+	reads map[string]int
+}
+
+func (c *readCounter) note(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.reads == nil {
+		c.reads = make(map[string]int)
+	}
+	prefix, _, _ := strings.Cut(key, "/")
+	c.reads[prefix+"/"]++
+}
+
+func (c *readCounter) count(prefix string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.reads[prefix]
+}
+
+func (c *readCounter) Get(ctx context.Context, key string) ([]byte, string, error) {
+	c.note(key)
+	return c.Store.Get(ctx, key)
+}
+
+func (c *readCounter) GetReader(ctx context.Context, key string) (io.ReadCloser, string, error) {
+	c.note(key)
+	return c.Store.GetReader(ctx, key)
+}
+
+// followed sets up the restart of issue 22: a follower b opened on an
+// empty bucket (so with no checkpoint), followed writer a through 30,
+// saved a local snapshot at 25 after a uploaded one at 20, and a then
+// uploaded a newer snapshot, at 28. It returns a, b and b's directory.
+func followed(t *testing.T, e *env) (a, b *node, dir string) {
+	t.Helper()
+	dir = t.TempDir()
+	b = e.node(dir, ModeSync, func(o *Options) { o.Follower = true }).open()
+	a = e.node("", ModeSync, nil).open()
+	from := uint64(1)
+	for _, step := range []struct {
+		to       uint64
+		snapshot func()
+	}{
+		{20, func() {
+			if err := a.l.SaveSnapshot(snapshotAt(20)); err != nil {
+				t.Fatal(err)
+			}
+			a.nextSnapshot()
+		}},
+		{25, func() {
+			if err := b.l.SaveSnapshot(snapshotAt(25)); err != nil {
+				t.Fatal(err)
+			}
+			waitSnapIdx(t, b.l, 25)
+		}},
+		{28, func() {
+			if err := a.l.SaveSnapshot(snapshotAt(28)); err != nil {
+				t.Fatal(err)
+			}
+			a.nextSnapshot()
+		}},
+	} {
+		// One chunk per entry: the writer waits for each.
+		for i := from; i <= step.to; i++ {
+			a.appendRange(i, i, "a")
+			if err := a.rec.wait(t, i); err != nil {
+				t.Fatal(err)
+			}
+		}
+		b.appendRange(from, step.to, "a")
+		if err := b.rec.wait(t, step.to); err != nil {
+			t.Fatal(err)
+		}
+		step.snapshot()
+		from = step.to + 1
+	}
+	a.appendRange(29, 30, "a")
+	b.appendRange(29, 30, "a")
+	if err := a.rec.wait(t, 30); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.rec.wait(t, 30); err != nil {
+		t.Fatal(err)
+	}
+	return a, b, dir
+}
+
+// A follower's checkpoint advances as it follows (to the last chunk
+// starting by its local snapshot), so a restart keeps every entry it holds
+// and reads neither a snapshot nor the chunks its local snapshot covers.
+// Before, its checkpoint stayed at Open's (none, on an empty bucket), and
+// the restart installed the bucket's snapshot at 28, DISCARDING 26..30
+// and downloading them again (issue 22 item 5).
+func TestFollowerRestartKeepsTheEntriesItFollowed(t *testing.T) {
+	e := newEnv(t)
+	_, b, dir := followed(t, e)
+	b.close()
+	m, err := readMeta(dir + "/" + metaFileName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Chunk 1 is a's claim, chunk i+1 holds entry i. When b saved its
+	// snapshot at 25 the bucket ended with chunk 26, entry 25, which the
+	// chunks from 26 on hold.
+	if m.Seq != 25 || m.Index != 24 {
+		t.Fatalf("the follower's checkpoint is seq %d index %d; want seq 25 index 24 (the last chunk starting by its local snapshot)", m.Seq, m.Index)
+	}
+
+	reads := &readCounter{}
+	b2 := e.node(dir, ModeSync, func(o *Options) {
+		o.Follower = true
+		reads.Store = o.Store
+		o.Store = reads
+	}).open()
+	snapIdx, got := b2.replay()
+	if snapIdx != 25 {
+		t.Fatalf("after the restart the local snapshot is at %d, want 25 (the follower's own)", snapIdx)
+	}
+	checkEntries(t, got, 26, 30, tag("a"))
+	if n := reads.count(snapPrefix); n != 0 {
+		t.Fatalf("the restart read %d snapshot objects, want none", n)
+	}
+	// Chunks 26..30 (the last holds 29 and 30), where a read from the
+	// bucket snapshot at 20 would start at 21.
+	if n := reads.count(walPrefix); n != 5 {
+		t.Fatalf("the restart read %d chunks, want the 5 after the checkpoint's (entries 25..30)", n)
+	}
+}
+
+// A follower's tail past its local snapshot is still checked on restart:
+// entries another Primary overwrote in the bucket are cut, whatever the
+// advanced checkpoint.
+func TestFollowerRestartCutsATailTheBucketContradicts(t *testing.T) {
+	e := newEnv(t)
+	a, b, dir := followed(t, e)
+	// b takes 31..33 from a Primary that never committed them; the bucket
+	// gets 31..35 from another.
+	b.appendRange(31, 33, "x")
+	if err := b.rec.wait(t, 33); err != nil {
+		t.Fatal(err)
+	}
+	b.close()
+	a.appendRange(31, 35, "a")
+	if err := a.rec.wait(t, 35); err != nil {
+		t.Fatal(err)
+	}
+
+	b2 := e.node(dir, ModeSync, func(o *Options) { o.Follower = true }).open()
+	snapIdx, got := b2.replay()
+	if snapIdx != 25 {
+		t.Fatalf("after the restart the local snapshot is at %d, want 25", snapIdx)
+	}
+	checkEntries(t, got, 26, 35, tag("a"))
+	if k := b2.l.KnownCommitted(); k != 35 {
+		t.Fatalf("known committed %d after the restart, want the bucket's 35", k)
+	}
+}
+
+// With no snapshot in the bucket yet (a young cluster), a follower's
+// checkpoint still moves up to its local snapshot, found among the chunks.
+func TestFollowerCheckpointMovesWithoutABucketSnapshot(t *testing.T) {
+	e := newEnv(t)
+	dir := t.TempDir()
+	b := e.node(dir, ModeSync, func(o *Options) { o.Follower = true }).open()
+	a := e.node("", ModeSync, nil).open()
+	for i := uint64(1); i <= 10; i++ {
+		a.appendRange(i, i, "a")
+		if err := a.rec.wait(t, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.appendRange(1, 10, "a")
+	if err := b.rec.wait(t, 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.l.SaveSnapshot(snapshotAt(8)); err != nil {
+		t.Fatal(err)
+	}
+	waitSnapIdx(t, b.l, 8)
+	b.close()
+	m, err := readMeta(dir + "/" + metaFileName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Chunk 1 is a's claim, chunk i+1 holds entry i: chunk 10 starts
+	// with 9, the first entry past the local snapshot.
+	if m.Seq != 9 || m.Index != 8 {
+		t.Fatalf("the follower's checkpoint is seq %d index %d; want seq 9 index 8", m.Seq, m.Index)
+	}
+	b2 := e.node(dir, ModeSync, func(o *Options) { o.Follower = true }).open()
+	snapIdx, got := b2.replay()
+	if snapIdx != 8 {
+		t.Fatalf("after the restart the local snapshot is at %d, want 8", snapIdx)
+	}
+	checkEntries(t, got, 9, 10, tag("a"))
+}
