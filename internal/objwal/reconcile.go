@@ -162,7 +162,7 @@ func (l *Log) catchUp(ctx context.Context) (*bucketView, error) {
 				return nil, err
 			}
 			if len(seqs) > 0 && seqs[0] == first && dense(seqs) && seqs[len(seqs)-1] >= m.Seq {
-				return l.applyChunks(ctx, from-1, seqs[from-first:], agreed, m.Index)
+				return l.applyChunks(ctx, from-1, seqs[from-first:], agreed)
 			}
 		}
 		l.log.Info("chunks after the local checkpoint were garbage-collected; catching up from the newest snapshot",
@@ -272,7 +272,7 @@ func (l *Log) catchUpFromSnapshot(ctx context.Context) (*bucketView, error) {
 		}
 		skip = snap.Header.Index
 	}
-	return l.applyChunks(ctx, after, seqs, skip, m.Index)
+	return l.applyChunks(ctx, after, seqs, skip)
 }
 
 // installSnapshot makes a bucket snapshot the local starting point. Local
@@ -324,11 +324,8 @@ func (l *Log) truncateLocal(index uint64) error {
 // applyChunks downloads the chunks seqs (which follow baseSeq densely) and
 // brings the local log in line with them: entries at or below skip are
 // already agreed; later ones are compared with the local log, appended
-// where it ends, and win where they differ. uploaded is the index this
-// node saw in the bucket (its checkpoint's): chunks ending before it mean
-// the bucket lost history. skip may be past the bucket's end: a follower's
-// snapshot of entries its Primary committed that are not uploaded yet.
-func (l *Log) applyChunks(ctx context.Context, baseSeq uint64, seqs []uint64, skip, uploaded uint64) (*bucketView, error) {
+// where it ends, and win where they differ.
+func (l *Log) applyChunks(ctx context.Context, baseSeq uint64, seqs []uint64, skip uint64) (*bucketView, error) {
 	last, _ := l.localState()
 	var tail []*netsyv1.Entry // local entries skip+1..last
 	if last > skip {
@@ -415,8 +412,8 @@ func (l *Log) applyChunks(ctx context.Context, baseSeq uint64, seqs []uint64, sk
 	if err != nil {
 		return nil, err
 	}
-	if next != 0 && next-1 < uploaded {
-		return nil, fmt.Errorf("the bucket's chunks end at index %d, before index %d which this node saw uploaded", next-1, uploaded)
+	if next != 0 && next-1 < skip {
+		return nil, fmt.Errorf("the bucket's chunks end at index %d, before index %d which this node saw uploaded", next-1, skip)
 	}
 	if lastAppended > 0 {
 		if err := l.wal.WaitSynced(ctx, lastAppended); err != nil {

@@ -145,51 +145,6 @@ func TestFollowerSnapshotAheadOfBucket(t *testing.T) {
 	}
 }
 
-// The same with chunks in the bucket after the follower's checkpoint that
-// end before its snapshot (the Primary uploads lazily; the follower holds
-// quorum-committed entries the bucket lacks): the restart keeps the
-// snapshot instead of refusing the bucket as one that lost history.
-func TestFollowerSnapshotAheadOfBucketPastNewerChunks(t *testing.T) {
-	e := newEnv(t)
-	dir := t.TempDir()
-	a := e.node("", ModeSync, nil).open()
-	a.appendRange(1, 1, "a")
-	if err := a.rec.wait(t, 1); err != nil {
-		t.Fatal(err)
-	}
-	b := e.node(dir, ModeSync, func(o *Options) { o.Follower = true }).open()
-	for i := uint64(2); i <= 5; i++ {
-		a.appendRange(i, i, "a")
-		if err := a.rec.wait(t, i); err != nil {
-			t.Fatal(err)
-		}
-	}
-	b.appendRange(2, 8, "a") // 6..8 committed by a quorum, not uploaded
-	if err := b.rec.wait(t, 8); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.l.SaveSnapshot(snapshotAt(8)); err != nil {
-		t.Fatal(err)
-	}
-	waitSnapIdx(t, b.l, 8)
-	b.close()
-	b2 := e.node(dir, ModeSync, func(o *Options) { o.Follower = true })
-	l, err := b2.tryOpen()
-	if err != nil {
-		t.Fatalf("restart of a follower whose snapshot is past the bucket's chunks: %v", err)
-	}
-	l.Close()
-	b3 := e.node(dir, ModeSync, func(o *Options) { o.Follower = true }).open()
-	snapIdx, got := b3.replay()
-	if snapIdx != 8 || len(got) != 0 {
-		t.Fatalf("after the restart: snapshot %d, %d entries; want the snapshot at 8", snapIdx, len(got))
-	}
-	b3.appendRange(9, 9, "a")
-	if err := b3.rec.wait(t, 9); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func waitSnapIdx(t *testing.T, l *Log, idx uint64) {
 	t.Helper()
 	for {
