@@ -52,6 +52,12 @@ func newTestClusterBeating(t *testing.T, quorum int, hb time.Duration, ids ...st
 	c := &testCluster{t: t, net: memnet.New(), faults: faulty.New(mem.New(clock.Real()), clock.Real()), quorum: quorum, hb: hb,
 		nodes: map[string]*Node{}, dirs: map[string]string{}, addrs: map[string][2]string{}, names: map[string]string{}}
 	c.store = c.faults
+	// The test's temporary directory is made before the shutdown below is
+	// registered, so it is removed after every node has stopped (cleanups
+	// run last first): made first in start, it was removed while nodes
+	// still wrote to their data directories ('unlinkat …/wal: directory
+	// not empty' under load).
+	t.TempDir()
 	t.Cleanup(func() {
 		c.mu.Lock()
 		nodes := c.nodes
