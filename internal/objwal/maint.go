@@ -253,14 +253,9 @@ func (l *Log) lastChunkStartingBy(after, idx uint64) (seq, first uint64, err err
 	for lo < hi {
 		mid := (lo + hi + 1) / 2
 		key := walKey(seqs[mid])
-		var body []byte
-		err := l.retry(l.ctx, gcAttempts, "get "+key, isNotFound, func(ctx context.Context) error {
-			var err error
-			body, _, err = l.store.Get(ctx, key)
-			return err
-		})
+		body, err := l.getObject(l.ctx, key, gcAttempts)
 		if err != nil {
-			return 0, 0, fmt.Errorf("get %s: %w", key, err)
+			return 0, 0, err
 		}
 		entries, _, err := datafile.DecodeChunk(key, body)
 		if err != nil {
@@ -613,12 +608,7 @@ func (l *Log) noteRestorable(key string) {
 func (l *Log) noteFirstEntry() bool {
 	if l.firstEntry == nil {
 		for seq := uint64(1); ; seq++ {
-			var body []byte
-			err := l.retry(l.ctx, gcAttempts, "get "+walKey(seq), isNotFound, func(ctx context.Context) error {
-				var err error
-				body, _, err = l.store.Get(ctx, walKey(seq))
-				return err
-			})
+			body, err := l.getObject(l.ctx, walKey(seq), gcAttempts)
 			if err != nil {
 				return false // gone (collected, or never there) or unreadable
 			}

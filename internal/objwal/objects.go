@@ -137,8 +137,14 @@ func isNotFound(err error) bool     { return errors.Is(err, objstore.ErrNotFound
 
 // openGet reads key during Open, retrying transient failures.
 func (l *Log) openGet(ctx context.Context, key string) ([]byte, error) {
+	return l.getObject(ctx, key, openAttempts)
+}
+
+// getObject reads key, retrying transient failures up to attempts times
+// (a missing key is not retried).
+func (l *Log) getObject(ctx context.Context, key string, attempts int) ([]byte, error) {
 	var body []byte
-	err := l.retry(ctx, openAttempts, "get "+key, isNotFound, func(ctx context.Context) error {
+	err := l.retry(ctx, attempts, "get "+key, isNotFound, func(ctx context.Context) error {
 		var err error
 		body, _, err = l.store.Get(ctx, key)
 		return err
