@@ -1,12 +1,14 @@
 package objwal
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/netsy-io/netsy/internal/objstore"
 )
 
@@ -75,28 +77,20 @@ func followed(t *testing.T, e *env) (a, b *node, dir string) {
 			}
 			a.nextSnapshot()
 		}},
+		{30, func() {}},
 	} {
 		// One chunk per entry: the writer waits for each.
 		for i := from; i <= step.to; i++ {
-			a.appendRange(i, i, "a")
+			b.follow(a.appendRange(i, i, "a"))
 			if err := a.rec.wait(t, i); err != nil {
 				t.Fatal(err)
 			}
 		}
-		b.appendRange(from, step.to, "a")
 		if err := b.rec.wait(t, step.to); err != nil {
 			t.Fatal(err)
 		}
 		step.snapshot()
 		from = step.to + 1
-	}
-	a.appendRange(29, 30, "a")
-	b.appendRange(29, 30, "a")
-	if err := a.rec.wait(t, 30); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.rec.wait(t, 30); err != nil {
-		t.Fatal(err)
 	}
 	return a, b, dir
 }
@@ -123,11 +117,16 @@ func TestFollowerRestartKeepsTheEntriesItFollowed(t *testing.T) {
 	}
 
 	reads := &readCounter{}
+	var logged syncBuffer
 	b2 := e.node(dir, ModeSync, func(o *Options) {
 		o.Follower = true
 		reads.Store = o.Store
 		o.Store = reads
+		o.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: io.MultiWriter(testWriter{t}, &logged)})
 	}).open()
+	if out := logged.String(); strings.Contains(out, "DISCARDING") {
+		t.Fatalf("the restart discarded entries it had followed:\n%s", out)
+	}
 	snapIdx, got := b2.replay()
 	if snapIdx != 25 {
 		t.Fatalf("after the restart the local snapshot is at %d, want 25 (the follower's own)", snapIdx)
@@ -136,10 +135,10 @@ func TestFollowerRestartKeepsTheEntriesItFollowed(t *testing.T) {
 	if n := reads.count(snapPrefix); n != 0 {
 		t.Fatalf("the restart read %d snapshot objects, want none", n)
 	}
-	// Chunks 26..30 (the last holds 29 and 30), where a read from the
-	// bucket snapshot at 20 would start at 21.
-	if n := reads.count(walPrefix); n != 5 {
-		t.Fatalf("the restart read %d chunks, want the 5 after the checkpoint's (entries 25..30)", n)
+	// Chunks 26..31 (entries 25..30), where a read from the bucket
+	// snapshot at 20 would start at 21.
+	if n := reads.count(walPrefix); n != 6 {
+		t.Fatalf("the restart read %d chunks, want the 6 after the checkpoint's (entries 25..30)", n)
 	}
 }
 
@@ -209,4 +208,22 @@ func TestFollowerCheckpointMovesWithoutABucketSnapshot(t *testing.T) {
 		t.Fatalf("after the restart the local snapshot is at %d, want 8", snapIdx)
 	}
 	checkEntries(t, got, 9, 10, tag("a"))
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

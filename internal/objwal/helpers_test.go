@@ -261,11 +261,26 @@ func (n *node) close() {
 }
 
 // appendRange appends entries from..to with tag.
-func (n *node) appendRange(from, to uint64, tag string) {
+func (n *node) appendRange(from, to uint64, tag string) []*netsyv1.Entry {
 	n.t.Helper()
+	var ents []*netsyv1.Entry
 	for i := from; i <= to; i++ {
-		if err := n.l.Append(entry(i, tag)); err != nil {
+		e := entry(i, tag)
+		if err := n.l.Append(e); err != nil {
 			n.t.Fatalf("append %d: %v", i, err)
+		}
+		ents = append(ents, e)
+	}
+	return ents
+}
+
+// follow appends copies of entries a writer appended (and so stamped
+// with its commit time), as a follower takes them from its Primary.
+func (n *node) follow(ents []*netsyv1.Entry) {
+	n.t.Helper()
+	for _, e := range ents {
+		if err := n.l.Append(proto.Clone(e).(*netsyv1.Entry)); err != nil {
+			n.t.Fatalf("append %d: %v", e.Index, err)
 		}
 	}
 }
