@@ -38,10 +38,30 @@ func (c *testCluster) quorumReady(timeout time.Duration) string {
 // crashes, the new Primary (elected for the newest log) has every
 // acknowledged write, though none of them reached the bucket.
 func TestQuorumCommitSurvivesPrimaryCrashWithoutObjectStorage(t *testing.T) {
-	// Heartbeats every 150 ms: the test fails on any fallback to object
-	// storage, and with 50 ms (a 100 ms lease, Degraded after 100 ms of
-	// silence) a loaded machine under -race lapses the lease or degrades a
-	// replica now and then, which is the protocol working, not this bug.
+	// The scenario needs every write acknowledged by the quorum. On a
+	// loaded machine under -race the Primary's lease can still lapse (or a
+	// replica be marked Degraded) now and then, which is the protocol
+	// working, not this bug: such a round is run again on a fresh cluster,
+	// up to three rounds.
+	for round := 1; ; round++ {
+		fellBack := false
+		t.Run(fmt.Sprintf("round%d", round), func(t *testing.T) {
+			fellBack = quorumCommitSurvivesPrimaryCrash(t)
+		})
+		if !fellBack || t.Failed() {
+			return
+		}
+		if round == 3 {
+			t.Fatal("the writes fell back to object storage in three rounds out of three")
+		}
+	}
+}
+
+// quorumCommitSurvivesPrimaryCrash runs one round of the test above; it
+// reports true, without failing, if the writes fell back to object storage.
+func quorumCommitSurvivesPrimaryCrash(t *testing.T) (fellBack bool) {
+	// Heartbeats every 150 ms: with 50 ms (a 100 ms lease, Degraded after
+	// 100 ms of silence) the lease lapsed in most rounds under load.
 	c := newTestClusterBeating(t, -1, 150*time.Millisecond, "n1", "n2", "n3")
 	primary := c.quorumReady(10 * time.Second)
 	survivor := "n1"
@@ -62,7 +82,8 @@ func TestQuorumCommitSurvivesPrimaryCrashWithoutObjectStorage(t *testing.T) {
 		acked = append(acked, resp.Header.Revision)
 	}
 	if st := c.node(primary).roles.Replication(); st.Fallback || st.Fallbacks != before {
-		t.Fatalf("the writes fell back to object storage: %v", st)
+		t.Logf("the writes fell back to object storage; another round: %v", st)
+		return true
 	}
 	if n := chunks.Fired(); n != 0 {
 		t.Fatalf("%d chunk uploads were tried while the quorum acknowledged (want none: uploads wait for size or age)", n)
@@ -81,6 +102,7 @@ func TestQuorumCommitSurvivesPrimaryCrashWithoutObjectStorage(t *testing.T) {
 			}
 		}
 	}
+	return false
 }
 
 // A replica that stops acknowledging (its stream stalls) makes writes wait
