@@ -84,7 +84,22 @@
 // chunk read per step). A restart then keeps what it holds and reads only
 // the chunks from there, comparing (and cutting where they differ) only
 // the entries past its local snapshot. With AckOnFsync (a lone node
-// acknowledging on its fsync) the whole local log is known committed. Claim makes it the writer (as Open does without Follower): it
+// acknowledging on its fsync) the whole local log is known committed.
+//
+// In quorum mode the Primary acknowledges before it uploads, so a
+// follower's snapshot may cover entries the bucket does not hold yet.
+// Those are history (never compared with the bucket) but not uploaded:
+// the snapshot deletes only the local segments its checkpoint covers
+// too (the bucket's lag, a chunk or two, stays until the next snapshot),
+// and catch-up tells what the bucket holds (its true end, raised by
+// every chunk read) from what needs no comparing. A claim uploads the
+// local entries after the bucket's end, those the snapshot covers
+// included, so the bucket's history stays dense. A follower whose log no
+// longer holds them (written before snapshots kept them, or lost) opens
+// and follows, but its claim is refused with ErrSnapshotAheadOfBucket
+// before anything is written, until the bucket holds them.
+//
+// Claim makes it the writer (as Open does without Follower): it
 // waits for the local log to be durable, catches up again and claims the
 // next seq. Release gives the role up, uploading everything pending first
 // when asked to (Draining), forgetting a fence, and cutting local entries

@@ -117,7 +117,14 @@ func (l *Log) readySnapshot() (s *datafile.Snapshot, walSeq uint64, upload bool)
 // saveFollowerSnapshot saves a follower's snapshot locally only, so its
 // log and restart stay short. It covers entries its Primary committed, so
 // Open takes it as history even where it runs ahead of the checkpoint.
-// It then moves the checkpoint up (advanceFollowerCheckpoint).
+// It then moves the checkpoint up (advanceFollowerCheckpoint) and only
+// then deletes the segments that both cover: in quorum mode the Primary
+// acknowledges before it uploads, so the snapshot may cover entries the
+// bucket does not hold yet, and if this node becomes the writer its claim
+// must upload them from its log (deleting them with the snapshot left the
+// bucket a hole, or a restart that could not open: issue 22). The
+// segments kept are the bucket's lag behind the Primary, a chunk or two,
+// and go with the next snapshot.
 func (l *Log) saveFollowerSnapshot(s *datafile.Snapshot) {
 	defer s.Release()
 	l.mu.Lock()
@@ -126,12 +133,18 @@ func (l *Log) saveFollowerSnapshot(s *datafile.Snapshot) {
 	}
 	l.forgetStampsBeforeLocked(s.Header.Index)
 	l.mu.Unlock()
-	if err := l.wal.SaveSnapshot(s); err != nil {
+	if err := l.wal.WriteSnapshot(s); err != nil {
 		l.log.Error("save snapshot locally", "index", s.Header.Index, "error", err)
 		return
 	}
 	l.localSnapIdx = s.Header.Index
 	l.advanceFollowerCheckpoint(s.Header.Index, s.Header.Revision)
+	if l.meta == nil || l.meta.Index == 0 {
+		return // the bucket is not known to hold any of it
+	}
+	if err := l.wal.DeleteCovered(min(s.Header.Index, l.meta.Index)); err != nil {
+		l.log.Warn("delete local segments a follower's snapshot covers; trying again after the next snapshot", "error", err)
+	}
 }
 
 // advanceFollowerCheckpoint moves a follower's checkpoint up to its local
@@ -163,6 +176,9 @@ func (l *Log) saveFollowerSnapshot(s *datafile.Snapshot) {
 // bucket snapshot (snapshotHead caches them), and a chunk read per step
 // of the binary search.
 func (l *Log) advanceFollowerCheckpoint(idx uint64, rev int64) {
+	if l.meta == nil {
+		return // a local log that may seed an empty bucket: no checkpoint yet
+	}
 	m := l.meta.clone()
 	h, err := l.snapshotAtOrBelow(idx, rev)
 	if err != nil {

@@ -95,6 +95,13 @@ var (
 	// index that this node had acknowledged: two writers forked the
 	// history, and no automatic choice between them is safe.
 	ErrHistoryConflict = errors.New("objwal: object storage contradicts an acknowledged local entry")
+	// ErrSnapshotAheadOfBucket refuses a claim: the local snapshot covers
+	// entries the bucket does not hold yet (a follower's, in quorum mode)
+	// and the local log no longer holds them to upload, so claiming would
+	// leave the bucket's history a hole. The node can still follow; the
+	// claim goes through once the bucket holds them (the old Primary
+	// uploads them) or from a node whose log holds them.
+	ErrSnapshotAheadOfBucket = errors.New("objwal: the local snapshot covers entries the bucket lacks and the local log no longer holds")
 	// ErrClosed is returned by calls made after Close.
 	ErrClosed = errors.New("objwal: closed")
 )
@@ -449,6 +456,10 @@ func (l *Log) follow(ctx context.Context) error {
 		return err
 	}
 	l.reportCut(v)
+	if v.snapAhead > 0 {
+		l.log.Warn("this node cannot become the writer until object storage holds the entries its local snapshot ran ahead of",
+			"error", snapAheadError(v))
+	}
 	last, _ := l.localState()
 	l.mu.Lock()
 	l.localSynced, l.reported = last, last

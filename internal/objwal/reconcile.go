@@ -22,6 +22,10 @@ type bucketView struct {
 	bucketLast uint64 // highest entry index the bucket holds
 	// unuploaded are local entries after bucketLast, in order.
 	unuploaded []*netsyv1.Entry
+	// snapAhead is the local snapshot's index when it covers entries
+	// after bucketLast that the local log no longer holds (0 otherwise):
+	// a claim could not upload them, so it is refused.
+	snapAhead uint64
 	// seed: the bucket is empty and this node's local log becomes its
 	// history (a node that ran without object storage before).
 	seed bool
@@ -72,6 +76,15 @@ func (l *Log) reportRecovery(v *bucketView) {
 	l.reportCut(v)
 	if n := len(v.unuploaded); n > 0 {
 		from, to := v.unuploaded[0].Index, v.unuploaded[n-1].Index
+		if snapIdx := l.localSnapIdx; from <= snapIdx {
+			// A follower's snapshot covers them: its Primary committed
+			// them and acknowledged them before uploading (quorum mode).
+			l.log.Info("uploaded committed entries that object storage lacked (the local snapshot covers them)",
+				"from", from, "to", min(to, snapIdx))
+			if from = snapIdx + 1; from > to {
+				return
+			}
+		}
 		if l.o.AckOnFsync {
 			l.log.Info("uploaded acknowledged local entries that object storage lacked", "from", from, "to", to)
 		} else {
@@ -162,7 +175,7 @@ func (l *Log) catchUp(ctx context.Context) (*bucketView, error) {
 				return nil, err
 			}
 			if len(seqs) > 0 && seqs[0] == first && dense(seqs) && seqs[len(seqs)-1] >= m.Seq {
-				return l.applyChunks(ctx, from-1, seqs[from-first:], agreed)
+				return l.applyChunks(ctx, from-1, seqs[from-first:], agreed, m.Index)
 			}
 		}
 		l.log.Info("chunks after the local checkpoint were garbage-collected; catching up from the newest snapshot",
@@ -265,6 +278,10 @@ func (l *Log) catchUpFromSnapshot(ctx context.Context) (*bucketView, error) {
 	last, snapIdx := l.localState()
 	// As in catchUp: what needs no comparing.
 	skip := max(min(m.Index, last), snapIdx)
+	var base uint64 // what the bucket holds through seq after
+	if snap != nil {
+		base = snap.Header.Index
+	}
 	switch {
 	case snap != nil && snap.Header.Index > skip:
 		if err := l.installSnapshot(snap); err != nil {
@@ -272,7 +289,7 @@ func (l *Log) catchUpFromSnapshot(ctx context.Context) (*bucketView, error) {
 		}
 		skip = snap.Header.Index
 	}
-	return l.applyChunks(ctx, after, seqs, skip)
+	return l.applyChunks(ctx, after, seqs, skip, base)
 }
 
 // installSnapshot makes a bucket snapshot the local starting point. Local
@@ -321,11 +338,20 @@ func (l *Log) truncateLocal(index uint64) error {
 	return l.openWAL()
 }
 
-// applyChunks downloads the chunks seqs (which follow baseSeq densely) and
-// brings the local log in line with them: entries at or below skip are
-// already agreed; later ones are compared with the local log, appended
-// where it ends, and win where they differ.
-func (l *Log) applyChunks(ctx context.Context, baseSeq uint64, seqs []uint64, skip uint64) (*bucketView, error) {
+// applyChunks downloads the chunks seqs (which follow baseSeq densely;
+// the bucket holds every entry through base with the chunks up to
+// baseSeq) and brings the local log in line with them: entries at or
+// below skip are already agreed; later ones are compared with the local
+// log, appended where it ends, and win where they differ.
+//
+// skip is what needs no comparing, which is not what the bucket holds: a
+// follower's local snapshot covers entries its Primary committed, which
+// in quorum mode the bucket may not hold yet. The view's bucketLast is
+// the bucket's true end (base, raised by every entry read), and the
+// local entries after it, those the snapshot covers too, are the ones a
+// claim uploads; taking the bucket to end at the snapshot left it a hole
+// after a promotion (issue 22).
+func (l *Log) applyChunks(ctx context.Context, baseSeq uint64, seqs []uint64, skip, base uint64) (*bucketView, error) {
 	last, _ := l.localState()
 	var tail []*netsyv1.Entry // local entries skip+1..last
 	if last > skip {
@@ -340,7 +366,7 @@ func (l *Log) applyChunks(ctx context.Context, baseSeq uint64, seqs []uint64, sk
 			return nil, fmt.Errorf("the local log holds %d entries after index %d, expected %d", len(tail), skip, last-skip)
 		}
 	}
-	v := &bucketView{lastSeq: baseSeq, bucketLast: skip}
+	v := &bucketView{lastSeq: baseSeq, bucketLast: base}
 	var next uint64 // index the next chunk must start with; 0 until known
 	appended, matched := 0, 0
 	var lastAppended uint64
@@ -359,6 +385,7 @@ func (l *Log) applyChunks(ctx context.Context, baseSeq uint64, seqs []uint64, sk
 		}
 		for _, e := range entries {
 			if e.Index <= skip {
+				v.bucketLast = e.Index
 				continue
 			}
 			if e.Index <= last {
@@ -412,16 +439,34 @@ func (l *Log) applyChunks(ctx context.Context, baseSeq uint64, seqs []uint64, sk
 	if err != nil {
 		return nil, err
 	}
-	if next != 0 && next-1 < skip {
-		return nil, fmt.Errorf("the bucket's chunks end at index %d, before index %d which this node saw uploaded", next-1, skip)
+	// Only the checkpoint says what the bucket held: a local snapshot may
+	// run ahead of it.
+	if v.bucketLast < l.meta.Index {
+		return nil, fmt.Errorf("the bucket's chunks end at index %d, before index %d which this node saw uploaded", v.bucketLast, l.meta.Index)
 	}
 	if lastAppended > 0 {
 		if err := l.wal.WaitSynced(ctx, lastAppended); err != nil {
 			return nil, fmt.Errorf("sync entries from object storage locally: %w", err)
 		}
 	}
-	if uint64(len(tail)) > v.bucketLast-skip {
-		v.unuploaded = tail[v.bucketLast-skip:]
+	switch {
+	case v.bucketLast >= skip:
+		if uint64(len(tail)) > v.bucketLast-skip {
+			v.unuploaded = tail[v.bucketLast-skip:]
+		}
+	default:
+		// The local snapshot runs ahead of the bucket: nothing after skip
+		// was in the chunks, so the tail is whole, and the entries before
+		// it come from the local log, if it still holds them.
+		head, ok, err := l.localRange(v.bucketLast+1, skip)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			v.unuploaded = append(head, tail...)
+		} else {
+			v.snapAhead = skip
+		}
 	}
 	if len(seqs) > 0 {
 		l.log.Info("caught up with object storage", "chunks", len(seqs), "appended", appended, "matched", matched,
@@ -438,10 +483,45 @@ func (l *Log) applyChunks(ctx context.Context, baseSeq uint64, seqs []uint64, sk
 	return v, nil
 }
 
+// localRange returns the local log's entries from..to, or ok false when
+// it does not hold them all.
+func (l *Log) localRange(from, to uint64) (entries []*netsyv1.Entry, ok bool, err error) {
+	if first := l.wal.FirstIndex(); first == 0 || first > from || l.wal.LastIndex() < to {
+		return nil, false, nil
+	}
+	errDone := errors.New("done")
+	err = l.wal.Replay(from, func(e *netsyv1.Entry) error {
+		if e.Index > to {
+			return errDone
+		}
+		entries = append(entries, e)
+		return nil
+	})
+	if err != nil && !errors.Is(err, errDone) {
+		return nil, false, fmt.Errorf("read local entries %d..%d: %w", from, to, err)
+	}
+	if uint64(len(entries)) != to-from+1 {
+		return nil, false, fmt.Errorf("the local log holds %d entries in %d..%d, expected %d", len(entries), from, to, to-from+1)
+	}
+	return entries, true, nil
+}
+
+// snapAheadError refuses a claim the view says would leave a hole.
+func snapAheadError(v *bucketView) error {
+	return fmt.Errorf("%w: the bucket's history ends at index %d, the local snapshot covers through %d, and the local log lacks entries of %d..%d, "+
+		"so a claim cannot upload them; this node can follow, and claim once the bucket holds them",
+		ErrSnapshotAheadOfBucket, v.bucketLast, v.snapAhead, v.bucketLast+1, v.snapAhead)
+}
+
 // claim uploads every local entry the bucket lacks, or an empty chunk, at
 // the next seq. Winning it makes this node the writer: any other writer's
-// next chunk collides with it.
+// next chunk collides with it. It refuses, before writing anything, when
+// the local snapshot covers entries the bucket lacks and the local log no
+// longer holds them: claiming past them would leave the history a hole.
 func (l *Log) claim(ctx context.Context, v *bucketView) error {
+	if v.snapAhead > 0 {
+		return snapAheadError(v)
+	}
 	pending := v.unuploaded
 	if v.seed {
 		var err error

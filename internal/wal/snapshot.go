@@ -30,11 +30,49 @@ func snapName(index uint64) string { return fmt.Sprintf("%020d%s", index, snapSu
 // go too and the log can restart at any index above s (a node that caught
 // up from a newer snapshot than its own log).
 func (w *WAL) SaveSnapshot(s *datafile.Snapshot) error {
+	w.snapMu.Lock()
+	defer w.snapMu.Unlock()
+	if err := w.writeSnapshot(s); err != nil {
+		return err
+	}
+	return w.deleteCoveredLocked(s.Header.Index)
+}
+
+// WriteSnapshot stores s durably as snap/{index}.snap and keeps all but
+// the newest two snapshots, like SaveSnapshot, but deletes no segment: the
+// caller still needs the entries s covers (a follower whose snapshot runs
+// ahead of what object storage holds must be able to upload them if it
+// becomes the writer) and deletes them later with DeleteCovered.
+func (w *WAL) WriteSnapshot(s *datafile.Snapshot) error {
+	w.snapMu.Lock()
+	defer w.snapMu.Unlock()
+	return w.writeSnapshot(s)
+}
+
+// DeleteCovered deletes the sealed segments whose entries are all at or
+// below index, which a local snapshot must cover (index is at most the
+// newest snapshot's). When index covers every entry held, the active
+// segment is sealed first so that it can go too, as in SaveSnapshot.
+func (w *WAL) DeleteCovered(index uint64) error {
+	w.snapMu.Lock()
+	defer w.snapMu.Unlock()
+	idxs, err := w.snapshots()
+	if err != nil {
+		return fmt.Errorf("wal delete covered %d: %w", index, err)
+	}
+	if len(idxs) == 0 || idxs[len(idxs)-1] < index {
+		// The segments are the only copy of what no snapshot covers.
+		return fmt.Errorf("wal delete covered %d: no local snapshot covers it", index)
+	}
+	return w.deleteCoveredLocked(index)
+}
+
+// writeSnapshot is SaveSnapshot up to the segment deletion; the caller
+// holds snapMu.
+func (w *WAL) writeSnapshot(s *datafile.Snapshot) error {
 	if s == nil || s.Header == nil {
 		return errors.New("wal save snapshot: missing header")
 	}
-	w.snapMu.Lock()
-	defer w.snapMu.Unlock()
 	w.mu.Lock()
 	closed := w.closed
 	w.mu.Unlock()
@@ -58,13 +96,25 @@ func (w *WAL) SaveSnapshot(s *datafile.Snapshot) error {
 	if err := w.pruneSnapshots(); err != nil {
 		return fmt.Errorf("wal save snapshot %d: %w", index, err)
 	}
+	w.log.Info("saved snapshot", "index", index, "rev", s.Header.Revision, "path", final)
+	return nil
+}
+
+// deleteCoveredLocked seals the active segment if index covers it and
+// deletes the sealed segments index covers; the caller holds snapMu.
+func (w *WAL) deleteCoveredLocked(index uint64) error {
+	w.mu.Lock()
+	closed := w.closed
+	w.mu.Unlock()
+	if closed {
+		return ErrClosed
+	}
 	if err := w.sealCovered(index); err != nil {
-		return fmt.Errorf("wal save snapshot %d: %w", index, err)
+		return fmt.Errorf("wal delete segments covered by %d: %w", index, err)
 	}
 	if err := w.deleteCovered(index); err != nil {
-		return fmt.Errorf("wal save snapshot %d: %w", index, err)
+		return fmt.Errorf("wal delete segments covered by %d: %w", index, err)
 	}
-	w.log.Info("saved snapshot", "index", index, "rev", s.Header.Revision, "path", final)
 	return nil
 }
 
