@@ -94,7 +94,11 @@
 //     never blocking the loop, and keeping the poke for a watcher that
 //     read the log and has not started waiting yet. The write path's allocations
 //     per write are pinned by BenchmarkPut, BenchmarkPutPending and
-//     BenchmarkFollowBatch (run with -benchmem; they report cpu-ns/op).
+//     BenchmarkFollowBatch (run with -benchmem; they report cpu-ns/op);
+//     BenchmarkPutSequentialWAL times one writer's puts through a real
+//     local log (the loop, the log's writer goroutine, write, fsync,
+//     commit: what a sequential client waits on), with and without the
+//     fsync, so what the hand-offs cost shows apart from the disk.
 //
 // The engine never talks to clients (internal/etcdapi does) and never knows
 // where durability comes from: a local WAL, object storage or a replica

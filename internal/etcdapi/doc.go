@@ -16,6 +16,11 @@
 // exceeded" (ResourceExhausted), and exports etcd's space gauges from the
 // same Status that `etcdctl endpoint status` reads (SpaceCollector).
 //
+// The client port's HTTP/2 flow-control windows are fixed (ServerOptions):
+// a stream's window holds the largest request, and no bandwidth-delay
+// PING follows a request, so a client writing one request at a time costs
+// one response write per request.
+//
 // Watch invariants, enforced by one loop per stream that alone calls Send:
 //   - Each watcher has a cursor, the first revision it has not been sent. The
 //     loop reads Backend.Events from the cursor up to the committed revision

@@ -33,6 +33,12 @@ const (
 	// streamWorkers is sized for the client concurrency writes see: each
 	// write holds its worker until the entry is durable.
 	streamWorkers = 256
+
+	// connWindowBytes is the fixed HTTP/2 flow-control window of a client
+	// connection: the largest window gRPC's bandwidth-delay probing would
+	// have grown it to. The server hands connection-level credit back as
+	// it reads, so it bounds bytes in flight, not memory held.
+	connWindowBytes = 16 << 20
 )
 
 // Config configures the client-port servers.
@@ -133,9 +139,23 @@ func New(cfg Config) *Server {
 // size limits and a keepalive policy permissive enough for etcd clients
 // (kube-apiserver pings every 30 s, also without active streams).
 func (s *Server) ServerOptions() []grpc.ServerOption {
+	maxRecv := s.cfg.MaxRequestBytes + grpcOverheadBytes
 	return []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(s.cfg.MaxRequestBytes + grpcOverheadBytes),
+		grpc.MaxRecvMsgSize(maxRecv),
 		grpc.MaxSendMsgSize(math.MaxInt32),
+		// Fixed flow-control windows turn off gRPC's bandwidth-delay
+		// probing, which answered nearly every request that arrived while
+		// no probe was out with a WINDOW_UPDATE and a PING (one more write
+		// here, a read and a write on the client, one more read here): a
+		// client writing one request at a time paid that on every write,
+		// and the reader handed the probe to the writer goroutine before
+		// the request to its handler
+		// (TestSequentialPutsSendNoFlowControlPings). A stream's window is
+		// the largest request: a unary request is buffered whole before
+		// its handler runs anyway, and the largest one goes out without
+		// waiting for a window update.
+		grpc.StaticStreamWindowSize(int32(min(maxRecv, math.MaxInt32))),
+		grpc.StaticConnWindowSize(max(connWindowBytes, int32(min(maxRecv, math.MaxInt32)))),
 		grpc.MaxConcurrentStreams(math.MaxUint32),
 		grpc.ForceServerCodecV2(newCodec()),
 		// Reused handler goroutines keep their grown stacks; a fresh
