@@ -837,19 +837,22 @@ func (e *Engine) broadcast() {
 }
 
 func (e *Engine) failAll(err error) {
-	for _, pe := range e.pending {
+	// Undo first, answer after: a caller told its write failed must not
+	// then read what it wrote, or a lease grant or revoke that never
+	// became durable (answered first, a test reading right after its
+	// error saw the grant still there now and then). rollbackPending
+	// drops the records but not the array they are in.
+	pending, waiters := e.pending, e.noopWaiters
+	e.noopWaiters = nil
+	e.rollbackPending()
+	for _, pe := range pending {
 		if pe.p != nil {
 			pe.p.finish(err)
 		}
 	}
-	for _, p := range e.noopWaiters {
+	for _, p := range waiters {
 		p.finish(err)
 	}
-	e.noopWaiters = nil
-	// rollbackPending clears the pending records once it has undone
-	// their lease grants and revokes (cleared here first, a grant that
-	// never became durable outlived the failure).
-	e.rollbackPending()
 }
 
 // rollbackPending undoes, newest first, every entry applied but not
