@@ -54,6 +54,11 @@ func (l *Log) runMaintenance() {
 // locally in the metadata file, at most once per checkpointEvery unless
 // forced.
 func (l *Log) checkpoint(force bool) error {
+	if l.meta == nil {
+		// A local log that may seed an empty bucket, opened as a
+		// follower: its checkpoint is written when it seeds (Claim).
+		return nil
+	}
 	l.mu.Lock()
 	var best chunkRef
 	for i := len(l.chunks) - 1; i >= 0; i-- {

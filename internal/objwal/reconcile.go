@@ -596,18 +596,36 @@ func (l *Log) claim(ctx context.Context, v *bucketView) error {
 func (l *Log) seed(ctx context.Context, v *bucketView) ([]*netsyv1.Entry, error) {
 	from := uint64(1)
 	m := &metaState{}
-	if l.snap != nil {
-		h := l.snap.Header
+	snap, handedOver := l.snap, false
+	if snap == nil {
+		// The engine loaded the snapshot found at Open already (a node
+		// seeds at Claim, having opened as a follower): read it again,
+		// or the bucket's history would start at entry 1 of a log that
+		// starts after it.
+		var err error
+		if snap, err = l.wal.LoadSnapshot(); err != nil {
+			return nil, fmt.Errorf("seed snapshot: %w", err)
+		}
+		handedOver = true
+	}
+	if snap != nil {
+		if handedOver {
+			defer snap.Release()
+		}
+		h := snap.Header
 		if h.WalSeq != 0 {
 			// The bucket's copy covers no chunk, and the upload streams
 			// the local file, so the file must say so too.
 			h = proto.Clone(h).(*netsyv1.SnapshotHeader)
 			h.WalSeq = 0
-			s := &datafile.Snapshot{Header: h, KVs: l.snap.KVs, Leases: l.snap.Leases}
+			s := &datafile.Snapshot{Header: h, KVs: snap.KVs, Leases: snap.Leases, Source: snap.Source}
 			if err := l.wal.SaveSnapshot(s); err != nil {
 				return nil, fmt.Errorf("seed snapshot: %w", err)
 			}
-			l.snap, l.localSnapIdx = s, h.Index
+			if !handedOver {
+				l.snap = s
+			}
+			l.localSnapIdx = h.Index
 		}
 		key := snapKey(h.Revision)
 		_, err := l.uploadSnapshot(ctx, key, h.Index, openAttempts)
