@@ -52,7 +52,7 @@ func (m *keyMap) get(key []byte) *keyIndex {
 	if !ok {
 		return nil
 	}
-	if ki := m.kis[id]; bytes.Equal(ki.key, key) {
+	if ki := m.kis[id]; bytes.Equal(ki.key(), key) {
 		return ki
 	}
 	return m.clash[string(key)]
@@ -63,13 +63,13 @@ func (m *keyMap) put(ki *keyIndex) {
 	if m.ids == nil {
 		*m = newKeyMap(0)
 	}
-	h := m.hashOf(ki.key)
+	h := m.hashOf(ki.key())
 	if _, taken := m.ids[h]; taken {
 		if m.clash == nil {
 			m.clash = map[string]*keyIndex{}
 		}
-		// The map key aliases ki.key: stored keys are never modified.
-		m.clash[unsafe.String(unsafe.SliceData(ki.key), len(ki.key))] = ki
+		// The map key aliases ki.key(): stored keys are never modified.
+		m.clash[unsafe.String(unsafe.SliceData(ki.key()), len(ki.key()))] = ki
 		return
 	}
 	var id uint32
@@ -86,10 +86,10 @@ func (m *keyMap) put(ki *keyIndex) {
 
 // del removes ki, which must be held.
 func (m *keyMap) del(ki *keyIndex) {
-	h := m.hashOf(ki.key)
+	h := m.hashOf(ki.key())
 	id, ok := m.ids[h]
 	if !ok || m.kis[id] != ki {
-		delete(m.clash, string(ki.key))
+		delete(m.clash, string(ki.key()))
 		return
 	}
 	m.kis[id] = nil
@@ -98,7 +98,7 @@ func (m *keyMap) del(ki *keyIndex) {
 	// A key that clashed with ki's hash takes the slot: get finds clash
 	// keys only through their hash's slot.
 	for k, c := range m.clash {
-		if m.hashOf(c.key) == h {
+		if m.hashOf(c.key()) == h {
 			delete(m.clash, k)
 			m.put(c)
 			return

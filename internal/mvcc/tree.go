@@ -68,7 +68,7 @@ func (n *node) search(key []byte) int {
 	lo, hi := 0, len(n.items)
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
-		if bytes.Compare(n.items[m].key, key) < 0 {
+		if bytes.Compare(n.items[m].key(), key) < 0 {
 			lo = m + 1
 		} else {
 			hi = m
@@ -96,7 +96,7 @@ func (t *tree) get(key []byte) *keyIndex {
 	for !n.leaf() {
 		n = n.kids[n.child(key)]
 	}
-	if i := n.search(key); i < len(n.items) && bytes.Equal(n.items[i].key, key) {
+	if i := n.search(key); i < len(n.items) && bytes.Equal(n.items[i].key(), key) {
 		return n.items[i]
 	}
 	return nil
@@ -170,7 +170,7 @@ func (t *tree) insert(ki *keyIndex, live bool) {
 // lower bound when n had to split.
 func (t *tree) insertAt(n *node, ki *keyIndex, live bool) (*node, []byte) {
 	if n.leaf() {
-		i := n.search(ki.key)
+		i := n.search(ki.key())
 		var right *node
 		if len(n.items) == leafMax {
 			right = newLeaf()
@@ -183,16 +183,16 @@ func (t *tree) insertAt(n *node, ki *keyIndex, live bool) (*node, []byte) {
 			t.leaves++
 			if i > h {
 				leafInsert(right, i-h, ki, live)
-				return right, right.items[0].key
+				return right, right.items[0].key()
 			}
 		}
 		leafInsert(n, i, ki, live)
 		if right != nil {
-			return right, right.items[0].key
+			return right, right.items[0].key()
 		}
 		return nil, nil
 	}
-	i := n.child(ki.key)
+	i := n.child(ki.key())
 	right, sep := t.insertAt(n.kids[i], ki, live)
 	if live {
 		n.count[i]++
@@ -279,7 +279,7 @@ func (t *tree) delete(key []byte) *keyIndex {
 func (t *tree) deleteAt(n *node, key []byte) (*keyIndex, bool) {
 	if n.leaf() {
 		i := n.search(key)
-		if i == len(n.items) || !bytes.Equal(n.items[i].key, key) {
+		if i == len(n.items) || !bytes.Equal(n.items[i].key(), key) {
 			return nil, false
 		}
 		ki := n.items[i]
@@ -357,7 +357,7 @@ func (n *node) minKey() []byte {
 	for !n.leaf() {
 		n = n.kids[0]
 	}
-	return n.items[0].key
+	return n.items[0].key()
 }
 
 // ascend calls fn for every item in [from, to) in key order until fn
@@ -373,7 +373,7 @@ func (n *node) ascend(from, to []byte, fn func(*keyIndex) bool) bool {
 			i = n.search(from)
 		}
 		for _, ki := range n.items[i:] {
-			if to != nil && bytes.Compare(ki.key, to) >= 0 {
+			if to != nil && bytes.Compare(ki.key(), to) >= 0 {
 				return false
 			}
 			if !fn(ki) {

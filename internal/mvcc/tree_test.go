@@ -47,14 +47,14 @@ func checkTree(t *testing.T, tr *tree) {
 				t.Fatalf("live bits beyond items: %b (%d items)", n.live, len(n.items))
 			}
 			for i, ki := range n.items {
-				if lo != nil && bytes.Compare(ki.key, lo) < 0 || hi != nil && bytes.Compare(ki.key, hi) >= 0 {
-					t.Fatalf("key %q outside [%q, %q)", ki.key, lo, hi)
+				if lo != nil && bytes.Compare(ki.key(), lo) < 0 || hi != nil && bytes.Compare(ki.key(), hi) >= 0 {
+					t.Fatalf("key %q outside [%q, %q)", ki.key(), lo, hi)
 				}
-				if i > 0 && bytes.Compare(n.items[i-1].key, ki.key) >= 0 {
-					t.Fatalf("keys out of order: %q, %q", n.items[i-1].key, ki.key)
+				if i > 0 && bytes.Compare(n.items[i-1].key(), ki.key()) >= 0 {
+					t.Fatalf("keys out of order: %q, %q", n.items[i-1].key(), ki.key())
 				}
 				if got := n.live&(1<<uint(i)) != 0; got != ki.live() {
-					t.Fatalf("key %q live bit %v, key live %v", ki.key, got, ki.live())
+					t.Fatalf("key %q live bit %v, key live %v", ki.key(), got, ki.live())
 				}
 			}
 			items += len(n.items)
@@ -90,7 +90,7 @@ func checkTree(t *testing.T, tr *tree) {
 
 // liveKI returns a keyIndex whose live() answers live.
 func liveKI(key string, live bool) *keyIndex {
-	ki := &keyIndex{key: []byte(key)}
+	ki := newKeyIndex([]byte(key))
 	setKILive(ki, live)
 	return ki
 }
@@ -100,7 +100,7 @@ func setKILive(ki *keyIndex, live bool) {
 	if live {
 		v = 1
 	}
-	ki.hist = []*mvccpb.KeyValue{{Key: ki.key, Version: v}}
+	ki.hist = []*mvccpb.KeyValue{{Key: ki.key(), Version: v}}
 }
 
 func TestTreeRandom(t *testing.T) {
@@ -124,7 +124,7 @@ func TestTreeRandom(t *testing.T) {
 				ki := tr.get([]byte(k))
 				live := !m.live[k]
 				setKILive(ki, live)
-				tr.setLive(ki.key, live)
+				tr.setLive(ki.key(), live)
 				m.live[k] = live
 			}
 		case op < 8 || step > 25000: // delete
@@ -141,7 +141,7 @@ func TestTreeRandom(t *testing.T) {
 				tr.rebuild()
 			}
 		default: // queries
-			if got := tr.get([]byte(k)); (got != nil) != present || got != nil && string(got.key) != k {
+			if got := tr.get([]byte(k)); (got != nil) != present || got != nil && string(got.key()) != k {
 				t.Fatalf("get %q: %v, present %v", k, got, present)
 			}
 			ai := rng.IntN(8000)
@@ -156,7 +156,7 @@ func TestTreeRandom(t *testing.T) {
 			}
 			var got []string
 			tr.ascend([]byte(a), []byte(b), func(ki *keyIndex) bool {
-				got = append(got, string(ki.key))
+				got = append(got, string(ki.key()))
 				return len(got) < 100
 			})
 			i, _ := slices.BinarySearch(m.keys, a)
