@@ -216,3 +216,83 @@ func TestTreeEmptyAndRebuild(t *testing.T) {
 		t.Fatal("tree not empty after deleting everything")
 	}
 }
+
+// Keys past the last one take pastLast's path without a search; mixed
+// with keys that go between others and with deletes of the last key
+// (after which an earlier separator bounds the end), the tree stays the
+// model's.
+func TestTreeAscendingInsertsMixedWithOthers(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4, 4))
+	tr := newTree()
+	m := &treeModel{live: map[string]bool{}}
+	next := 0
+	for step := range 20000 {
+		var k string
+		switch op := rng.IntN(10); {
+		case op < 7:
+			next += 1 + rng.IntN(3)
+			k = fmt.Sprintf("k%07d", next)
+		case op < 9:
+			k = fmt.Sprintf("k%07d", rng.IntN(next+1))
+		default:
+			if len(m.keys) == 0 {
+				continue
+			}
+			// Delete the last key, or a run of them.
+			for range 1 + rng.IntN(80) {
+				if len(m.keys) == 0 {
+					break
+				}
+				last := m.keys[len(m.keys)-1]
+				if tr.delete([]byte(last)) == nil {
+					t.Fatalf("step %d: delete %q found nothing", step, last)
+				}
+				m.keys = m.keys[:len(m.keys)-1]
+				delete(m.live, last)
+			}
+			continue
+		}
+		i, present := slices.BinarySearch(m.keys, k)
+		if present {
+			continue
+		}
+		live := rng.IntN(4) > 0
+		tr.insert(liveKI(k, live), live)
+		m.keys = slices.Insert(m.keys, i, k)
+		m.live[k] = live
+		if step%2000 == 0 {
+			checkTree(t, &tr)
+		}
+	}
+	checkTree(t, &tr)
+	var got []string
+	tr.ascend(nil, nil, func(ki *keyIndex) bool {
+		got = append(got, string(ki.key()))
+		return true
+	})
+	if !slices.Equal(got, m.keys) {
+		t.Fatalf("tree holds %d keys, model %d, or in another order", len(got), len(m.keys))
+	}
+	if got, want := tr.countLive(nil, nil), m.countLive("", "", false); got != want {
+		t.Fatalf("%d live, want %d", got, want)
+	}
+}
+
+// Inserts of ascending keys into a tree of a million, as a load of
+// sequential keys makes them: each goes past the last key.
+func BenchmarkTreeInsertAscending(b *testing.B) {
+	const base = 1_000_000
+	tr := newTree()
+	kis := make([]*keyIndex, base+b.N)
+	for i := range kis {
+		kis[i] = liveKI(fmt.Sprintf("%09d", i), true)
+	}
+	for _, ki := range kis[:base] {
+		tr.insert(ki, true)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for _, ki := range kis[base:] {
+		tr.insert(ki, true)
+	}
+}
