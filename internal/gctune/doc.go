@@ -5,8 +5,8 @@
 // holding 10 MiB collects every 10 MiB of garbage, which under write load
 // is a measurable share of its CPU. After every collection the tuner sets
 // the GC percent so that the next collection comes when the heap has grown
-// by a headroom of a quarter of the live data, and at least 24 MiB: large
-// heaps run at about 1.25 times their live data, small ones collect once
+// by a headroom of a third of the live data, and at least 24 MiB: large
+// heaps run at about 1.33 times their live data, small ones collect once
 // per 24 MiB of garbage. (64 MiB came first; with values spilled to files
 // the live heap of 100k keys × 1 KiB is ~40 MB, and a 64 MiB floor made
 // headroom the larger part of the process's memory. Measured on 2 cores
@@ -19,7 +19,19 @@
 // measured at 1 M keys × 256 B (one node, 64 clients, after the store was
 // laid out with few pointers per key, see internal/mvcc): RSS after the
 // load 464 -> 430 MB, but CPU for the load 72 -> 83 s and 237 -> 336
-// collections, so the quarter stays.
+// collections, so the quarter stayed. Once the store took 17% less heap
+// per key (internal/mvcc: 281 -> 234 live bytes per key, RSS after the 1 M
+// load 478 -> 413 MiB) a third replaced the quarter, giving part of that
+// back for CPU: the collector's cost per put is its marking of the live
+// data over the garbage allowed between collections, so at 1 M keys,
+// where marking is most of the CPU that grows with the keys (a third of
+// a loading node's CPU in its last 200k puts against a tenth in its
+// first), a larger headroom is what lowers it. Measured with netsybench
+// scale-1m (one node, 2 shared cores, back to back): CPU per 1000 puts
+// 0.064 -> 0.051 s, RSS after the load 413 -> 444 MiB (etcd's in the
+// same runs: 537 and 482); in process at 1.3 M keys with ~6 KB of garbage
+// per put, 27 -> 20 collections per 300k puts, collector CPU ~13 -> ~9.6
+// µs per put, peak heap 410 -> 446-457 MiB.
 //
 // It steers GOGC's goal rather than the soft memory limit. A first version
 // set the limit to the same figure: with GOGC's goal still on, a small
@@ -31,7 +43,7 @@
 // A load whose size is known beforehand (a snapshot at restart) holds the
 // collector (Hold): the heap may grow to the load's estimated size before
 // the next collection, so data growing from nothing is marked about once
-// rather than at every quarter it grows by. A hold ends with Release
+// rather than at every third it grows by. A hold ends with Release
 // (retune now) or Lapse (at the next collection, when another load takes
 // the result over), and a restart ends with Settle, one collection that
 // gives back what the decoded input took, run on the Tuner's own

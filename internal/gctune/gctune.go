@@ -12,7 +12,7 @@ import (
 // Defaults: the headroom is DefaultRatio of the live heap, at least
 // DefaultMinHeadroom bytes.
 const (
-	DefaultRatio       = 0.25
+	DefaultRatio       = 1.0 / 3
 	DefaultMinHeadroom = 24 << 20
 )
 

@@ -15,9 +15,9 @@ func TestPercent(t *testing.T) {
 	}{
 		// GOGC=100 would collect a 10 MiB heap every 10 MiB of garbage.
 		{"small heap gets the minimum headroom", 10 * mib, 240},
-		{"large heap gets a quarter of its live data", 1024 * mib, 25},
-		{"the crossover", 96 * mib, 25},
-		{"just below the crossover", 75 * mib, 32},
+		{"large heap gets a third of its live data", 1024 * mib, 34},
+		{"the crossover", 72 * mib, 34},
+		{"just below the crossover", 60 * mib, 40},
 		{"an unmeasured heap gets the cap", 0, maxPercent},
 		{"a tiny heap is capped", 1024, maxPercent},
 	} {
@@ -79,9 +79,10 @@ func TestTunesAfterEveryCollection(t *testing.T) {
 }
 
 // fakeTuner is a Tuner whose runtime is a variable: the live heap the
-// test sets and the GC percent the Tuner last set.
+// test sets and the GC percent the Tuner last set. Its ratio is a quarter
+// whatever the default, so the percents the tests expect are round.
 func fakeTuner(live *int64, percent *int) *Tuner {
-	t := newTuner(DefaultRatio, DefaultMinHeadroom, nil)
+	t := newTuner(0.25, DefaultMinHeadroom, nil)
 	t.liveBytes = func() int64 { return *live }
 	t.setPercent = func(p int) int { old := *percent; *percent = p; return old }
 	return t

@@ -47,6 +47,12 @@
 // spilled, the value's place), the hash index of keys (keyMap) holds no
 // pointers, and no map is keyed by version. A change that adds a pointer
 // or an object per key should be measured with BenchmarkPutKVGrowth.
+// Its size is watched too (the heap's goal, and so the RSS, follows the
+// live heap, see internal/gctune): a new key's index is one 160-byte
+// object holding the key's only slice header and, packed in two words,
+// its spilled value's place, and the key map's table costs ~28 bytes per
+// key (281 -> 234 live bytes per key at 1.2 M keys, RSS after a 1 M-key
+// load 503 -> 403 MB).
 //
 // The only I/O the package does is to its spill files, a cache it deletes
 // at open and close and never fsyncs. It never reads the clock, never logs

@@ -3,6 +3,7 @@ package mvcc
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 )
 
@@ -48,4 +49,39 @@ func TestKeyMapZeroValue(t *testing.T) {
 	if m.get([]byte("a")) != ki || m.len() != 1 {
 		t.Fatal("zero keyMap lost a key")
 	}
+}
+
+// The key map costs at most 32 bytes per key at a quarter million keys
+// (issue 22 item 5): its table holds a 32-bit hash and a 32-bit slot per
+// key, and its slots one pointer. With a 64-bit hash a Go map's slot was
+// 16 bytes, and the map ~44 bytes per key with its slots.
+func TestKeyMapTakesAtMost32BytesPerKey(t *testing.T) {
+	const n = 1 << 18
+	kis := make([]*keyIndex, n)
+	for i := range kis {
+		kis[i] = newKeyIndex(fmt.Appendf(nil, "%08d", i))
+	}
+	before := heapAlloc()
+	var m keyMap
+	for _, ki := range kis {
+		m.put(ki)
+	}
+	after := heapAlloc()
+	perKey := float64(after-before) / n
+	t.Logf("%.1f bytes per key", perKey)
+	if perKey > 32 {
+		t.Errorf("key map takes %.1f bytes per key, want at most 32", perKey)
+	}
+	if m.get(kis[n/2].key()) != kis[n/2] {
+		t.Fatal("key map lost a key")
+	}
+	runtime.KeepAlive(kis)
+}
+
+// heapAlloc is the heap in use after a collection.
+func heapAlloc() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
 }

@@ -107,10 +107,10 @@ func (c *Capture) View(i int, kv *netsyv1.KeyVersion) error {
 // overwrites; c.mu is held. Capture flushed everything it refers to, so
 // the file alone serves it: the spill buffer belongs to the writer.
 func (c *Capture) view(r spillRef) ([]byte, error) {
-	if r.f != c.aheadF || r.off < c.aheadOff || r.off+int64(r.n) > c.aheadOff+int64(len(c.ahead)) {
-		if r.n > captureReadAhead {
-			v := make([]byte, r.n)
-			if _, err := r.f.readAt(v, r.off, r.n); err != nil {
+	if r.f != c.aheadF || r.off() < c.aheadOff || r.off()+int64(r.n()) > c.aheadOff+int64(len(c.ahead)) {
+		if r.n() > captureReadAhead {
+			v := make([]byte, r.n())
+			if _, err := r.f.readAt(v, r.off(), r.n()); err != nil {
 				return nil, err
 			}
 			return v, nil
@@ -120,15 +120,15 @@ func (c *Capture) view(r spillRef) ([]byte, error) {
 		}
 		// A short read at the end of the file is fine as long as it
 		// covers the value.
-		n, err := r.f.readAt(c.ahead[:cap(c.ahead)], r.off, r.n)
+		n, err := r.f.readAt(c.ahead[:cap(c.ahead)], r.off(), r.n())
 		if err != nil {
 			c.aheadF = nil
 			return nil, err
 		}
-		c.ahead, c.aheadF, c.aheadOff = c.ahead[:n], r.f, r.off
+		c.ahead, c.aheadF, c.aheadOff = c.ahead[:n], r.f, r.off()
 	}
-	at := r.off - c.aheadOff
-	return c.ahead[at : at+int64(r.n) : at+int64(r.n)], nil
+	at := r.off() - c.aheadOff
+	return c.ahead[at : at+int64(r.n()) : at+int64(r.n())], nil
 }
 
 // Release lets the store delete the files the capture kept. It may be
@@ -194,7 +194,7 @@ func (s *Store) Capture() *Capture {
 	if s.sp != nil {
 		// Whatever a failed flush left in the buffer is copied now.
 		for i, e := range c.vs {
-			if r := e.r; r.f != nil && r.off >= r.f.flushed {
+			if r := e.r; r.f != nil && r.off() >= r.f.flushed {
 				v, _ := r.read() // from memory: cannot fail
 				kv := withValue(e.kv, v)
 				c.vs[i] = captured{kv: &kv}
@@ -364,13 +364,13 @@ func (s *Store) load(l Load) error {
 			ki = newKeyIndex(v.Key)
 			s.addKey(ki, true)
 		} else if (prev == nil) != v.Tombstone {
-			s.idx.setLive(ki.key, !v.Tombstone)
+			s.idx.setLive(ki.key(), !v.Tombstone)
 		}
 		var kv *mvccpb.KeyValue
 		if v.Tombstone {
-			kv = &mvccpb.KeyValue{Key: ki.key, ModRevision: v.ModRevision}
+			kv = &mvccpb.KeyValue{Key: ki.key(), ModRevision: v.ModRevision}
 		} else {
-			kv = s.restored(ki.slot(), mvccpb.KeyValue{Key: ki.key, ModRevision: v.ModRevision,
+			kv = s.restored(ki.slot(), mvccpb.KeyValue{Key: ki.key(), ModRevision: v.ModRevision,
 				CreateRevision: v.CreateRevision, Version: v.Version, Value: v.Value, Lease: v.Lease})
 		}
 		if l.OnLease != nil {
@@ -379,7 +379,7 @@ func (s *Store) load(l Load) error {
 				from = prev.Lease
 			}
 			if to := kv.Lease; from != to {
-				l.OnLease(ki.key, from, to)
+				l.OnLease(ki.key(), from, to)
 			}
 		}
 		s.append(ki, kv, prev)

@@ -1,6 +1,7 @@
 package mvcc
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -40,14 +41,45 @@ type spill struct {
 	err error
 	// rewriteMin is the least garbage worth a rewrite.
 	rewriteMin int64
+	// maxOff is the most bytes a file takes (spillMaxOff; tests lower
+	// it).
+	maxOff int64
 }
 
-// spillRef locates one spilled value.
+// errSpillTooLong refuses a value longer than a spillRef can locate; it
+// stays in memory, and the spill files go on taking shorter ones.
+var errSpillTooLong = errors.New("mvcc: value too long to spill")
+
+// spillRef locates one spilled value: its file, and its offset and
+// length packed into one word. It is part of every spilled version (see
+// spilledVersion), so its size is paid once per key: 16 bytes instead of
+// 24 brought a new key's keyIndex from 192 to 160 bytes (with its key no
+// longer held twice; issue 22 item 5). The packing bounds a spilled value
+// to spillMaxLen bytes (larger ones stay in memory) and a file to
+// spillMaxOff (past it the spill files take no more values).
 type spillRef struct {
 	f   *spillFile
-	off int64
-	n   int
+	pos uint64 // offset<<spillLenBits | length
 }
+
+const (
+	spillLenBits = 24
+	// spillMaxLen is the longest value spilled: 16 MiB - 1, ten times
+	// etcd's default request limit.
+	spillMaxLen = 1<<spillLenBits - 1
+	// spillMaxOff bounds a file's size: 1 TiB.
+	spillMaxOff = 1 << (64 - spillLenBits)
+)
+
+func makeSpillRef(f *spillFile, off int64, n int) spillRef {
+	return spillRef{f: f, pos: uint64(off)<<spillLenBits | uint64(n)}
+}
+
+// off is where the value starts in its file.
+func (r spillRef) off() int64 { return int64(r.pos >> spillLenBits) }
+
+// n is the value's length.
+func (r spillRef) n() int { return int(r.pos & spillMaxLen) }
 
 // spillFile is one append-only file. Its newest bytes wait in buf until a
 // whole buffer is written with one syscall; the buffer written last stays
@@ -93,7 +125,7 @@ func openSpill(dir string) (*spill, error) {
 			}
 		}
 	}
-	sp := &spill{dir: dir, rewriteMin: spillRewriteMin}
+	sp := &spill{dir: dir, rewriteMin: spillRewriteMin, maxOff: spillMaxOff}
 	if sp.cur, err = sp.newFile(); err != nil {
 		return nil, err
 	}
@@ -118,8 +150,15 @@ func (sp *spill) put(v []byte) (spillRef, error) {
 	if sp.err != nil {
 		return spillRef{}, sp.err
 	}
+	if len(v) > spillMaxLen {
+		return spillRef{}, errSpillTooLong
+	}
 	f := sp.cur
-	r := spillRef{f: f, off: f.size, n: len(v)}
+	if f.size+int64(len(v)) > sp.maxOff {
+		sp.err = fmt.Errorf("mvcc: value file %s: full at %d bytes", f.path, f.size)
+		return spillRef{}, sp.err
+	}
+	r := makeSpillRef(f, f.size, len(v))
 	f.buf = append(f.buf, v...)
 	f.size += int64(len(v))
 	f.live += int64(len(v))
@@ -153,21 +192,21 @@ func (f *spillFile) flush() error {
 
 // read returns the value r locates in a new slice.
 func (r spillRef) read() ([]byte, error) {
-	return r.readInto(make([]byte, r.n))
+	return r.readInto(make([]byte, r.n()))
 }
 
-// readInto fills dst (len r.n) with the value.
+// readInto fills dst (len r.n()) with the value.
 func (r spillRef) readInto(dst []byte) ([]byte, error) {
 	f := r.f
-	if r.off >= f.flushed {
-		copy(dst, f.buf[r.off-f.flushed:])
+	if r.off() >= f.flushed {
+		copy(dst, f.buf[r.off()-f.flushed:])
 		return dst, nil
 	}
-	if p := f.flushed - int64(len(f.prev)); r.off >= p {
-		copy(dst, f.prev[r.off-p:])
+	if p := f.flushed - int64(len(f.prev)); r.off() >= p {
+		copy(dst, f.prev[r.off()-p:])
 		return dst, nil
 	}
-	if _, err := f.readAt(dst, r.off, len(dst)); err != nil {
+	if _, err := f.readAt(dst, r.off(), len(dst)); err != nil {
 		return nil, err
 	}
 	return dst, nil
@@ -190,9 +229,9 @@ func (f *spillFile) readAt(dst []byte, off int64, need int) (int, error) {
 // other than the current one is deleted once it holds nothing live.
 func (sp *spill) drop(r spillRef) {
 	f := r.f
-	f.live -= int64(r.n)
-	sp.live -= int64(r.n)
-	sp.garbage += int64(r.n)
+	f.live -= int64(r.n())
+	sp.live -= int64(r.n())
+	sp.garbage += int64(r.n())
 	if f.live == 0 && f != sp.cur {
 		sp.retire(f)
 	}

@@ -147,7 +147,7 @@ func (s *Store) spilledAt(kv *mvccpb.KeyValue) (spillRef, bool) {
 // valueLen is the length of kv's value wherever it is held.
 func (s *Store) valueLen(kv *mvccpb.KeyValue) int {
 	if r, ok := s.spilledAt(kv); ok {
-		return r.n
+		return r.n()
 	}
 	return len(kv.Value)
 }
@@ -164,8 +164,8 @@ const slotValueMax = DefaultSpillMin
 // spilledVersion without it.
 func (s *Store) keep(slot *spilledVersion, kv mvccpb.KeyValue) *mvccpb.KeyValue {
 	if s.sp != nil && len(kv.Value) >= s.spillMin {
-		// On an error the file cannot take more: the value stays in
-		// memory.
+		// On an error the file cannot take more, or not this value:
+		// it stays in memory.
 		if r, err := s.sp.put(kv.Value); err == nil {
 			if slot == nil {
 				slot = new(spilledVersion)
@@ -239,7 +239,7 @@ func (s *Store) resolve(kvs []*mvccpb.KeyValue) error {
 	for _, kv := range kvs {
 		if r, ok := s.spilledAt(kv); ok {
 			n++
-			size += r.n
+			size += r.n()
 		}
 	}
 	if n == 0 {
@@ -252,11 +252,11 @@ func (s *Store) resolve(kvs []*mvccpb.KeyValue) error {
 		if !ok {
 			continue
 		}
-		v, err := s.readSpilled(r, buf[:r.n:r.n])
+		v, err := s.readSpilled(r, buf[:r.n():r.n()])
 		if err != nil {
 			return err
 		}
-		buf = buf[r.n:]
+		buf = buf[r.n():]
 		cp := &cps[0]
 		cps = cps[1:]
 		*cp = withValue(kv, v)
@@ -269,10 +269,10 @@ func (s *Store) resolve(kvs []*mvccpb.KeyValue) error {
 // dst is too small. A failure becomes the store's Err: the value is lost
 // until a restart rebuilds the files.
 func (s *Store) readSpilled(r spillRef, dst []byte) ([]byte, error) {
-	if cap(dst) < r.n {
-		dst = make([]byte, r.n)
+	if cap(dst) < r.n() {
+		dst = make([]byte, r.n())
 	}
-	v, err := r.readInto(dst[:r.n])
+	v, err := r.readInto(dst[:r.n()])
 	if err != nil {
 		s.setFault(err)
 	}
@@ -310,7 +310,6 @@ type logEntry struct {
 // version serves histories, the log and events alike. hist only loses its
 // oldest entries to compaction and its newest to rollback.
 type keyIndex struct {
-	key  []byte
 	hist []*mvccpb.KeyValue
 	// first is where a new key's hist starts (see newKeyIndex): most keys
 	// of a write-heavy store are written once between compactions, and
@@ -321,16 +320,24 @@ type keyIndex struct {
 	// for the collector to find per key held (issue 22 item 5). It
 	// outlives that version when compaction drops it, at the price of
 	// its size once per updated key; a large value held in memory is
-	// therefore never put there (see keep).
+	// therefore never put there (see keep). Its Key is set from the
+	// start, whether or not the first version goes there: it is the
+	// key's one copy (see key).
 	v0 spilledVersion
 }
 
 // newKeyIndex is the index of a key not yet written.
 func newKeyIndex(key []byte) *keyIndex {
-	ki := &keyIndex{key: key}
+	ki := &keyIndex{}
+	ki.v0.kv.Key = key
 	ki.hist = ki.first[:0]
 	return ki
 }
+
+// key is the key: v0 holds it from newKeyIndex on (every version's Key
+// is the same slice), so the index does not hold a second slice header of
+// it, 24 bytes per key (issue 22 item 5).
+func (ki *keyIndex) key() []byte { return ki.v0.kv.Key }
 
 // slot is where the key's next version is kept: v0 for its first (a key
 // whose history empties leaves the store, so an empty hist means v0 was
@@ -393,13 +400,13 @@ func (s *Store) lookup(key []byte) *keyIndex { return s.keys.get(key) }
 func (s *Store) addKey(ki *keyIndex, live bool) {
 	s.idx.insert(ki, live)
 	s.keys.put(ki)
-	s.bytes += int64(len(ki.key))
+	s.bytes += int64(len(ki.key()))
 }
 
 func (s *Store) removeKey(ki *keyIndex) {
-	s.idx.delete(ki.key)
+	s.idx.delete(ki.key())
 	s.keys.del(ki)
-	s.bytes -= int64(len(ki.key))
+	s.bytes -= int64(len(ki.key()))
 }
 
 // Rev returns the latest applied revision, uncommitted writes included.
@@ -483,7 +490,7 @@ func (s *Store) PutKV(rev int64, key, value []byte, lease int64) (kv, prev *mvcc
 		s.addKey(ki, true)
 	}
 	prev = ki.latest()
-	v := mvccpb.KeyValue{Key: ki.key, CreateRevision: rev, ModRevision: rev, Version: 1, Value: value, Lease: lease}
+	v := mvccpb.KeyValue{Key: ki.key(), CreateRevision: rev, ModRevision: rev, Version: 1, Value: value, Lease: lease}
 	if prev != nil {
 		v.CreateRevision = prev.CreateRevision
 		v.Version = prev.Version + 1
@@ -552,7 +559,7 @@ func (s *Store) DeleteKV(rev int64, key []byte) (kv, prev *mvccpb.KeyValue) {
 	if prev == nil {
 		return nil, nil
 	}
-	kv = &mvccpb.KeyValue{Key: ki.key, ModRevision: rev}
+	kv = &mvccpb.KeyValue{Key: ki.key(), ModRevision: rev}
 	s.idx.setLive(key, false)
 	s.append(ki, kv, prev)
 	s.rev.Store(rev)
@@ -622,7 +629,7 @@ func (s *Store) Rollback(rev int64) {
 		if len(ki.hist) == 0 {
 			s.removeKey(ki)
 		} else if live := ki.live(); live != wasLive {
-			s.idx.setLive(ki.key, live)
+			s.idx.setLive(ki.key(), live)
 		}
 	}
 	clear(s.log[p:])

@@ -47,14 +47,14 @@ func checkTree(t *testing.T, tr *tree) {
 				t.Fatalf("live bits beyond items: %b (%d items)", n.live, len(n.items))
 			}
 			for i, ki := range n.items {
-				if lo != nil && bytes.Compare(ki.key, lo) < 0 || hi != nil && bytes.Compare(ki.key, hi) >= 0 {
-					t.Fatalf("key %q outside [%q, %q)", ki.key, lo, hi)
+				if lo != nil && bytes.Compare(ki.key(), lo) < 0 || hi != nil && bytes.Compare(ki.key(), hi) >= 0 {
+					t.Fatalf("key %q outside [%q, %q)", ki.key(), lo, hi)
 				}
-				if i > 0 && bytes.Compare(n.items[i-1].key, ki.key) >= 0 {
-					t.Fatalf("keys out of order: %q, %q", n.items[i-1].key, ki.key)
+				if i > 0 && bytes.Compare(n.items[i-1].key(), ki.key()) >= 0 {
+					t.Fatalf("keys out of order: %q, %q", n.items[i-1].key(), ki.key())
 				}
 				if got := n.live&(1<<uint(i)) != 0; got != ki.live() {
-					t.Fatalf("key %q live bit %v, key live %v", ki.key, got, ki.live())
+					t.Fatalf("key %q live bit %v, key live %v", ki.key(), got, ki.live())
 				}
 			}
 			items += len(n.items)
@@ -90,7 +90,7 @@ func checkTree(t *testing.T, tr *tree) {
 
 // liveKI returns a keyIndex whose live() answers live.
 func liveKI(key string, live bool) *keyIndex {
-	ki := &keyIndex{key: []byte(key)}
+	ki := newKeyIndex([]byte(key))
 	setKILive(ki, live)
 	return ki
 }
@@ -100,7 +100,7 @@ func setKILive(ki *keyIndex, live bool) {
 	if live {
 		v = 1
 	}
-	ki.hist = []*mvccpb.KeyValue{{Key: ki.key, Version: v}}
+	ki.hist = []*mvccpb.KeyValue{{Key: ki.key(), Version: v}}
 }
 
 func TestTreeRandom(t *testing.T) {
@@ -124,7 +124,7 @@ func TestTreeRandom(t *testing.T) {
 				ki := tr.get([]byte(k))
 				live := !m.live[k]
 				setKILive(ki, live)
-				tr.setLive(ki.key, live)
+				tr.setLive(ki.key(), live)
 				m.live[k] = live
 			}
 		case op < 8 || step > 25000: // delete
@@ -141,7 +141,7 @@ func TestTreeRandom(t *testing.T) {
 				tr.rebuild()
 			}
 		default: // queries
-			if got := tr.get([]byte(k)); (got != nil) != present || got != nil && string(got.key) != k {
+			if got := tr.get([]byte(k)); (got != nil) != present || got != nil && string(got.key()) != k {
 				t.Fatalf("get %q: %v, present %v", k, got, present)
 			}
 			ai := rng.IntN(8000)
@@ -156,7 +156,7 @@ func TestTreeRandom(t *testing.T) {
 			}
 			var got []string
 			tr.ascend([]byte(a), []byte(b), func(ki *keyIndex) bool {
-				got = append(got, string(ki.key))
+				got = append(got, string(ki.key()))
 				return len(got) < 100
 			})
 			i, _ := slices.BinarySearch(m.keys, a)
@@ -214,5 +214,85 @@ func TestTreeEmptyAndRebuild(t *testing.T) {
 	checkTree(t, &tr)
 	if tr.n != 0 || !tr.root.leaf() {
 		t.Fatal("tree not empty after deleting everything")
+	}
+}
+
+// Keys past the last one take pastLast's path without a search; mixed
+// with keys that go between others and with deletes of the last key
+// (after which an earlier separator bounds the end), the tree stays the
+// model's.
+func TestTreeAscendingInsertsMixedWithOthers(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4, 4))
+	tr := newTree()
+	m := &treeModel{live: map[string]bool{}}
+	next := 0
+	for step := range 20000 {
+		var k string
+		switch op := rng.IntN(10); {
+		case op < 7:
+			next += 1 + rng.IntN(3)
+			k = fmt.Sprintf("k%07d", next)
+		case op < 9:
+			k = fmt.Sprintf("k%07d", rng.IntN(next+1))
+		default:
+			if len(m.keys) == 0 {
+				continue
+			}
+			// Delete the last key, or a run of them.
+			for range 1 + rng.IntN(80) {
+				if len(m.keys) == 0 {
+					break
+				}
+				last := m.keys[len(m.keys)-1]
+				if tr.delete([]byte(last)) == nil {
+					t.Fatalf("step %d: delete %q found nothing", step, last)
+				}
+				m.keys = m.keys[:len(m.keys)-1]
+				delete(m.live, last)
+			}
+			continue
+		}
+		i, present := slices.BinarySearch(m.keys, k)
+		if present {
+			continue
+		}
+		live := rng.IntN(4) > 0
+		tr.insert(liveKI(k, live), live)
+		m.keys = slices.Insert(m.keys, i, k)
+		m.live[k] = live
+		if step%2000 == 0 {
+			checkTree(t, &tr)
+		}
+	}
+	checkTree(t, &tr)
+	var got []string
+	tr.ascend(nil, nil, func(ki *keyIndex) bool {
+		got = append(got, string(ki.key()))
+		return true
+	})
+	if !slices.Equal(got, m.keys) {
+		t.Fatalf("tree holds %d keys, model %d, or in another order", len(got), len(m.keys))
+	}
+	if got, want := tr.countLive(nil, nil), m.countLive("", "", false); got != want {
+		t.Fatalf("%d live, want %d", got, want)
+	}
+}
+
+// Inserts of ascending keys into a tree of a million, as a load of
+// sequential keys makes them: each goes past the last key.
+func BenchmarkTreeInsertAscending(b *testing.B) {
+	const base = 1_000_000
+	tr := newTree()
+	kis := make([]*keyIndex, base+b.N)
+	for i := range kis {
+		kis[i] = liveKI(fmt.Sprintf("%09d", i), true)
+	}
+	for _, ki := range kis[:base] {
+		tr.insert(ki, true)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for _, ki := range kis[base:] {
+		tr.insert(ki, true)
 	}
 }
