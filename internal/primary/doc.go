@@ -42,8 +42,8 @@
 //     member listed by the Cluster State that last vouched for the count
 //     (below; a node that left is out of the count as soon as the lower
 //     count is, before it learns it left), follows at this term, was heard within two heartbeat intervals, met the
-//     last quorum deadline and its own last heartbeat (every receipt
-//     embeds one) says Healthy: a Loading node, one cut from the Elector
+//     last quorum deadline and its own last heartbeat (a receipt embeds
+//     one whenever the replica's health changed) says Healthy: a Loading node, one cut from the Elector
 //     and a leaving one (it reports Degraded from its first step, SPEC
 //     §5.2) complete no quorum write, whatever index they acknowledge.
 //     Too few counted replicas make writes go through object storage.

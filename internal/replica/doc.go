@@ -30,7 +30,9 @@
 //   - Entries are appended to the local log (group-committed fsync) and
 //     applied once the Primary's Commit covers them and they are durable
 //     here. A Receipt (the highest fsync'd index, with this node's
-//     heartbeat embedded) goes out whenever that index advances, and a
+//     heartbeat embedded when the stream has not carried one, its health
+//     changed since the last one, or that one is an interval old) goes
+//     out whenever that index advances, and a
 //     heartbeat alone when no receipt went out within the cadence; one
 //     goroutine sends, so sends never interleave. A send that fails ends
 //     the stream and is retried at once on a new one; when the retry
