@@ -76,10 +76,14 @@
 //   - Put, DeleteRange and write Txn reach the Primary over one Forward
 //     stream per connection to it (forward.go), opened by the first write
 //     that needs it, reopened by the next after it broke, ended by Close.
-//     One goroutine sends: woken, it yields once to the goroutines
-//     already runnable (a burst of writes queues together), then the
-//     writes queued go in one message, with no timer; one receives and
-//     hands each reply to its write. Only the transport differs from an etcd call:
+//     One goroutine at a time sends: a write that finds the stream open
+//     and nobody sending sends from its own goroutine (no goroutine is
+//     woken for it), and otherwise the stream's goroutine is woken; either
+//     yields once to the goroutines already runnable (a burst of writes
+//     queues together, behind the sender, waking nobody), then the writes
+//     queued go in one message, with no timer; a writer sends at most two
+//     messages before it hands the queue to the stream's goroutine. One
+//     goroutine receives and hands each reply to its write. Only the transport differs from an etcd call:
 //     the answer is the call's (the Primary's error rebuilt from its
 //     status, or the response and the commit index). A broken stream
 //     fails the writes it sent as a lost call (unknown outcome, resolved

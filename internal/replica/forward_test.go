@@ -526,3 +526,47 @@ func TestForwardOversizedAnswerIsAnUnknownOutcome(t *testing.T) {
 		t.Fatalf("answer %v is not an unknown outcome: the forwarding node would fail an applied write", err)
 	}
 }
+
+// A write that finds the stream open and nobody sending goes out from its
+// own goroutine, waking nobody (a lone client's writes always do); the
+// writes that queue behind a sender still go out with it.
+func TestForwardWriteToAnIdleStreamIsSentByItsWriter(t *testing.T) {
+	w := newWorld(t)
+	p := w.serve("p", 10, true)
+	p.put = putAnswersByKey
+	n := w.startBackend(p.info, 1)
+	put := func(i int) {
+		t.Helper()
+		resp, err := n.b.Put(context.Background(), &pb.PutRequest{Key: []byte(fmt.Sprintf("k%d", i)), Value: []byte("v")})
+		if err != nil || resp.Header.GetRevision() != int64(100+i) {
+			t.Fatalf("put k%d: %v, %v", i, resp, err)
+		}
+	}
+	put(0) // opens the stream: its goroutine sends the first batch
+	idle := func() bool {
+		conn, err := n.b.cfg.Conn(p.info.PeerAddr)
+		if err != nil {
+			return false
+		}
+		n.b.fwd.mu.Lock()
+		st := n.b.fwd.streams[conn]
+		n.b.fwd.mu.Unlock()
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		return !st.sending
+	}
+	waitFor(t, "the stream's goroutine to find its queue empty", idle)
+	const lone = 5
+	for i := 1; i <= lone; i++ {
+		put(i)
+	}
+	if got := n.b.fwd.writerSends.Load(); got != lone {
+		t.Fatalf("writers sent %d messages themselves, want %d (one per lone write)", got, lone)
+	}
+	if got := p.batchSizes(); len(got) != lone+1 {
+		t.Fatalf("the Primary received batches of %v writes, want %d of one", got, lone+1)
+	}
+	if o := n.b.fwd.opened.Load(); o != 1 {
+		t.Fatalf("%d streams opened, want 1", o)
+	}
+}
