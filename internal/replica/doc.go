@@ -97,8 +97,10 @@
 //     service with its request id (so they group-commit together, and a
 //     node that is not the Active Primary refuses them as the call
 //     would), and sends replies, as many in a message as are ready
-//     (it yields once before taking them, so the replies of one group
-//     commit share a message), from one goroutine per stream.
+//     (the sender yields once before taking them, so the replies of one
+//     group commit share a message), one sender at a time per stream:
+//     the worker whose reply finds nobody sending (for at most two
+//     messages), else the stream's send goroutine.
 //   - Serializable reads are served locally at once. Linearizable reads are
 //     served locally after a read index: the Primary confirms its commit
 //     point (concurrent reads share one request that began after they

@@ -528,8 +528,10 @@ func TestForwardOversizedAnswerIsAnUnknownOutcome(t *testing.T) {
 }
 
 // A write that finds the stream open and nobody sending goes out from its
-// own goroutine, waking nobody (a lone client's writes always do); the
-// writes that queue behind a sender still go out with it.
+// own goroutine, waking nobody (a lone client's writes always do), and so
+// does its reply from the Primary's worker that evaluated it; the writes
+// that queue behind a sender still go out with it
+// (TestForwardBatchesQueuedWrites).
 func TestForwardWriteToAnIdleStreamIsSentByItsWriter(t *testing.T) {
 	w := newWorld(t)
 	p := w.serve("p", 10, true)
@@ -568,5 +570,10 @@ func TestForwardWriteToAnIdleStreamIsSentByItsWriter(t *testing.T) {
 	}
 	if o := n.b.fwd.opened.Load(); o != 1 {
 		t.Fatalf("%d streams opened, want 1", o)
+	}
+	// On the Primary too: each lone write's reply went out from the
+	// worker that evaluated it.
+	if got := p.fs.workerSends.Load(); got != lone+1 {
+		t.Fatalf("the Primary's workers sent %d replies themselves, want %d", got, lone+1)
 	}
 }
