@@ -76,9 +76,11 @@
 //   - Put, DeleteRange and write Txn reach the Primary over one Forward
 //     stream per connection to it (forward.go), opened by the first write
 //     that needs it, reopened by the next after it broke, ended by Close.
-//     One goroutine at a time sends: a write that finds the stream open
-//     and nobody sending sends from its own goroutine (no goroutine is
-//     woken for it), and otherwise the stream's goroutine is woken; either
+//     One goroutine at a time sends: a write that finds the stream open,
+//     nobody sending and nothing in flight (so the send cannot wait on
+//     flow control past the client's deadline) sends from its own
+//     goroutine (no goroutine is woken for it), and otherwise the
+//     stream's goroutine is woken; either
 //     yields once to the goroutines already runnable (a burst of writes
 //     queues together, behind the sender, waking nobody), then the writes
 //     queued go in one message, with no timer; a writer sends at most two

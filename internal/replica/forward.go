@@ -217,7 +217,8 @@ type fstream struct {
 
 // enqueue queues c for the next message, unless the stream broke (ok
 // false). send says the caller is to send it itself (sendQueued): the
-// stream is open and nobody sends on it, so the write goes out from its
+// stream is open, nobody sends on it and nothing is in flight, so the
+// write goes out from its
 // own goroutine instead of waking run's (one goroutine hop less on every
 // forwarded write that finds the stream idle, as a lone client's always
 // does).
@@ -235,7 +236,12 @@ func (s *fstream) enqueue(c *fcall) (ok, send bool) {
 		s.mu.Unlock()
 		return true, false
 	}
-	if s.stream != nil && s.f.beforeSend == nil {
+	if s.stream != nil && s.f.beforeSend == nil && len(s.sent) == 0 && c.size <= maxWriterBatchBytes {
+		// Nothing is in flight: the Primary read (and answered) all
+		// this stream sent, so its flow-control window is open and a
+		// send of up to maxWriterBatchBytes does not block: the writer
+		// is back to waiting for its reply (or its client's deadline)
+		// at once, as when the stream's goroutine sent.
 		s.sending = true
 		s.mu.Unlock()
 		return true, true
@@ -247,6 +253,12 @@ func (s *fstream) enqueue(c *fcall) (ok, send bool) {
 	}
 	return true, false
 }
+
+// maxWriterBatchBytes bounds the message a writer sends itself: two of
+// them fit, with what the Primary read but did not yet acknowledge, in
+// the stream's flow-control window (peer.streamWindowBytes, 4 MiB), so a
+// writer's send never waits for the Primary to read.
+const maxWriterBatchBytes = 1 << 20
 
 // maxWriterSends is how many messages a writer that became the sender
 // (sendQueued) sends before it hands the queue to run's goroutine: its
@@ -262,7 +274,7 @@ func (s *fstream) sendQueued() {
 	// they share this message (they see a sender, and wake nobody).
 	runtime.Gosched()
 	for range maxWriterSends {
-		if !s.sendOnce() {
+		if !s.sendOnce(maxWriterBatchBytes) {
 			return
 		}
 		s.f.writerSends.Add(1)
@@ -282,8 +294,8 @@ func (s *fstream) sendQueued() {
 // sendOnce takes the queue and sends it as one message; it reports
 // whether the caller is still the sender (false: the queue was empty, and
 // sending is cleared, or the stream broke).
-func (s *fstream) sendOnce() bool {
-	reqs := s.take()
+func (s *fstream) sendOnce(limit int) bool {
+	reqs := s.take(limit)
 	if len(reqs) == 0 {
 		return false
 	}
@@ -298,21 +310,21 @@ func (s *fstream) sendOnce() bool {
 	return true
 }
 
-// take moves what is queued (up to maxForwardBatchBytes, and at least one
+// take moves what is queued (up to limit bytes, and at least one
 // write) to sent and returns it as a batch; writes whose caller is gone
 // are dropped. The caller is the sender: with nothing to send (or the
 // stream broken) it no longer is.
-func (s *fstream) take() []*netsyv1.ForwardRequest {
+func (s *fstream) take(limit int) []*netsyv1.ForwardRequest {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	reqs := s.takeLocked()
+	reqs := s.takeLocked(limit)
 	if len(reqs) == 0 {
 		s.sending = false
 	}
 	return reqs
 }
 
-func (s *fstream) takeLocked() []*netsyv1.ForwardRequest {
+func (s *fstream) takeLocked(limit int) []*netsyv1.ForwardRequest {
 	if s.err != nil {
 		return nil
 	}
@@ -320,7 +332,7 @@ func (s *fstream) takeLocked() []*netsyv1.ForwardRequest {
 	n, size := 0, 0
 	for ; n < len(s.queue); n++ {
 		c := s.queue[n]
-		if len(reqs) > 0 && size+c.size > maxForwardBatchBytes {
+		if len(reqs) > 0 && size+c.size > limit {
 			break
 		}
 		select {
@@ -386,7 +398,7 @@ func (s *fstream) run() {
 			if s.f.beforeSend != nil {
 				s.f.beforeSend()
 			}
-			if !s.sendOnce() {
+			if !s.sendOnce(maxForwardBatchBytes) {
 				break
 			}
 		}
