@@ -61,8 +61,10 @@
 //     what this node still holds send the replica to object storage first.
 //     Every message carries the primary term. Commits follow the engine's
 //     commit point. Woken by an append or a commit, a stream yields once
-//     before reading, so a burst shares a message (no timer). A slow replica slows only its own stream (gRPC flow
-//     control); nothing is dropped. Only the Active Primary serves
+//     before reading, so a burst shares a message (no timer); streams
+//     sending the same entries share one encoding of them. A slow
+//     replica slows only its own stream (gRPC flow control); nothing is
+//     dropped. Only the Active Primary serves
 //     them; while Starting at the term asked for it refuses with
 //     peer.ReasonPrimaryStarting, so the replica asks again soon instead
 //     of backing off as from a fault.
