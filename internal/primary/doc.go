@@ -42,8 +42,8 @@
 //     member listed by the Cluster State that last vouched for the count
 //     (below; a node that left is out of the count as soon as the lower
 //     count is, before it learns it left), follows at this term, was heard within two heartbeat intervals, met the
-//     last quorum deadline and its own last heartbeat (every receipt
-//     embeds one) says Healthy: a Loading node, one cut from the Elector
+//     last quorum deadline and its own last heartbeat (a receipt embeds
+//     one whenever the replica's health changed) says Healthy: a Loading node, one cut from the Elector
 //     and a leaving one (it reports Degraded from its first step, SPEC
 //     §5.2) complete no quorum write, whatever index they acknowledge.
 //     Too few counted replicas make writes go through object storage.
@@ -61,8 +61,10 @@
 //     what this node still holds send the replica to object storage first.
 //     Every message carries the primary term. Commits follow the engine's
 //     commit point. Woken by an append or a commit, a stream yields once
-//     before reading, so a burst shares a message (no timer). A slow replica slows only its own stream (gRPC flow
-//     control); nothing is dropped. Only the Active Primary serves
+//     before reading, so a burst shares a message (no timer); streams
+//     sending the same entries share one encoding of them. A slow
+//     replica slows only its own stream (gRPC flow control); nothing is
+//     dropped. Only the Active Primary serves
 //     them; while Starting at the term asked for it refuses with
 //     peer.ReasonPrimaryStarting, so the replica asks again soon instead
 //     of backing off as from a fault.

@@ -139,6 +139,8 @@ type Primary struct {
 
 	checks fenceChecks
 	quorum quorum
+	// batches is the entry batch the Follow streams last encoded (follow.go).
+	batches batchCache
 	// qcancel stops the quorum's goroutine (loop-owned).
 	qcancel context.CancelFunc
 }

@@ -293,8 +293,9 @@ func (q *quorum) tick(now time.Time) {
 }
 
 // countsLocked says whether r counts toward the quorum now, or why not:
-// only while its own last heartbeat (every receipt embeds one) says it is
-// Healthy, whatever index its receipts acknowledge.
+// only while its own last heartbeat (a receipt embeds one whenever the
+// health changed) says it is Healthy, whatever index its receipts
+// acknowledge.
 func (q *quorum) countsLocked(r *replicaRec, now time.Time) (bool, string) {
 	switch {
 	case !q.members[r.id]:

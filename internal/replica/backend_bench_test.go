@@ -233,14 +233,18 @@ func (s countingStream) RecvMsg(m any) error {
 // BenchmarkForwardedPuts measures 64 clients' puts forwarded by a replica
 // to a Primary that answers at once (instant) or in groups, as its group
 // commit does (group), over the in-memory network: as one etcd call each
-// (what an older Primary gets) and over the Forward stream. writes/op
+// (what an older Primary gets) and over the Forward stream, and one
+// client's puts one at a time over the stream (lone). writes/op
 // counts the connection writes of both sides (syscalls on TCP); on the
 // stream, batches/op and replies/op count its messages each way.
 func BenchmarkForwardedPuts(b *testing.B) {
 	for _, tc := range []struct {
 		name          string
 		stream, group bool
-	}{{"unary", false, false}, {"stream", true, false}, {"stream-group", true, true}} {
+		// lone: one client writing one put at a time (the put-seq row),
+		// where every hop of a write is on its latency.
+		lone bool
+	}{{"unary", false, false, false}, {"stream", true, false, false}, {"stream-group", true, true, false}, {"stream-lone", true, false, true}} {
 		stream := tc.stream
 		b.Run(tc.name, func(b *testing.B) {
 			var writes, sentMsgs, recvMsgs atomic.Int64
@@ -278,8 +282,18 @@ func BenchmarkForwardedPuts(b *testing.B) {
 			writes.Store(0)
 			sentMsgs.Store(0)
 			recvMsgs.Store(0)
-			b.SetParallelism(max(64/runtime.GOMAXPROCS(0), 1))
 			b.ReportAllocs()
+			if tc.lone {
+				b.ResetTimer()
+				for range b.N {
+					if _, err := be.Put(context.Background(), req); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(writes.Load())/float64(b.N), "writes/op")
+				return
+			}
+			b.SetParallelism(max(64/runtime.GOMAXPROCS(0), 1))
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {

@@ -117,6 +117,8 @@ type fakePrimary struct {
 	// fwdIDs the request ids of the forwarded requests evaluated.
 	batches []int
 	fwdIDs  []engine.RequestID
+	// fs is its ForwardServer, when it serves the stream.
+	fs *ForwardServer
 }
 
 // note counts a call of method and returns its number.
@@ -196,6 +198,7 @@ func (w *world) serve(id string, memberID uint64, forward bool) *fakePrimary {
 			return engine.WithRequestID(ctx, id)
 		}
 		netsyv1.RegisterForwardServer(g, fs)
+		p.fs = fs
 	}
 	l, err := w.net.Host(id).Listen(p.info.PeerAddr)
 	if err != nil {

@@ -30,7 +30,9 @@
 //   - Entries are appended to the local log (group-committed fsync) and
 //     applied once the Primary's Commit covers them and they are durable
 //     here. A Receipt (the highest fsync'd index, with this node's
-//     heartbeat embedded) goes out whenever that index advances, and a
+//     heartbeat embedded when the stream has not carried one, its health
+//     changed since the last one, or that one is an interval old) goes
+//     out whenever that index advances, and a
 //     heartbeat alone when no receipt went out within the cadence; one
 //     goroutine sends, so sends never interleave. A send that fails ends
 //     the stream and is retried at once on a new one; when the retry
@@ -74,10 +76,16 @@
 //   - Put, DeleteRange and write Txn reach the Primary over one Forward
 //     stream per connection to it (forward.go), opened by the first write
 //     that needs it, reopened by the next after it broke, ended by Close.
-//     One goroutine sends: woken, it yields once to the goroutines
-//     already runnable (a burst of writes queues together), then the
-//     writes queued go in one message, with no timer; one receives and
-//     hands each reply to its write. Only the transport differs from an etcd call:
+//     One goroutine at a time sends: a write that finds the stream open,
+//     nobody sending and nothing in flight (so the send cannot wait on
+//     flow control past the client's deadline) sends from its own
+//     goroutine (no goroutine is woken for it), and otherwise the
+//     stream's goroutine is woken; either
+//     yields once to the goroutines already runnable (a burst of writes
+//     queues together, behind the sender, waking nobody), then the writes
+//     queued go in one message, with no timer; a writer sends at most two
+//     messages before it hands the queue to the stream's goroutine. One
+//     goroutine receives and hands each reply to its write. Only the transport differs from an etcd call:
 //     the answer is the call's (the Primary's error rebuilt from its
 //     status, or the response and the commit index). A broken stream
 //     fails the writes it sent as a lost call (unknown outcome, resolved
@@ -91,8 +99,10 @@
 //     service with its request id (so they group-commit together, and a
 //     node that is not the Active Primary refuses them as the call
 //     would), and sends replies, as many in a message as are ready
-//     (it yields once before taking them, so the replies of one group
-//     commit share a message), from one goroutine per stream.
+//     (the sender yields once before taking them, so the replies of one
+//     group commit share a message), one sender at a time per stream:
+//     the worker whose reply finds nobody sending (for at most two
+//     messages), else the stream's send goroutine.
 //   - Serializable reads are served locally at once. Linearizable reads are
 //     served locally after a read index: the Primary confirms its commit
 //     point (concurrent reads share one request that began after they

@@ -130,6 +130,8 @@ func (p *prim) put(t *testing.T, k, v string) {
 
 // replica is the node under test.
 type replica struct {
+	// degraded makes its heartbeat say Degraded.
+	degraded atomic.Bool
 	st       *enginetest.MemStorage
 	eng      *engine.Engine
 	f        *Follower
@@ -162,7 +164,11 @@ func (w *world) runReplica(r *replica, catchUp func(context.Context) error) {
 		Self: "r", Engine: r.eng, Conn: r.pool.Conn,
 		CatchUp: func(ctx context.Context) error { r.catchUps.Add(1); return catchUp(ctx) },
 		State: func() *netsyv1.Heartbeat {
-			return &netsyv1.Heartbeat{NodeId: "r", Health: netsyv1.HealthState_HEALTHY, LatestIndex: r.eng.DurableIndex()}
+			health := netsyv1.HealthState_HEALTHY
+			if r.degraded.Load() {
+				health = netsyv1.HealthState_DEGRADED
+			}
+			return &netsyv1.Heartbeat{NodeId: "r", Health: health, LatestIndex: r.eng.DurableIndex()}
 		},
 		HeartbeatInterval: 500 * time.Millisecond,
 		Clock:             w.clk, Logger: testLogger(w.t, "r"),
@@ -607,4 +613,97 @@ func (s *startScript) Follow(stream netsyv1.Follow_FollowServer) error {
 	}
 	<-stream.Context().Done()
 	return nil
+}
+
+// recorder is a Primary that sends what the test hands it and records
+// what the replica sends.
+type recorder struct {
+	netsyv1.UnsafeFollowServer
+	out chan *netsyv1.FollowResponse
+	in  chan *netsyv1.FollowRequest
+}
+
+func (s *recorder) Follow(stream netsyv1.Follow_FollowServer) error {
+	if _, err := stream.Recv(); err != nil {
+		return err
+	}
+	go func() {
+		for {
+			m, err := stream.Recv()
+			if err != nil {
+				return
+			}
+			s.in <- m
+		}
+	}()
+	for {
+		select {
+		case m := <-s.out:
+			if err := stream.Send(m); err != nil {
+				return err
+			}
+		case <-stream.Context().Done():
+			return nil
+		}
+	}
+}
+
+// A receipt carries the replica's heartbeat when the Primary has not got
+// one on the stream, when its health changed since the last one it got
+// (the Primary counts a receipt by the last health it heard), and once
+// per heartbeat interval; the receipts between carry the index alone,
+// which spares encoding (and the Primary decoding) the heartbeat on
+// nearly every replicated write.
+func TestFollowReceiptsCarryTheHeartbeatWhenItsHealthChanged(t *testing.T) {
+	w := newWorld(t)
+	s := &recorder{out: make(chan *netsyv1.FollowResponse, 16), in: make(chan *netsyv1.FollowRequest, 16)}
+	g := peer.NewServer()
+	netsyv1.RegisterFollowServer(g, s)
+	l, err := w.net.Host("s").Listen("s:2380")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := peer.Serve(g, l)
+	t.Cleanup(srv.Close)
+	r := w.startReplica(true, nil)
+	s.out <- initial(5, 1)
+	r.f.Observe(scriptState)
+	receipt := func(i uint64) *netsyv1.Receipt {
+		t.Helper()
+		s.out <- entries(5, ent(i, 5))
+		waitFor(t, fmt.Sprintf("entry %d", i), func() bool { return r.last() == i })
+		r.st.SyncAll()
+		for {
+			var m *netsyv1.FollowRequest
+			select {
+			case m = <-s.in:
+			case <-clock.Real().After(10 * time.Second):
+				t.Fatalf("no receipt for %d", i)
+			}
+			if rc := m.GetReceipt(); rc != nil && rc.Index == i {
+				return rc
+			}
+		}
+	}
+	if rc := receipt(1); rc.Heartbeat.GetHealth() != netsyv1.HealthState_HEALTHY {
+		t.Fatalf("the stream's first receipt carries %v, want the heartbeat", rc.Heartbeat)
+	}
+	if rc := receipt(2); rc.Heartbeat != nil {
+		t.Fatalf("a receipt with the health unchanged carries %v, want none", rc.Heartbeat)
+	}
+	r.degraded.Store(true)
+	if rc := receipt(3); rc.Heartbeat.GetHealth() != netsyv1.HealthState_DEGRADED {
+		t.Fatalf("the receipt after the health changed carries %v, want the Degraded heartbeat", rc.Heartbeat)
+	}
+	if rc := receipt(4); rc.Heartbeat != nil {
+		t.Fatalf("a receipt with the health unchanged carries %v, want none", rc.Heartbeat)
+	}
+	w.clk.Advance(300 * time.Millisecond) // within the interval: still none
+	if rc := receipt(5); rc.Heartbeat != nil {
+		t.Fatalf("a receipt within the interval carries %v, want none", rc.Heartbeat)
+	}
+	w.clk.Advance(300 * time.Millisecond) // 600 ms since the last heartbeat
+	if rc := receipt(6); rc.Heartbeat.GetHealth() != netsyv1.HealthState_DEGRADED {
+		t.Fatalf("a receipt an interval after the last heartbeat carries %v, want the heartbeat", rc.Heartbeat)
+	}
 }

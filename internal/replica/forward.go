@@ -70,6 +70,9 @@ type forwarder struct {
 
 	// opened counts the streams opened (tests and benchmarks read it).
 	opened atomic.Int64
+	// writerSends counts the messages writers sent themselves
+	// (sendQueued; tests read it).
+	writerSends atomic.Int64
 	// beforeSend, when set (tests only), runs on a stream's send
 	// goroutine each time it is about to take the queue.
 	beforeSend func()
@@ -125,10 +128,22 @@ func (f *forwarder) do(ctx context.Context, conn *grpc.ClientConn, term uint64, 
 		c.release()
 		return nil, errUseUnary
 	}
-	if s := f.streams[conn]; s == nil || !s.enqueue(c) {
+	s := f.streams[conn]
+	send := false
+	if s != nil {
+		var ok bool
+		ok, send = s.enqueue(c)
+		if !ok {
+			s = nil
+		}
+	}
+	if s == nil {
 		f.open(conn, term, c)
 	}
 	f.mu.Unlock()
+	if send {
+		s.sendQueued()
+	}
 	select {
 	case r := <-c.done:
 		// Whoever answered c took it off the stream first (receive,
@@ -176,8 +191,9 @@ func (f *forwarder) open(conn *grpc.ClientConn, term uint64, first *fcall) {
 	go s.run()
 }
 
-// fstream is one Forward stream: its send goroutine (run) alone calls
-// Send, its receive goroutine alone calls Recv.
+// fstream is one Forward stream: whoever is its sender (run, or a writer
+// in sendQueued; one at a time, by sending) alone calls Send, its
+// receive goroutine alone calls Recv.
 type fstream struct {
 	f      *forwarder
 	conn   *grpc.ClientConn
@@ -191,32 +207,124 @@ type fstream struct {
 	next  uint64
 	queue []*fcall          // waiting to be sent
 	sent  map[uint64]*fcall // sent, waiting for their reply, by seq
+	// stream is the open stream (nil until run opened it); sending says
+	// a goroutine is sending on it (run's, or a writer's: sendQueued),
+	// and whoever sends takes the queue until it is empty, so a write
+	// queued meanwhile needs nobody woken.
+	stream  netsyv1.Forward_ForwardClient
+	sending bool
 }
 
-// enqueue queues c for the next message, unless the stream broke.
-func (s *fstream) enqueue(c *fcall) bool {
+// enqueue queues c for the next message, unless the stream broke (ok
+// false). send says the caller is to send it itself (sendQueued): the
+// stream is open, nobody sends on it and nothing is in flight, so the
+// write goes out from its
+// own goroutine instead of waking run's (one goroutine hop less on every
+// forwarded write that finds the stream idle, as a lone client's always
+// does).
+func (s *fstream) enqueue(c *fcall) (ok, send bool) {
 	s.mu.Lock()
 	if s.err != nil {
 		s.mu.Unlock()
-		return false
+		return false, false
 	}
 	s.next++
 	c.req.Seq = s.next
 	s.queue = append(s.queue, c)
+	if s.sending {
+		// The sender takes it before it stops.
+		s.mu.Unlock()
+		return true, false
+	}
+	if s.stream != nil && s.f.beforeSend == nil && len(s.sent) == 0 && c.size <= maxWriterBatchBytes {
+		// Nothing is in flight: the Primary read (and answered) all
+		// this stream sent, so its flow-control window is open and a
+		// send of up to maxWriterBatchBytes does not block: the writer
+		// is back to waiting for its reply (or its client's deadline)
+		// at once, as when the stream's goroutine sent.
+		s.sending = true
+		s.mu.Unlock()
+		return true, true
+	}
 	s.mu.Unlock()
 	select {
 	case s.wake <- struct{}{}:
 	default:
 	}
+	return true, false
+}
+
+// maxWriterBatchBytes bounds the message a writer sends itself: two of
+// them fit, with what the Primary read but did not yet acknowledge, in
+// the stream's flow-control window (peer.streamWindowBytes, 4 MiB), so a
+// writer's send never waits for the Primary to read.
+const maxWriterBatchBytes = 1 << 20
+
+// maxWriterSends is how many messages a writer that became the sender
+// (sendQueued) sends before it hands the queue to run's goroutine: its
+// own reply may be back by then, and it should not wait on others'
+// writes under a steady load.
+const maxWriterSends = 2
+
+// sendQueued sends what is queued from a writer's goroutine, which
+// enqueue made the sender; it hands over to run (and stops sending) when
+// the queue is empty or after maxWriterSends messages.
+func (s *fstream) sendQueued() {
+	// As run does: let the writes already runnable queue theirs first, so
+	// they share this message (they see a sender, and wake nobody).
+	runtime.Gosched()
+	for range maxWriterSends {
+		if !s.sendOnce(maxWriterBatchBytes) {
+			return
+		}
+		s.f.writerSends.Add(1)
+	}
+	s.mu.Lock()
+	s.sending = false
+	more := len(s.queue) > 0 && s.err == nil
+	s.mu.Unlock()
+	if more {
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// sendOnce takes the queue and sends it as one message; it reports
+// whether the caller is still the sender (false: the queue was empty, and
+// sending is cleared, or the stream broke).
+func (s *fstream) sendOnce(limit int) bool {
+	reqs := s.take(limit)
+	if len(reqs) == 0 {
+		return false
+	}
+	if err := s.stream.Send(&netsyv1.ForwardBatch{Requests: reqs}); err != nil {
+		if !errors.Is(err, io.EOF) {
+			s.broken(err)
+		}
+		// On io.EOF the Primary ended the stream: Recv says why
+		// (Unimplemented, from an older version) and ends it.
+		return false
+	}
 	return true
 }
 
-// take moves what is queued (up to maxForwardBatchBytes, and at least one
+// take moves what is queued (up to limit bytes, and at least one
 // write) to sent and returns it as a batch; writes whose caller is gone
-// are dropped.
-func (s *fstream) take() []*netsyv1.ForwardRequest {
+// are dropped. The caller is the sender: with nothing to send (or the
+// stream broken) it no longer is.
+func (s *fstream) take(limit int) []*netsyv1.ForwardRequest {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	reqs := s.takeLocked(limit)
+	if len(reqs) == 0 {
+		s.sending = false
+	}
+	return reqs
+}
+
+func (s *fstream) takeLocked(limit int) []*netsyv1.ForwardRequest {
 	if s.err != nil {
 		return nil
 	}
@@ -224,7 +332,7 @@ func (s *fstream) take() []*netsyv1.ForwardRequest {
 	n, size := 0, 0
 	for ; n < len(s.queue); n++ {
 		c := s.queue[n]
-		if len(reqs) > 0 && size+c.size > maxForwardBatchBytes {
+		if len(reqs) > 0 && size+c.size > limit {
 			break
 		}
 		select {
@@ -260,6 +368,9 @@ func (s *fstream) run() {
 		s.broken(err)
 		return
 	}
+	s.mu.Lock()
+	s.stream = stream
+	s.mu.Unlock()
 	s.f.wg.Add(1)
 	go s.receive(stream)
 	for {
@@ -275,23 +386,20 @@ func (s *fstream) run() {
 		// instead of each one's wake-up running this goroutine. No
 		// timer: a lone write waits for nothing.
 		runtime.Gosched()
+		s.mu.Lock()
+		if s.sending || len(s.queue) == 0 {
+			// A writer sends (and takes what was queued for this wake).
+			s.mu.Unlock()
+			continue
+		}
+		s.sending = true
+		s.mu.Unlock()
 		for {
 			if s.f.beforeSend != nil {
 				s.f.beforeSend()
 			}
-			reqs := s.take()
-			if len(reqs) == 0 {
+			if !s.sendOnce(maxForwardBatchBytes) {
 				break
-			}
-			if err := stream.Send(&netsyv1.ForwardBatch{Requests: reqs}); err != nil {
-				if errors.Is(err, io.EOF) {
-					// The Primary ended the stream: Recv says why
-					// (Unimplemented, from an older version).
-					<-s.ctx.Done()
-					return
-				}
-				s.broken(err)
-				return
 			}
 		}
 	}

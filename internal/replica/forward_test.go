@@ -526,3 +526,108 @@ func TestForwardOversizedAnswerIsAnUnknownOutcome(t *testing.T) {
 		t.Fatalf("answer %v is not an unknown outcome: the forwarding node would fail an applied write", err)
 	}
 }
+
+// A write that finds the stream open, nobody sending and nothing in
+// flight goes out from its own goroutine, waking nobody (a lone client's writes always do), and so
+// does its reply from the Primary's worker that evaluated it; the writes
+// that queue behind a sender still go out with it
+// (TestForwardBatchesQueuedWrites).
+func TestForwardWriteToAnIdleStreamIsSentByItsWriter(t *testing.T) {
+	w := newWorld(t)
+	p := w.serve("p", 10, true)
+	p.put = putAnswersByKey
+	n := w.startBackend(p.info, 1)
+	put := func(i int) {
+		t.Helper()
+		resp, err := n.b.Put(context.Background(), &pb.PutRequest{Key: []byte(fmt.Sprintf("k%d", i)), Value: []byte("v")})
+		if err != nil || resp.Header.GetRevision() != int64(100+i) {
+			t.Fatalf("put k%d: %v, %v", i, resp, err)
+		}
+	}
+	put(0) // opens the stream: its goroutine sends the first batch
+	idle := func() bool {
+		conn, err := n.b.cfg.Conn(p.info.PeerAddr)
+		if err != nil {
+			return false
+		}
+		n.b.fwd.mu.Lock()
+		st := n.b.fwd.streams[conn]
+		n.b.fwd.mu.Unlock()
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		return !st.sending
+	}
+	waitFor(t, "the stream's goroutine to find its queue empty", idle)
+	const lone = 5
+	for i := 1; i <= lone; i++ {
+		put(i)
+	}
+	if got := n.b.fwd.writerSends.Load(); got != lone {
+		t.Fatalf("writers sent %d messages themselves, want %d (one per lone write)", got, lone)
+	}
+	if got := p.batchSizes(); len(got) != lone+1 {
+		t.Fatalf("the Primary received batches of %v writes, want %d of one", got, lone+1)
+	}
+	if o := n.b.fwd.opened.Load(); o != 1 {
+		t.Fatalf("%d streams opened, want 1", o)
+	}
+	// On the Primary too: each lone write's reply went out from the
+	// worker that evaluated it.
+	if got := p.fs.workerSends.Load(); got != lone+1 {
+		t.Fatalf("the Primary's workers sent %d replies themselves, want %d", got, lone+1)
+	}
+}
+
+// A write that finds another in flight does not send itself: it is
+// queued for the stream's goroutine, so no writer's send can wait on flow
+// control (a Primary that stopped reading) past its client's deadline.
+func TestForwardWriteWithAnotherInFlightIsSentByTheStream(t *testing.T) {
+	w := newWorld(t)
+	p := w.serve("p", 10, true)
+	release := make(chan struct{})
+	p.put = func(ctx context.Context, call int, r *pb.PutRequest) (*pb.PutResponse, error) {
+		if string(r.Key) == "k1" {
+			<-release
+		}
+		return putAnswersByKey(ctx, call, r)
+	}
+	n := w.startBackend(p.info, 1)
+	put := func(i int) <-chan outcome[*pb.PutResponse] {
+		return async(func() (*pb.PutResponse, error) {
+			return n.b.Put(context.Background(), &pb.PutRequest{Key: []byte(fmt.Sprintf("k%d", i)), Value: []byte("v")})
+		})
+	}
+	if o := await(t, "the first write", put(0)); o.err != nil {
+		t.Fatal(o.err)
+	}
+	conn, err := n.b.cfg.Conn(p.info.PeerAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.b.fwd.mu.Lock()
+	st := n.b.fwd.streams[conn]
+	n.b.fwd.mu.Unlock()
+	idle := func() bool {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		return !st.sending
+	}
+	waitFor(t, "the stream's goroutine to find its queue empty", idle)
+	held := put(1) // nothing in flight: its writer sends it, and it stays in flight
+	waitFor(t, "k1 to reach the Primary", func() bool { return p.count("Put") == 2 })
+	waitFor(t, "k1's writer to stop sending", idle)
+	if got := n.b.fwd.writerSends.Load(); got != 1 {
+		t.Fatalf("writers sent %d messages, want 1 (k1's)", got)
+	}
+	second := put(2)
+	waitFor(t, "k2 to reach the Primary", func() bool { return p.count("Put") == 3 })
+	if got := n.b.fwd.writerSends.Load(); got != 1 {
+		t.Fatalf("writers sent %d messages, want still 1: k2 found k1 in flight and goes by the stream's goroutine", got)
+	}
+	close(release)
+	for i, ch := range []<-chan outcome[*pb.PutResponse]{held, second} {
+		if o := await(t, "a write", ch); o.err != nil || o.v.Header.GetRevision() != int64(101+i) {
+			t.Fatalf("k%d: %v, %v", i+1, o.v, o.err)
+		}
+	}
+}

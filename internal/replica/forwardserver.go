@@ -41,15 +41,18 @@ type ForwardServerConfig struct {
 // ForwardServer is the Primary's side of the Forward stream, served on
 // the peer port. Each request of a batch is evaluated at once, all of
 // them concurrently (they group-commit together, as separate etcd calls
-// do), with its request id handed to the engine; replies go out, on one
-// send goroutine, as many in a message as are ready. A node that is not
-// the Active Primary refuses every request unevaluated (etcd's "not
-// leader"), as the etcd call would.
+// do), with its request id handed to the engine; replies go out, one
+// sender at a time (replyQueue), as many in a message as are ready. A
+// node that is not the Active Primary refuses every request unevaluated
+// (etcd's "not leader"), as the etcd call would.
 type ForwardServer struct {
 	netsyv1.UnsafeForwardServer
 	cfg ForwardServerConfig
 	// withID hands a request id to the engine (tests watch it).
 	withID func(context.Context, engine.RequestID) context.Context
+	// workerSends counts the reply messages workers sent themselves
+	// (replyQueue.add; tests read it).
+	workerSends atomic.Int64
 }
 
 var _ netsyv1.ForwardServer = (*ForwardServer)(nil)
@@ -76,9 +79,9 @@ func NewForwardServer(cfg ForwardServerConfig) *ForwardServer {
 // its answer dropped with the stream) and its goroutines have ended.
 func (s *ForwardServer) Forward(stream netsyv1.Forward_ForwardServer) error {
 	ctx := stream.Context()
-	out := &replyQueue{wake: make(chan struct{}, 1)}
+	out := &replyQueue{wake: make(chan struct{}, 1), stream: stream, workerSends: &s.workerSends}
 	sent := make(chan error, 1)
-	go func() { sent <- out.run(stream) }()
+	go func() { sent <- out.run() }()
 	// Each request is evaluated on a worker of the stream's: an idle one
 	// if any (the unbuffered send finds it), else a new one. Up to
 	// maxIdleForwardWorkers idle workers stay for the stream's life, so
@@ -202,40 +205,81 @@ func nonNil[T interface {
 	return resp, err
 }
 
-// replyQueue is the replies of one stream waiting for its send goroutine.
+// replyQueue is the replies of one stream waiting to be sent. One
+// goroutine at a time sends (sending): a worker whose reply finds nobody
+// sending sends it itself, instead of waking the stream's send goroutine
+// (run), which sends what a worker handed back and the rest at the end.
 type replyQueue struct {
 	wake   chan struct{}
-	mu     sync.Mutex
-	queue  []*netsyv1.ForwardReply
-	closed bool
+	stream netsyv1.Forward_ForwardServer
+	// workerSends counts the messages workers sent (tests read it).
+	workerSends *atomic.Int64
+
+	mu      sync.Mutex
+	queue   []*netsyv1.ForwardReply
+	closed  bool
+	sending bool
+	err     error // the first failed send's
 }
 
+// add queues r, and sends it (with whatever else is queued by then) when
+// nobody sends: one goroutine hop less per reply on a stream that is not
+// busy, as a lone client's forwarded writes always find it.
 func (q *replyQueue) add(r *netsyv1.ForwardReply) {
 	q.mu.Lock()
 	q.queue = append(q.queue, r)
+	if q.sending {
+		// The sender takes it before it stops.
+		q.mu.Unlock()
+		return
+	}
+	q.sending = true
 	q.mu.Unlock()
+	// The replies of one group commit are readied together: let the
+	// workers already runnable add theirs first, so they share this
+	// message (they see a sender, and wake nobody).
+	runtime.Gosched()
+	for range maxWriterSends {
+		if !q.sendOnce() {
+			return
+		}
+		if q.workerSends != nil {
+			q.workerSends.Add(1)
+		}
+	}
+	// A worker owes its stream no more than that: run sends the rest.
+	q.mu.Lock()
+	q.sending = false
+	more := len(q.queue) > 0
+	q.mu.Unlock()
+	if more {
+		q.poke()
+	}
+}
+
+func (q *replyQueue) poke() {
 	select {
 	case q.wake <- struct{}{}:
 	default:
 	}
 }
 
-// close makes run return once it has sent what is queued.
+// close makes run return once it has sent what is queued; every worker
+// has returned from add by then.
 func (q *replyQueue) close() {
 	q.mu.Lock()
 	q.closed = true
 	q.mu.Unlock()
-	select {
-	case q.wake <- struct{}{}:
-	default:
-	}
+	q.poke()
 }
 
-// take returns what is queued, up to maxForwardBatchBytes (at least one
-// reply), and whether the queue is closed.
-func (q *replyQueue) take() ([]*netsyv1.ForwardReply, bool) {
+// sendOnce takes what is queued, up to maxForwardBatchBytes (at least one
+// reply), and sends it as one message; after a failed send it drops what
+// it takes (the stream is broken: Recv ends the handler). It reports
+// whether the caller is still the sender: false when the queue was empty,
+// and then sending is cleared.
+func (q *replyQueue) sendOnce() bool {
 	q.mu.Lock()
-	defer q.mu.Unlock()
 	n, size := 0, 0
 	for n < len(q.queue) {
 		sz := len(q.queue[n].Response) + len(q.queue[n].Status) + 32
@@ -245,38 +289,54 @@ func (q *replyQueue) take() ([]*netsyv1.ForwardReply, bool) {
 		size += sz
 		n++
 	}
+	if n == 0 {
+		q.sending = false
+		closed := q.closed
+		q.mu.Unlock()
+		if closed {
+			// run may have seen this sender and waited for it.
+			q.poke()
+		}
+		return false
+	}
 	batch := q.queue[:n:n]
 	q.queue = q.queue[n:]
 	if len(q.queue) == 0 {
 		q.queue = nil
 	}
-	return batch, q.closed && len(q.queue) == 0
-}
-
-// run sends replies until the queue is closed and empty. After a failed
-// send it drops the rest (the stream is broken: Recv ends the handler)
-// and returns the error.
-func (q *replyQueue) run(stream netsyv1.Forward_ForwardServer) error {
-	var err error
-	for range q.wake {
-		// The replies of one group commit are readied together: let the
-		// workers already runnable add theirs before taking the queue, so
-		// they share a message instead of going one by one (the first
-		// one's wake-up would otherwise run this goroutine after each).
-		// No timer: nothing waits for a reply that is not ready.
-		runtime.Gosched()
-		for {
-			batch, closed := q.take()
-			if len(batch) > 0 && err == nil {
-				err = stream.Send(&netsyv1.ForwardReplies{Replies: batch})
-			}
-			if closed {
-				return err
-			}
-			if len(batch) == 0 {
-				break
-			}
+	err := q.err
+	q.mu.Unlock()
+	if err == nil {
+		if err := q.stream.Send(&netsyv1.ForwardReplies{Replies: batch}); err != nil {
+			q.mu.Lock()
+			q.err = err
+			q.mu.Unlock()
 		}
 	}
-	return err
+	return true
+}
+
+// run sends what workers hand back, until the queue is closed and empty;
+// it returns the first failed send's error.
+func (q *replyQueue) run() error {
+	for range q.wake {
+		// As add: let the workers already runnable add theirs first. No
+		// timer: nothing waits for a reply that is not ready.
+		runtime.Gosched()
+		q.mu.Lock()
+		if !q.sending {
+			q.sending = true
+			q.mu.Unlock()
+			for q.sendOnce() {
+			}
+			q.mu.Lock()
+		}
+		done := q.closed && !q.sending && len(q.queue) == 0
+		err := q.err
+		q.mu.Unlock()
+		if done {
+			return err
+		}
+	}
+	return nil
 }
