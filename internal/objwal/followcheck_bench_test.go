@@ -43,19 +43,45 @@ func BenchmarkFollowerCheckpointSearch(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer l.Close()
-	b.ReportAllocs()
-	for b.Loop() {
-		c := 1 + rnd.Uint64N(chunks-1) // seqs[0] is taken unread
-		idx := c*perChunk + 1 + rnd.Uint64N(perChunk)
+	b.Run("cold", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			c := 1 + rnd.Uint64N(chunks-1) // seqs[0] is taken unread
+			idx := c*perChunk + 1 + rnd.Uint64N(perChunk)
+			forgetChunkStarts(l)
+			seq, first, err := l.lastChunkStartingBy(0, idx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if seq != c+1 || first != c*perChunk+1 {
+				b.Fatalf("search for %d found chunk %d starting at %d, want %d at %d", idx, seq, first, c+1, c*perChunk+1)
+			}
+		}
+	})
+	// As on a replica: each search starts from where the last one moved
+	// the checkpoint to, 4 chunks behind the new local snapshot (with a
+	// fresh start, cache included, when the bucket's end is reached).
+	b.Run("advancing", func(b *testing.B) {
+		const step = 4
 		forgetChunkStarts(l)
-		seq, first, err := l.lastChunkStartingBy(0, idx)
-		if err != nil {
-			b.Fatal(err)
+		var after uint64
+		b.ReportAllocs()
+		for b.Loop() {
+			if after+step+1 > chunks {
+				after = 0
+				forgetChunkStarts(l)
+			}
+			idx := (after+step)*perChunk + 1
+			seq, _, err := l.lastChunkStartingBy(after, idx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if seq != after+step+1 {
+				b.Fatalf("search after %d for %d found chunk %d, want %d", after, idx, seq, after+step+1)
+			}
+			after = seq - 1
 		}
-		if seq != c+1 || first != c*perChunk+1 {
-			b.Fatalf("search for %d found chunk %d starting at %d, want %d at %d", idx, seq, first, c+1, c*perChunk+1)
-		}
-	}
+	})
 }
 
 // forgetChunkStarts makes the next search start from nothing.
