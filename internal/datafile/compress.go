@@ -74,13 +74,32 @@ func (e *errReader) Read(p []byte) (int, error) {
 }
 
 func newDecompressor(name string, r io.Reader) (*decompressor, error) {
-	src := &errReader{r: r}
-	// Concurrency 1 decodes on the caller's goroutine: nothing to stop.
-	dec, err := zstd.NewReader(src,
+	dec, err := newZstdDecoder()
+	if err != nil {
+		return nil, fmt.Errorf("data file %s: %w", name, err)
+	}
+	return resetDecompressor(name, r, dec)
+}
+
+// newZstdDecoder makes a decoder for compressed files, to be pointed at
+// one with resetDecompressor. Concurrency 1 decodes on the caller's
+// goroutine: nothing to stop.
+func newZstdDecoder() (*zstd.Decoder, error) {
+	dec, err := zstd.NewReader(nil,
 		zstd.WithDecoderConcurrency(1),
 		zstd.WithDecoderMaxWindow(zstdWindow),
 		zstd.WithDecoderLowmem(true))
 	if err != nil {
+		return nil, fmt.Errorf("zstd reader: %w", err)
+	}
+	return dec, nil
+}
+
+// resetDecompressor points dec at the zstd stream r (what follows a
+// compressed file's header), forgetting any stream it was reading.
+func resetDecompressor(name string, r io.Reader, dec *zstd.Decoder) (*decompressor, error) {
+	src := &errReader{r: r}
+	if err := dec.Reset(src); err != nil {
 		return nil, fmt.Errorf("data file %s: zstd reader: %w", name, err)
 	}
 	return &decompressor{name: name, src: src, dec: dec, out: HeaderSize}, nil

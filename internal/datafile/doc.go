@@ -65,4 +65,9 @@
 // the compressed header in the one pass that checks the records, so a
 // chunk costs no allocation and one checksum pass. A body never shares
 // memory with the frames it was sealed from.
+// A FirstEntryReader reads an entry file's header and first record and
+// stops (for a compressed chunk, after its first zstd block): where a
+// chunk starts, for a search through chunks, without the rest being
+// downloaded, decoded or verified. It keeps one zstd decoder, reset for
+// each file.
 package datafile

@@ -50,36 +50,9 @@ func NewReader(name string, r io.Reader) (*Reader, error) {
 	default:
 		r = bufio.NewReaderSize(r, 256<<10)
 	}
-	var b [HeaderSize]byte
-	if _, err := io.ReadFull(r, b[:]); err != nil {
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return nil, corruptf(name, 0, "truncated header")
-		}
-		return nil, fmt.Errorf("read data file %s header: %w", name, err)
-	}
-	if !bytes.Equal(b[0:4], headerMagic[:]) {
-		return nil, corruptf(name, 0, "bad magic %q: not a netsy data file", b[0:4])
-	}
-	h := Header{Version: b[4], Kind: Kind(b[5]), Compression: Compression(b[6]), Flags: binary.LittleEndian.Uint32(b[8:12])}
-	// The version decides the layout of everything after it, so it is
-	// checked before anything the layout defines.
-	if h.Version != FormatVersion {
-		return nil, fmt.Errorf("data file %s: %w %d (this build reads %d)", name, ErrUnsupportedVersion, h.Version, FormatVersion)
-	}
-	if got, want := crc32.Checksum(b[:12], castagnoli), binary.LittleEndian.Uint32(b[12:16]); got != want {
-		return nil, corruptf(name, 0, "header checksum mismatch (stored %08x, computed %08x)", want, got)
-	}
-	if !h.Kind.valid() {
-		return nil, corruptf(name, 5, "unknown kind %d", b[5])
-	}
-	switch {
-	case h.Compression == CompressionNone:
-	case h.Compression == CompressionZstd && h.Kind.compressible():
-	default:
-		return nil, fmt.Errorf("data file %s: %w %s", name, ErrUnsupportedCompression, h.Compression)
-	}
-	if h.Flags != 0 || b[7] != 0 {
-		return nil, fmt.Errorf("data file %s: %w %#x (reserved byte %#x)", name, ErrUnsupportedFlags, h.Flags, b[7])
+	h, b, err := readHeader(name, r)
+	if err != nil {
+		return nil, err
 	}
 	if h.Compression == CompressionZstd {
 		d, err := newDecompressor(name, r)
@@ -96,6 +69,44 @@ func NewReader(name string, r io.Reader) (*Reader, error) {
 		off:           HeaderSize,
 		crc:           crc32.Update(0, castagnoli, b[:]),
 	}, nil
+}
+
+// readHeader reads and checks the header of the data file r: magic,
+// version, checksum, kind, and a compression and flags this build reads.
+// It returns the header's bytes too, where the file checksum starts.
+func readHeader(name string, r io.Reader) (Header, [HeaderSize]byte, error) {
+	var b [HeaderSize]byte
+	if _, err := io.ReadFull(r, b[:]); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return Header{}, b, corruptf(name, 0, "truncated header")
+		}
+		return Header{}, b, fmt.Errorf("read data file %s header: %w", name, err)
+	}
+	if !bytes.Equal(b[0:4], headerMagic[:]) {
+		return Header{}, b, corruptf(name, 0, "bad magic %q: not a netsy data file", b[0:4])
+	}
+	h := Header{Version: b[4], Kind: Kind(b[5]), Compression: Compression(b[6]), Flags: binary.LittleEndian.Uint32(b[8:12])}
+	// The version decides the layout of everything after it, so it is
+	// checked before anything the layout defines.
+	if h.Version != FormatVersion {
+		return Header{}, b, fmt.Errorf("data file %s: %w %d (this build reads %d)", name, ErrUnsupportedVersion, h.Version, FormatVersion)
+	}
+	if got, want := crc32.Checksum(b[:12], castagnoli), binary.LittleEndian.Uint32(b[12:16]); got != want {
+		return Header{}, b, corruptf(name, 0, "header checksum mismatch (stored %08x, computed %08x)", want, got)
+	}
+	if !h.Kind.valid() {
+		return Header{}, b, corruptf(name, 5, "unknown kind %d", b[5])
+	}
+	switch {
+	case h.Compression == CompressionNone:
+	case h.Compression == CompressionZstd && h.Kind.compressible():
+	default:
+		return Header{}, b, fmt.Errorf("data file %s: %w %s", name, ErrUnsupportedCompression, h.Compression)
+	}
+	if h.Flags != 0 || b[7] != 0 {
+		return Header{}, b, fmt.Errorf("data file %s: %w %#x (reserved byte %#x)", name, ErrUnsupportedFlags, h.Flags, b[7])
+	}
+	return h, b, nil
 }
 
 // Header returns the file's header.

@@ -80,11 +80,19 @@
 // so its checkpoint cannot follow its uploads: each time it saves a
 // local snapshot it moves the checkpoint up to it, to the newest bucket
 // snapshot at or below it (read from its header) and then to the last
-// chunk that starts by the snapshot's next index (a binary search, one
-// chunk read per step). A restart then keeps what it holds and reads only
-// the chunks from there, comparing (and cutting where they differ) only
-// the entries past its local snapshot. With AckOnFsync (a lone node
-// acknowledging on its fsync) the whole local log is known committed.
+// chunk that starts by the snapshot's next index (a binary search that
+// reads only a chunk's first record per step and remembers, for the
+// chunks after the checkpoint, where each it read starts, so each chunk
+// is read about once; the snapshot headers it remembers are dropped once
+// GC deleted their snapshots). A restart then keeps what it holds and
+// reads only the chunks after the checkpoint's, comparing (and cutting
+// where they differ) only the entries past its local snapshot. The
+// checkpoint's own chunk need not be there: GC deletes through the
+// oldest kept snapshot's wal_seq, often a follower's checkpoint, and
+// only when the chunk after it is gone too does a restart fall back to
+// the newest bucket snapshot (dropping the local entries after the
+// checkpoint). With AckOnFsync (a lone node acknowledging on its fsync)
+// the whole local log is known committed.
 //
 // In quorum mode the Primary acknowledges before it uploads, so a
 // follower's snapshot may cover entries the bucket does not hold yet.

@@ -178,8 +178,8 @@ func (l *Log) saveFollowerSnapshot(s *datafile.Snapshot) {
 // that tail with the chunks and cuts it where another Primary wrote
 // something else. The cost, once per local snapshot: a listing of
 // snapshots/ and of the chunks after the base, one header read per new
-// bucket snapshot (snapshotHead caches them), and a chunk read per step
-// of the binary search.
+// bucket snapshot (snapshotHead caches them), and the first record of
+// each chunk the binary search reads that no earlier search did.
 func (l *Log) advanceFollowerCheckpoint(idx uint64, rev int64) {
 	if l.meta == nil {
 		return // a local log that may seed an empty bucket: no checkpoint yet
@@ -219,13 +219,20 @@ func (l *Log) advanceFollowerCheckpoint(idx uint64, rev int64) {
 }
 
 // snapshotAtOrBelow returns the header of the newest bucket snapshot whose
-// index is at most idx (rev is that entry's revision), nil if none.
+// index is at most idx (rev is that entry's revision), nil if none. The
+// headers it caches (snapHeads) of snapshots older than the bucket's
+// oldest are dropped: the writer's GC deleted them, and a follower, which
+// runs none, kept every header it read for the life of the process.
 func (l *Log) snapshotAtOrBelow(idx uint64, rev int64) (*netsyv1.SnapshotHeader, error) {
 	var keys []string
+	oldest, listed := "", false
 	err := l.listAll(l.ctx, snapPrefix, "", gcAttempts, func(o objstore.ObjectInfo) (bool, error) {
 		r := parseNum(o.Key, snapPrefix)
 		if r == 0 {
 			return true, nil
+		}
+		if !listed {
+			oldest, listed = o.Key, true
 		}
 		// Revisions never go down along the log, so a snapshot of a
 		// higher revision is of a higher index: none of them can do.
@@ -237,6 +244,13 @@ func (l *Log) snapshotAtOrBelow(idx uint64, rev int64) (*netsyv1.SnapshotHeader,
 	})
 	if err != nil {
 		return nil, err
+	}
+	for k := range l.snapHeads {
+		// Keys order as their revisions do (zero-padded); with no
+		// snapshot listed, none of those cached is there any more.
+		if !listed || k < oldest {
+			delete(l.snapHeads, k)
+		}
 	}
 	for i := len(keys) - 1; i >= 0; i-- {
 		h, err := l.snapshotHead(keys[i])
@@ -255,40 +269,98 @@ func (l *Log) snapshotAtOrBelow(idx uint64, rev int64) (*netsyv1.SnapshotHeader,
 
 // lastChunkStartingBy binary-searches the chunks after seq (which must
 // hold every entry after the checkpoint at seq) for the last one whose
-// first entry is at or before idx, reading one chunk per step; it returns
-// that chunk's seq and first index, or seq 0 if no chunk read qualifies.
-// An empty chunk (a claim) says nothing of where the next one starts, so
-// the search stays below it: it may settle short of the best chunk, never
-// past it.
+// first entry is at or before idx; it returns that chunk's seq and first
+// index, or seq 0 if no chunk read qualifies. An empty chunk (a claim)
+// says nothing of where the next one starts, so the search stays below
+// it: it may settle short of the best chunk, never past it.
+//
+// A step reads a chunk's first record only (datafile.FirstEntryReader),
+// and what it learns is kept (chunkStarts: chunks never change once
+// written) to narrow and shorten the next searches, so each chunk is
+// read about once per process. Decoding whole chunks here was 25 MB of
+// a replica's allocation every 3 s under put-256 (issue 22). The cache
+// holds only chunks after the checkpoint searched from, which later
+// searches start from or past: a few per search.
 func (l *Log) lastChunkStartingBy(after, idx uint64) (seq, first uint64, err error) {
 	seqs, err := l.listChunks(l.ctx, after)
 	if err != nil {
 		return 0, 0, err
 	}
+	for s := range l.chunkStarts {
+		if s <= after || s > after+uint64(len(seqs)) {
+			delete(l.chunkStarts, s)
+		}
+	}
 	if len(seqs) == 0 || seqs[0] != after+1 || !dense(seqs) {
 		return 0, 0, nil // collected meanwhile: leave it to the next snapshot
 	}
 	// seqs[lo] starts at or before idx: the chunk after a checkpoint
-	// starts right after its index, which is below idx.
+	// starts right after its index, which is below idx. The chunks
+	// already read narrow the range first: their starts only grow with
+	// their seqs.
 	lo, hi := 0, len(seqs)-1
+	for s, f := range l.chunkStarts {
+		switch at := int(s - seqs[0]); {
+		case f == 0: // an empty chunk bounds nothing but itself
+		case f <= idx && at >= lo:
+			lo, seq, first = at, s, f
+		case f > idx && at <= hi:
+			hi = at - 1
+		}
+	}
 	for lo < hi {
 		mid := (lo + hi + 1) / 2
-		key := walKey(seqs[mid])
-		body, err := l.getObject(l.ctx, key, gcAttempts)
+		f, err := l.chunkStart(seqs[mid])
 		if err != nil {
 			return 0, 0, err
 		}
-		entries, _, err := datafile.DecodeChunk(key, body)
-		if err != nil {
-			return 0, 0, fmt.Errorf("chunk %s: %w", key, err)
-		}
-		if len(entries) > 0 && entries[0].Index <= idx {
-			lo, seq, first = mid, seqs[mid], entries[0].Index
+		if f != 0 && f <= idx {
+			lo, seq, first = mid, seqs[mid], f
 		} else {
 			hi = mid - 1
 		}
 	}
 	return seq, first, nil
+}
+
+// chunkStart returns the first index of the chunk at seq, 0 if it holds
+// no entries, reading only its first record, once per process.
+func (l *Log) chunkStart(seq uint64) (uint64, error) {
+	if f, ok := l.chunkStarts[seq]; ok {
+		return f, nil
+	}
+	key := walKey(seq)
+	var e *netsyv1.Entry
+	var damaged error
+	err := l.retry(l.ctx, gcAttempts, "get "+key, isNotFound, func(ctx context.Context) error {
+		// The rest of the body is abandoned unread.
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		rc, _, err := l.store.GetReader(ctx, key)
+		if err != nil {
+			return err
+		}
+		defer rc.Close()
+		tr := &trackingReader{r: rc}
+		e, err = l.firsts.FirstEntry(key, tr)
+		if err != nil && tr.err == nil {
+			damaged = err // not the transfer: no retry reads it better
+			return nil
+		}
+		return err
+	})
+	if err == nil {
+		err = damaged
+	}
+	if err != nil {
+		return 0, fmt.Errorf("chunk %s: %w", key, err)
+	}
+	var f uint64
+	if e != nil {
+		f = e.Index
+	}
+	l.chunkStarts[seq] = f
+	return f, nil
 }
 
 // publishSnapshot saves s locally and uploads it, then collects garbage.

@@ -3,6 +3,7 @@ package objwal
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/netsy-io/netsy/internal/objstore/faulty"
 	"github.com/netsy-io/netsy/internal/objstore/s3"
 	"github.com/netsy-io/netsy/internal/testutil/miniotest"
+	netsyv1 "github.com/netsy-io/netsy/proto/netsyv1"
 )
 
 // minioEnv is a bucket prefix on a real MinIO, with the real clock.
@@ -133,6 +135,44 @@ func TestMinIO(t *testing.T) {
 		_, err = e.node("", ModeSync, nil).tryOpen()
 		if err == nil || !strings.Contains(err.Error(), walKey(3)) {
 			t.Fatalf("Open = %v, want an error naming %s", err, walKey(3))
+		}
+	})
+
+	// A follower's checkpoint search reads a chunk's first record and
+	// abandons the rest of the body (hundreds of KiB here) mid-transfer.
+	t.Run("follower checkpoint search", func(t *testing.T) {
+		e := minioEnv(t, srv, "firsts")
+		b := e.node("", ModeSync, func(o *Options) { o.Follower = true }).open()
+		rnd := rand.New(rand.NewPCG(3, 4))
+		const chunks, per = 12, 300
+		for c := uint64(1); c <= chunks; c++ {
+			var es []*netsyv1.Entry
+			for i := (c-1)*per + 1; i <= c*per; i++ {
+				ent := entry(i, "a")
+				ent.Ops[0].Value = make([]byte, 1024)
+				for j := range ent.Ops[0].Value {
+					ent.Ops[0].Value[j] = byte(rnd.Uint32())
+				}
+				es = append(es, ent)
+			}
+			body, err := encodeEntries(nil, es)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.inner.PutIfAbsent(t.Context(), walKey(c), body); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for round := range 2 { // the second from what the first learned
+			for c := uint64(2); c <= chunks; c++ {
+				seq, first, err := b.l.lastChunkStartingBy(0, c*per-uint64(round))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if seq != c || first != (c-1)*per+1 {
+					t.Fatalf("round %d: search in chunk %d found chunk %d starting at %d", round, c, seq, first)
+				}
+			}
 		}
 	})
 }

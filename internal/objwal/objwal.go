@@ -328,6 +328,11 @@ type Log struct {
 	// snapHeads caches bucket snapshot headers for garbage collection
 	// (maintenance goroutine only).
 	snapHeads map[string]*netsyv1.SnapshotHeader
+	// chunkStarts caches the first index of each chunk a follower's
+	// checkpoint search read (0: an empty chunk), and firsts reads them
+	// (maintenance goroutine only; see lastChunkStartingBy).
+	chunkStarts map[uint64]uint64
+	firsts      datafile.FirstEntryReader
 	// firstEntry is the history's first entry while the bucket holds it
 	// (maintenance goroutine only; see noteFirstEntry).
 	firstEntry *netsyv1.Entry
@@ -381,23 +386,24 @@ func open(ctx context.Context, o Options, h hooks) (*Log, error) {
 		return nil, err
 	}
 	l := &Log{
-		sealer:     sealer,
-		o:          o,
-		store:      o.Store,
-		clk:        o.Clock,
-		log:        o.Logger,
-		metaPath:   filepath.Join(o.WALDir, metaFileName),
-		hooks:      h,
-		opened:     o.Clock.Now(),
-		openedWall: o.Clock.Wall(),
-		gcSeen:     make(map[string]time.Time),
-		snapHeads:  make(map[string]*netsyv1.SnapshotHeader),
-		upKick:     make(chan struct{}, 1),
-		maintKick:  make(chan struct{}, 1),
-		closingCh:  make(chan struct{}),
-		jobs:       make(chan func()),
-		upDone:     closedChan(),
-		upIdle:     make(chan struct{}),
+		sealer:      sealer,
+		o:           o,
+		store:       o.Store,
+		clk:         o.Clock,
+		log:         o.Logger,
+		metaPath:    filepath.Join(o.WALDir, metaFileName),
+		hooks:       h,
+		opened:      o.Clock.Now(),
+		openedWall:  o.Clock.Wall(),
+		gcSeen:      make(map[string]time.Time),
+		snapHeads:   make(map[string]*netsyv1.SnapshotHeader),
+		chunkStarts: make(map[uint64]uint64),
+		upKick:      make(chan struct{}, 1),
+		maintKick:   make(chan struct{}, 1),
+		closingCh:   make(chan struct{}),
+		jobs:        make(chan func()),
+		upDone:      closedChan(),
+		upIdle:      make(chan struct{}),
 	}
 	l.curMode.Store(int32(o.Mode))
 	l.pendBuf = l.newPendBuf()

@@ -167,12 +167,23 @@ func (l *Log) catchUp(ctx context.Context) (*bucketView, error) {
 		}
 		if ok {
 			// The listing starts no later than the checkpoint's own chunk:
-			// finding it confirms this is still the bucket the checkpoint
-			// was written against.
+			// finding it, or the chunk after it, confirms this is still
+			// the bucket the checkpoint was written against.
 			first := min(from, m.Seq)
 			seqs, err := l.listChunks(ctx, first-1)
 			if err != nil {
 				return nil, err
+			}
+			if from == m.Seq+1 && len(seqs) > 0 && seqs[0] == from {
+				// The checkpoint's own chunk was collected: GC deletes
+				// through the oldest kept snapshot's wal_seq, which is
+				// often the checkpoint (a follower's, or one a restore
+				// installed). The chunks after it hold every entry after
+				// the checkpoint's index and the local state holds the
+				// rest, so nothing is missing. Falling back to the newest
+				// snapshot DISCARDED the local entries after the
+				// checkpoint, those the bucket lacks too (issue 22).
+				first = from
 			}
 			if len(seqs) > 0 && seqs[0] == first && dense(seqs) && seqs[len(seqs)-1] >= m.Seq {
 				return l.applyChunks(ctx, from-1, seqs[from-first:], agreed, m.Index)
