@@ -166,9 +166,12 @@ func (l *Log) catchUp(ctx context.Context) (*bucketView, error) {
 			return nil, err
 		}
 		if ok {
-			// The listing starts no later than the checkpoint's own chunk:
-			// finding it, or the chunk after it, confirms this is still
-			// the bucket the checkpoint was written against.
+			// The listing starts no later than the checkpoint's own chunk.
+			// Finding it, or the chunk after it, is only a weak sign that
+			// this is the bucket the checkpoint was written against (a
+			// restored store numbers its chunks from 1 again); what
+			// protects the history is applyChunks' checks of where the
+			// first chunk starts and where the bucket ends.
 			first := min(from, m.Seq)
 			seqs, err := l.listChunks(ctx, first-1)
 			if err != nil {
