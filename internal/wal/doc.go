@@ -46,5 +46,6 @@
 // that they never sit on the write path. The writer, woken from idle by
 // an append, yields as often as SetWriteYields says before it takes the
 // batch (a Primary lets the Follow streams woken by the same append send
-// it first); a writer busy with batches back to back never yields.
+// it first). It yields only after it found nothing queued: batches
+// appended during the previous fsync are taken at once.
 package wal

@@ -444,7 +444,7 @@ func (w *WAL) Close() error {
 // of microseconds on a small machine, 77 us median in a 3-node put-seq
 // trace). A quorum write waits for a replica's fsync, which starts only
 // once the entries arrive, and the Primary's own fsync had time to spare
-// (it ended 240 us before the first receipt, median): yielding moves the
+// (it ended 210 us before the first receipt, median): yielding moves the
 // sends ahead of it. Each yield with nothing else runnable returns at
 // once. Safe from any goroutine; durability is unchanged (only when the
 // batch is written moves).

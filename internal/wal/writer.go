@@ -46,7 +46,8 @@ func (w *WAL) run() {
 			<-w.kick
 			// Woken from idle: let the goroutines readied with the
 			// appends that woke it go first (SetWriteYields). A
-			// writer kept busy by batches back to back never yields.
+			// batch appended during the last fsync is taken above
+			// without yielding.
 			for range w.writeYields.Load() {
 				runtime.Gosched()
 				if w.hooks.yielded != nil {
