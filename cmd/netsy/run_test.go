@@ -48,7 +48,7 @@ func TestHelpListsEveryFlag(t *testing.T) {
 	if code := Run(context.Background(), []string{"--help"}, &out, &out); code != 0 {
 		t.Fatalf("--help exit %d", code)
 	}
-	for _, f := range []string{"-data-dir", "-client-addr", "-http-addr", "-progress-notify-interval", "-log-level", "-log-format",
+	for _, f := range []string{"-data-dir", "-client-addr", "-http-addr", "-progress-notify-interval", "-metrics", "-log-level", "-log-format",
 		"-name", "-storage", "-s3-endpoint", "-s3-region", "-s3-path-style", "-quorum", "-snapshot-every-revisions", "-snapshot-keep", "-retention",
 		"-value-spill-min", "-max-request-bytes", "-version", "NETSY_",
 		"-cert-file", "-key-file", "-trusted-ca-file", "-client-cert-auth", "-peer-cert-file", "-peer-key-file",

@@ -31,6 +31,10 @@ type Config struct {
 	// ProgressNotifyInterval is how often idle watches with progress_notify
 	// receive a progress event.
 	ProgressNotifyInterval time.Duration
+	// Metrics is etcd's --metrics: MetricsBasic, or MetricsExtensive to
+	// add the client port's grpc_server_handling_seconds histogram, which
+	// costs a clock read and a histogram update on every call.
+	Metrics string
 	// LogLevel is one of trace, debug, info, warn, error.
 	LogLevel string
 	// LogFormat is text or json.
@@ -148,6 +152,12 @@ func (c Config) AutoCompaction() (compactor.Policy, error) {
 	return compactor.Parse(c.AutoCompactionMode, c.AutoCompactionRetention)
 }
 
+// The --metrics levels, as etcd's.
+const (
+	MetricsBasic     = "basic"
+	MetricsExtensive = "extensive"
+)
+
 // MaxRequestBytesLimit is the largest --max-request-bytes accepted: the
 // log entry a request becomes must fit one data-file record (64 MiB),
 // with room for what the entry adds to the request.
@@ -160,6 +170,7 @@ func Default() Config {
 		ClientAddr:              "127.0.0.1:2379",
 		HTTPAddr:                "127.0.0.1:2381",
 		ProgressNotifyInterval:  5 * time.Second,
+		Metrics:                 MetricsBasic,
 		LogLevel:                "info",
 		LogFormat:               "text",
 		SnapshotEveryRevisions:  100000,
@@ -244,6 +255,11 @@ func (c Config) Validate() error {
 	}
 	if c.ProgressNotifyInterval <= 0 {
 		return fmt.Errorf("--progress-notify-interval: must be positive, got %s", c.ProgressNotifyInterval)
+	}
+	switch c.Metrics {
+	case MetricsBasic, MetricsExtensive:
+	default:
+		return fmt.Errorf("--metrics: %q is not %s or %s", c.Metrics, MetricsBasic, MetricsExtensive)
 	}
 	switch strings.ToLower(c.LogLevel) {
 	case "trace", "debug", "info", "warn", "error":
@@ -420,6 +436,7 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.ClientAddr, "client-addr", c.ClientAddr, "host:port of the etcd v3 client API")
 	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "host:port serving /healthz, /readyz and /metrics")
 	fs.DurationVar(&c.ProgressNotifyInterval, "progress-notify-interval", c.ProgressNotifyInterval, "interval of watch progress notifications")
+	fs.StringVar(&c.Metrics, "metrics", c.Metrics, "as etcd's flag: basic, or extensive to add the grpc_server_handling_seconds histogram of client calls (a clock read and a histogram update on every call)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level: trace, debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log format: text or json")
 	fs.StringVar(&c.Name, "name", c.Name, "this node's etcd member name, reported by MemberList (default: --node-id)")
