@@ -4,6 +4,8 @@ import (
 	"runtime"
 	"strconv"
 
+	"github.com/netsy-io/netsy/internal/config"
+
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -101,13 +103,17 @@ type nodeMetrics struct {
 
 // newGRPCMetrics are the gRPC server metrics etcd's dashboards read
 // (grpc_server_started_total, grpc_server_handled_total,
-// grpc_server_msg_received_total, grpc_server_msg_sent_total and the
-// grpc_server_handling_seconds histogram, with grpc_type, grpc_service,
-// grpc_method and grpc_code), from the go-grpc-middleware provider.
-func newGRPCMetrics() *grpcprom.ServerMetrics {
-	// The histogram's buckets are Prometheus' defaults, as etcd's with
-	// --metrics=extensive.
-	return grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
+// grpc_server_msg_received_total, grpc_server_msg_sent_total, with
+// grpc_type, grpc_service, grpc_method and grpc_code), from the
+// go-grpc-middleware provider. At --metrics=extensive, as etcd, they add
+// the grpc_server_handling_seconds histogram (Prometheus' default
+// buckets, as etcd's): a clock read and a histogram update on every call,
+// which etcd's default (basic) spares.
+func newGRPCMetrics(level string) *grpcprom.ServerMetrics {
+	if level == config.MetricsExtensive {
+		return grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
+	}
+	return grpcprom.NewServerMetrics()
 }
 
 // newPeerGRPCMetrics are the peer port's gRPC call counts (Follow

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/netsy-io/netsy/internal/config"
 	"github.com/netsy-io/netsy/internal/engine"
 	"github.com/netsy-io/netsy/internal/wal"
 )
@@ -176,7 +177,6 @@ func TestNodeExportsEtcdMetrics(t *testing.T) {
 		{"grpc_server_handled_total", map[string]string{"grpc_method": "Put", "grpc_code": "OK"}, 1},
 		{"grpc_server_msg_received_total", put, 1},
 		{"grpc_server_msg_sent_total", put, 1},
-		{"grpc_server_handling_seconds", put, 1},
 		{"etcd_mvcc_put_total", nil, 1},
 		{"etcd_debugging_mvcc_keys_total", nil, 1},
 		{"etcd_server_proposals_applied_total", nil, 1},
@@ -187,6 +187,10 @@ func TestNodeExportsEtcdMetrics(t *testing.T) {
 		if !ok || a-b != c.delta {
 			t.Errorf("%s%v: %v → %v (present %v), want +%v", c.name, c.labels, b, a, ok, c.delta)
 		}
+	}
+	// As etcd's default (--metrics=basic): no handling-time histogram.
+	if _, ok := series(after, "grpc_server_handling_seconds", put); ok {
+		t.Error("grpc_server_handling_seconds is exported at --metrics=basic; etcd exports it only at extensive")
 	}
 	// grpc_server_handled_total is there for every method and code from
 	// the start, as etcd's, so rate() over it never starts from nothing.
@@ -220,5 +224,21 @@ func TestNodeExportsEtcdMetrics(t *testing.T) {
 	}
 	if v, ok := series(after, "etcd_disk_wal_fsync_duration_seconds", nil); !ok || v == 0 {
 		t.Errorf("wal fsyncs = %v (present %v), want some", v, ok)
+	}
+}
+
+// At --metrics=extensive, as etcd, the client port's calls are also timed
+// in the grpc_server_handling_seconds histogram.
+func TestExtensiveMetricsTimeClientCalls(t *testing.T) {
+	n := startNode(t, "file://"+filepath.Join(t.TempDir(), "bucket"), func(c *config.Config) { c.Metrics = config.MetricsExtensive })
+	cli := client(t, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := cli.Put(ctx, "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	put := map[string]string{"grpc_type": "unary", "grpc_service": "etcdserverpb.KV", "grpc_method": "Put"}
+	if v, ok := series(scrapeMetrics(t, n), "grpc_server_handling_seconds", put); !ok || v != 1 {
+		t.Fatalf("grpc_server_handling_seconds%v = %v (present %v), want 1 call timed", put, v, ok)
 	}
 }

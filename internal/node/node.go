@@ -310,7 +310,7 @@ func StartWith(ctx context.Context, cfg config.Config, logger hclog.Logger, deps
 		ProgressNotifyInterval: cfg.ProgressNotifyInterval,
 		MaxRequestBytes:        cfg.MaxRequestBytes,
 	})
-	n.metrics.grpc = newGRPCMetrics()
+	n.metrics.grpc = newGRPCMetrics(cfg.Metrics)
 	n.grpc = n.api.NewGRPCServer(append(n.tls.clientServerOptions(logger, clk), grpcMetricsOptions(n.metrics.grpc)...)...)
 	n.metrics.grpc.InitializeMetrics(n.grpc)
 	n.http = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
