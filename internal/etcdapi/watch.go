@@ -154,7 +154,10 @@ type watchStream struct {
 	// event responses of the current pass; until holdUntil, newer
 	// revisions wait for the hold timer and go out together.
 	responses int
-	holdUntil time.Time
+	// eventsSent counts the events of the current pass, for
+	// Server.watchEventsSent.
+	eventsSent int64
+	holdUntil  time.Time
 	// lastPass and lastTotal are when this stream's previous pass ended
 	// and Server.watchResponses then.
 	lastPass  time.Time
@@ -453,6 +456,15 @@ func (ws *watchStream) armHold(d time.Duration) {
 // sync sends every watcher its events up to ws.cur, at most one Events read
 // per distinct cursor, and reports whether all watchers are caught up.
 func (ws *watchStream) sync() (bool, error) {
+	// The server-wide count moves once per pass, not once per response:
+	// every stream of a commit sends at once, on every core, and one
+	// shared counter bumped per watcher bounces between them.
+	defer func() {
+		if ws.eventsSent > 0 {
+			ws.s.watchEventsSent.Add(ws.eventsSent)
+			ws.eventsSent = 0
+		}
+	}()
 	cursors := ws.cursors[:0]
 	for _, w := range ws.order {
 		if w.next <= ws.cur && !slices.Contains(cursors, w.next) {
@@ -543,7 +555,7 @@ func (ws *watchStream) deliver(w *watcher, evs []*mvccpb.Event) error {
 	}
 	w.sent = true
 	ws.responses++
-	ws.s.watchEventsSent.Add(int64(len(sel)))
+	ws.eventsSent += int64(len(sel))
 	if !w.fragment {
 		resp, err := ws.enc.response(ws.hdr, w.id, evs, sel)
 		if err != nil {
