@@ -99,6 +99,10 @@
 //     local log (the loop, the log's writer goroutine, write, fsync,
 //     commit: what a sequential client waits on), with and without the
 //     fsync, so what the hand-offs cost shows apart from the disk.
+//   - The client Watch streams a commit wakes share one Events read of
+//     the store per commit notification (eventsCache in feed.go): kept
+//     until the commit signal next fires, never for a range below the
+//     compaction floor, and never past a deposition (checked first).
 //
 // The engine never talks to clients (internal/etcdapi does) and never knows
 // where durability comes from: a local WAL, object storage or a replica

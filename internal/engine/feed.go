@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
+
 	"github.com/netsy-io/netsy/proto/netsyv1"
 )
 
@@ -25,6 +27,53 @@ type feed struct {
 	added  bool
 	// watches are the standing watchers (WatchAppends) publish pokes.
 	watches []*appendWatch
+
+	// events is the newest Events read, for the watch streams (see
+	// eventsCache).
+	events eventsCache
+}
+
+// eventsCache keeps the newest Events read for the other watch streams a
+// commit wakes. Every client Watch stream has its own loop, and a commit
+// wakes them all at once to read the same revisions from the same cursor
+// (ten streams in the watch-latency benchmark's shape): the first read of
+// the store is shared, instead of each stream taking the store's lock and
+// building and resolving the same events again. The events are shared and
+// never modified (the Backend contract says so).
+//
+// A read is kept for one commit notification generation (gen: the fires
+// of the engine's commit signal, each commit, compaction, restore or role
+// change that moves the committed revision): every read up to the next
+// notification may share it. One that gets a read from just before a
+// compaction or a restore in the same generation sees what an Events call
+// that ran a moment earlier would have, which it could have anyway.
+type eventsCache struct {
+	mu       sync.Mutex
+	valid    bool
+	gen      uint64
+	from, to int64
+	limit    int
+	evs      []*mvccpb.Event
+	next     int64
+}
+
+func (c *eventsCache) get(gen uint64, from, to int64, limit int) ([]*mvccpb.Event, int64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.valid || c.gen != gen || c.from != from || c.to != to || c.limit != limit {
+		return nil, 0, false
+	}
+	return c.evs, c.next, true
+}
+
+func (c *eventsCache) put(gen uint64, from, to int64, limit int, evs []*mvccpb.Event, next int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	// A slow reader from an older generation must not evict a newer read.
+	if c.valid && c.gen > gen {
+		return
+	}
+	c.valid, c.gen, c.from, c.to, c.limit, c.evs, c.next = true, gen, from, to, limit, evs, next
 }
 
 // appendWatch is one WatchAppends: a channel its owner made once, and
@@ -154,8 +203,12 @@ func (f *feed) wait() <-chan struct{} {
 // signal is a channel closed when an event happens, for any number of
 // waiters. It is made only when someone asks for it (wait), so an event
 // nobody waits for (the durable index of a writer no replica watches, a
-// commit with no watcher) costs no allocation. Its owner's lock guards it.
-type signal struct{ ch chan struct{} }
+// commit with no watcher) costs no allocation. Its owner's lock guards ch;
+// gen, which counts the fires, may be read without it.
+type signal struct {
+	ch  chan struct{}
+	gen atomic.Uint64
+}
 
 // wait returns a channel closed at the next fire.
 func (s *signal) wait() <-chan struct{} {
@@ -167,6 +220,7 @@ func (s *signal) wait() <-chan struct{} {
 
 // fire closes the channel waiters hold, if any.
 func (s *signal) fire() {
+	s.gen.Add(1)
 	if s.ch != nil {
 		close(s.ch)
 		s.ch = nil

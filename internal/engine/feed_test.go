@@ -1,9 +1,13 @@
 package engine
 
 import (
+	"errors"
 	"sync/atomic"
 	"testing"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/netsy-io/netsy/internal/mvcc"
 	"github.com/netsy-io/netsy/proto/netsyv1"
 )
 
@@ -68,5 +72,39 @@ func TestWatchAppendsAfterPuts(t *testing.T) {
 		case <-ctx(t).Done():
 			t.Fatalf("put %d (after index %d): no poke", i, last)
 		}
+	}
+}
+
+// The watch streams one commit wakes read the same revisions: they share
+// one read of the store (the same events, not a copy each), a later
+// commit is read afresh, and a compaction is never hidden by a kept read.
+func TestEventsOfOneCommitAreReadOnceForEveryStream(t *testing.T) {
+	h := newHarness(t, nil, nil)
+	h.put("a", "1")
+	h.put("a", "2")
+	cur := h.e.CurrentRevision()
+	evs1, next1, err := h.e.Events(cur, cur, 1000)
+	if err != nil || len(evs1) != 1 || string(evs1[0].Kv.Value) != "2" || next1 != cur+1 {
+		t.Fatalf("first read: %v %d %v", evs1, next1, err)
+	}
+	evs2, next2, err := h.e.Events(cur, cur, 1000)
+	if err != nil || next2 != next1 || len(evs2) != 1 {
+		t.Fatalf("second read: %v %d %v", evs2, next2, err)
+	}
+	if evs2[0] != evs1[0] {
+		t.Fatal("a second stream at the same commit read the store again")
+	}
+
+	h.put("a", "3")
+	evs3, _, err := h.e.Events(cur, h.e.CurrentRevision(), 1000)
+	if err != nil || len(evs3) != 2 || string(evs3[1].Kv.Value) != "3" {
+		t.Fatalf("after a commit: %v %v", evs3, err)
+	}
+
+	if _, err := h.e.Compact(ctx(t), &pb.CompactionRequest{Revision: h.e.CurrentRevision()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := h.e.Events(cur, h.e.CurrentRevision(), 1000); !errors.Is(err, mvcc.ErrCompacted) {
+		t.Fatalf("read below the floor after compaction: %v", err)
 	}
 }

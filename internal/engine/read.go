@@ -109,6 +109,7 @@ func (e *Engine) WatchErr() error { return e.Deposed() }
 
 // Events reads the committed revision log for watches. A deposed node
 // ends its watches: its history may be missing the new writer's events.
+// The watch streams a commit wakes share one read (eventsCache).
 func (e *Engine) Events(from, to int64, limit int) ([]*mvccpb.Event, int64, error) {
 	if err := e.Deposed(); err != nil {
 		return nil, from, err
@@ -116,11 +117,23 @@ func (e *Engine) Events(from, to int64, limit int) ([]*mvccpb.Event, int64, erro
 	if cur := e.committedRev.Load(); to > cur {
 		to = cur
 	}
+	compacted := from < e.compactRev.Load()
 	if from > to {
-		if from < e.compactRev.Load() {
+		if compacted {
 			return nil, from, mvcc.ErrCompacted
 		}
 		return nil, from, nil
 	}
-	return e.store.Events(from, to, limit)
+	if compacted {
+		return e.store.Events(from, to, limit)
+	}
+	gen := e.notifyCh.gen.Load()
+	if evs, next, ok := e.feed.events.get(gen, from, to, limit); ok {
+		return evs, next, nil
+	}
+	evs, next, err := e.store.Events(from, to, limit)
+	if err == nil {
+		e.feed.events.put(gen, from, to, limit, evs, next)
+	}
+	return evs, next, err
 }

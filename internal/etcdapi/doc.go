@@ -27,7 +27,15 @@
 //     it read at the top of the iteration, so history replay and live events
 //     are the same code path: no gaps, no duplicates, and a slow client is
 //     caught up from history rather than dropped.
-//   - Watchers at the same cursor share one Events read.
+//   - Watchers at the same cursor share one Events read (and the engine
+//     shares one read between the streams a commit wakes).
+//   - After each commit the loop waits on as few channels as can matter
+//     (each is locked twice per wake-up): the commit signal, one channel
+//     carrying both requests and the receive error (the client leaving
+//     shows as that error), the server's stop, and only when needed the
+//     hold timer, the progress ticker (while a watcher asked for
+//     progress) and the stream's context (once the client half-closed).
+//     The events counter moves once per pass, not per response.
 //   - Every response built in one iteration carries that iteration's
 //     committed revision in its header, so header revisions on a stream never
 //     go backwards and are always >= the revisions of the events they carry.

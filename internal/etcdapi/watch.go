@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"slices"
 	"time"
 
@@ -49,7 +50,12 @@ func (w *watchServer) Watch(stream pb.Watch_WatchServer) error {
 			return r, err
 		}
 	}
-	reqc, errc := recvLoop(ctx, recv)
+	// The receive goroutine gives up handing over only once the loop has
+	// left (quit), not when the client leaves (ctx): the Recv error it
+	// then has is how the loop learns the client left.
+	quit := make(chan struct{})
+	defer close(quit)
+	rxc := watchRecvLoop(quit, recv)
 	ws := &watchStream{
 		s:        w.s,
 		stream:   stream,
@@ -60,7 +66,40 @@ func (w *watchServer) Watch(stream pb.Watch_WatchServer) error {
 		w.s.watchStreams.Add(-1)
 		w.s.watchers.Add(-int64(len(ws.order)))
 	}()
-	return ws.run(ctx, reqc, errc)
+	return ws.run(ctx, rxc)
+}
+
+// watchRecv is what a Watch stream's receive goroutine hands its loop: a
+// request, or the error that ended receiving (io.EOF: the client closed
+// its side).
+type watchRecv struct {
+	req *pb.WatchRequest
+	err error
+}
+
+// watchRecvLoop receives requests until the stream fails, and hands them
+// and the final error to the loop on one channel, until quit is closed.
+// Requests and the error share it, and a failed stream's Recv reports the
+// client going away, so the loop's select, which it enters after every
+// commit, waits on fewer channels: each one is locked twice per wake-up.
+// Recv returns once the handler has returned, so the goroutine ends with
+// the stream.
+func watchRecvLoop(quit <-chan struct{}, recv func() (*pb.WatchRequest, error)) <-chan watchRecv {
+	rxc := make(chan watchRecv)
+	go func() {
+		for {
+			req, err := recv()
+			select {
+			case rxc <- watchRecv{req: req, err: err}:
+			case <-quit:
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return rxc
 }
 
 type watcher struct {
@@ -99,6 +138,9 @@ type watchStream struct {
 	nextID int64
 
 	pending []*pb.WatchRequest
+	// progressN counts the watchers that asked for progress notifications:
+	// without any, the progress ticker is not waited on.
+	progressN int
 	// progressAll is a RequestProgress waiting for every watcher to catch up.
 	progressAll bool
 	tick        bool
@@ -112,7 +154,10 @@ type watchStream struct {
 	// event responses of the current pass; until holdUntil, newer
 	// revisions wait for the hold timer and go out together.
 	responses int
-	holdUntil time.Time
+	// eventsSent counts the events of the current pass, for
+	// Server.watchEventsSent.
+	eventsSent int64
+	holdUntil  time.Time
 	// lastPass and lastTotal are when this stream's previous pass ended
 	// and Server.watchResponses then.
 	lastPass  time.Time
@@ -130,7 +175,7 @@ type watchStream struct {
 // closedChan makes the loop's select non-blocking while watchers lag.
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
-func (ws *watchStream) run(ctx context.Context, reqc <-chan *pb.WatchRequest, errc <-chan error) error {
+func (ws *watchStream) run(ctx context.Context, rxc <-chan watchRecv) error {
 	ticker := ws.s.cfg.Clock.NewTicker(ws.s.cfg.ProgressNotifyInterval)
 	defer ticker.Stop()
 	defer func() {
@@ -197,23 +242,36 @@ func (ws *watchStream) run(ctx context.Context, reqc <-chan *pb.WatchRequest, er
 		case !synced:
 			wake = closedChan
 		}
+		// Only channels that can matter now are waited on (a nil one is
+		// skipped for free): ticks only while a watcher wants progress
+		// notifications, the stream's end only once the receive
+		// goroutine, which reports it otherwise, is gone.
+		var tickC <-chan time.Time
+		if ws.progressN > 0 {
+			tickC = ticker.C()
+		}
+		var done <-chan struct{}
+		if rxc == nil {
+			done = ctx.Done()
+		}
 		select {
 		case <-wake:
 		case <-holdC:
 			ws.holdArmed = false
-		case req, ok := <-reqc:
-			if !ok {
+		case rx := <-rxc:
+			switch {
+			case rx.err == io.EOF:
 				// The client closed its side; keep delivering events
 				// until it goes away, as etcd does.
-				reqc = nil
-				continue
+				rxc = nil
+			case rx.err != nil:
+				return toGRPCError(rx.err)
+			default:
+				ws.pending = append(ws.pending, rx.req)
 			}
-			ws.pending = append(ws.pending, req)
-		case err := <-errc:
-			return toGRPCError(err)
-		case <-ticker.C():
+		case <-tickC:
 			ws.tick = true
-		case <-ctx.Done():
+		case <-done:
 			return toGRPCError(ctx.Err())
 		case <-ws.s.stopc:
 			return errStopped
@@ -289,6 +347,9 @@ func (ws *watchStream) create(cr *pb.WatchCreateRequest) error {
 	}
 	ws.watchers[id] = w
 	ws.order = append(ws.order, w)
+	if w.progress {
+		ws.progressN++
+	}
 	ws.s.watchers.Add(1)
 	return ws.stream.Send(&pb.WatchResponse{Header: ws.hdr, WatchId: id, Created: true})
 }
@@ -320,6 +381,9 @@ func (ws *watchStream) remove(w *watcher) {
 	if i := slices.Index(ws.order, w); i >= 0 {
 		ws.order = slices.Delete(ws.order, i, i+1)
 		ws.s.watchers.Add(-1)
+		if w.progress {
+			ws.progressN--
+		}
 	}
 }
 
@@ -392,6 +456,15 @@ func (ws *watchStream) armHold(d time.Duration) {
 // sync sends every watcher its events up to ws.cur, at most one Events read
 // per distinct cursor, and reports whether all watchers are caught up.
 func (ws *watchStream) sync() (bool, error) {
+	// The server-wide count moves once per pass, not once per response:
+	// every stream of a commit sends at once, on every core, and one
+	// shared counter bumped per watcher bounces between them.
+	defer func() {
+		if ws.eventsSent > 0 {
+			ws.s.watchEventsSent.Add(ws.eventsSent)
+			ws.eventsSent = 0
+		}
+	}()
 	cursors := ws.cursors[:0]
 	for _, w := range ws.order {
 		if w.next <= ws.cur && !slices.Contains(cursors, w.next) {
@@ -482,7 +555,7 @@ func (ws *watchStream) deliver(w *watcher, evs []*mvccpb.Event) error {
 	}
 	w.sent = true
 	ws.responses++
-	ws.s.watchEventsSent.Add(int64(len(sel)))
+	ws.eventsSent += int64(len(sel))
 	if !w.fragment {
 		resp, err := ws.enc.response(ws.hdr, w.id, evs, sel)
 		if err != nil {
