@@ -76,6 +76,15 @@ func (c *eventsCache) put(gen uint64, from, to int64, limit int, evs []*mvccpb.E
 	c.valid, c.gen, c.from, c.to, c.limit, c.evs, c.next = true, gen, from, to, limit, evs, next
 }
 
+// drop forgets the kept read: the store is about to be replaced (a
+// rebuild), and a stream must not be served the old history from here
+// until the commit signal fires.
+func (c *eventsCache) drop() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.valid, c.evs = false, nil
+}
+
 // appendWatch is one WatchAppends: a channel its owner made once, and
 // whether it wants pokes now.
 type appendWatch struct {

@@ -570,6 +570,7 @@ func (e *Engine) rebuild() error {
 	}
 	hold := e.holdFor(snap)
 	defer hold.Release()
+	e.feed.events.drop()
 	var term int64
 	if snap != nil {
 		term = snap.Header.Term

@@ -633,6 +633,10 @@ func TestWatchMetrics(t *testing.T) {
 	e.put("a", "1")
 	mustRecv(t, ws)
 	mustRecv(t, ws)
+	// The stream counts a pass's events once its sends are done; a
+	// progress request's answer comes after that pass.
+	mustSend(t, ws, progressReq())
+	mustRecv(t, ws)
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(e.srv.Collectors()...)
 	families, err := reg.Gather()
