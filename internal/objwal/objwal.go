@@ -1088,8 +1088,3 @@ func kick(ch chan struct{}) {
 	default:
 	}
 }
-
-// SetWriteYields passes on to the local log how often its writer, woken
-// from idle by an append, yields before it writes (wal.WAL.SetWriteYields;
-// the Primary sets it while Follow streams serve).
-func (l *Log) SetWriteYields(n int) { l.wal.SetWriteYields(n) }
