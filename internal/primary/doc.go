@@ -62,17 +62,7 @@
 //     Every message carries the primary term. Commits follow the engine's
 //     commit point. Woken by an append or a commit, a stream yields once
 //     before reading, so a burst shares a message (no timer); streams
-//     sending the same entries share one encoding of them. While
-//     streams serve, the log's writer, woken from idle by an append,
-//     yields once per stream and twice more before it writes
-//     (wal.WAL.SetWriteYields, through a Log that offers it): the streams
-//     woken by that append, and gRPC's writer goroutines behind them, put
-//     the entries on the wire before the Primary's own write and fsync
-//     hold the P, instead of waiting for an idle P to wake (77 -> 29 us
-//     from the append to the first send, median, in a 3-node put-seq
-//     trace). The replica's fsync, which a quorum write waits for, starts
-//     that much sooner; the Primary's, which had time to spare, later;
-//     what is acknowledged, and when it is durable, is unchanged. A slow
+//     sending the same entries share one encoding of them. A slow
 //     replica slows only its own stream (gRPC flow control); nothing is
 //     dropped. Only the Active Primary serves
 //     them; while Starting at the term asked for it refuses with

@@ -94,8 +94,6 @@ func (s *FollowService) Follow(stream netsyv1.Follow_FollowServer) error {
 	p.log.Debug("replica following", "replica", start.NodeId, "from", next, "primary_term", term)
 	p.quorum.open(start.NodeId, term)
 	defer p.quorum.closed(start.NodeId, term)
-	p.followers(1)
-	defer p.followers(-1)
 
 	ctx := stream.Context()
 	recvErr := make(chan error, 1)
@@ -282,32 +280,4 @@ func (c *batchCache) recycleLocked(e *encodedBatch) {
 	if cap(raw) <= maxPooledBatch {
 		c.free.Put(&raw)
 	}
-}
-
-// writeYielder is implemented by a Log whose local log's writer can yield
-// before it writes (wal.WAL.SetWriteYields).
-type writeYielder interface{ SetWriteYields(n int) }
-
-// followers counts the Follow streams serving (delta +1 as one starts
-// sending, -1 as it ends) and tells the log's writer how often to yield
-// when an append wakes it: once per stream, whose wake-up yields, and
-// twice more, for gRPC's transport writer, which yields once before it
-// writes, and for the runtime taking what yielded in turns. That many
-// lets every stream's entries reach the wire before the writer takes the
-// P into the Primary's own write and fsync; the replicas' fsyncs, which a
-// quorum write waits for, then start tens of microseconds sooner (see
-// wal.WAL.SetWriteYields). A Primary no replica follows never yields.
-func (p *Primary) followers(delta int) {
-	y, ok := p.cfg.Log.(writeYielder)
-	if !ok {
-		return
-	}
-	p.followMu.Lock()
-	defer p.followMu.Unlock()
-	p.following += delta
-	n := 0
-	if p.following > 0 {
-		n = p.following + 2
-	}
-	y.SetWriteYields(n)
 }

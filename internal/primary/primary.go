@@ -126,11 +126,6 @@ type Primary struct {
 	// from one term to the next (promote starts each term with none), so
 	// an answer that named this node at an earlier term, even one handled
 	// while it was promoted, vouches for nothing at the new one.
-	// following counts the Follow streams serving (followers); followMu
-	// orders the counts and what they set on the log.
-	followMu  sync.Mutex
-	following int
-
 	leaseMu    sync.Mutex
 	leaseUntil time.Time
 	leaseTerm  uint64

@@ -37,8 +37,6 @@ type world struct {
 	t   *testing.T
 	clk *clock.Fake
 	net *memnet.Net
-	// log is the Primaries' object storage (nil: noLog).
-	log primary.Log
 }
 
 func newWorld(t *testing.T) *world {
@@ -68,15 +66,6 @@ func (noLog) StillWriter(context.Context) error           { return nil }
 func (noLog) SetMode(objwal.Mode)                         {}
 func (noLog) SetReplicated(uint64)                        {}
 
-// yieldLog is noLog keeping what the Primary last set as its log
-// writer's yields (wal.WAL.SetWriteYields), -1 before any.
-type yieldLog struct {
-	noLog
-	yields atomic.Int64
-}
-
-func (l *yieldLog) SetWriteYields(n int) { l.yields.Store(int64(n)) }
-
 // prim is a running Primary.
 type prim struct {
 	id   string
@@ -95,11 +84,7 @@ func (w *world) startPrimary(id string, st *enginetest.MemStorage, term uint64) 
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	var log primary.Log = noLog{}
-	if w.log != nil {
-		log = w.log
-	}
-	role, err := primary.New(primary.Config{Self: id, Engine: eng, Log: log, Quorum: 0, Clock: w.clk, Logger: testLogger(w.t, id)})
+	role, err := primary.New(primary.Config{Self: id, Engine: eng, Log: noLog{}, Quorum: 0, Clock: w.clk, Logger: testLogger(w.t, id)})
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -271,27 +256,6 @@ func TestFollowReceiptsAndCommit(t *testing.T) {
 	waitFor(t, "the receipt", func() bool { rs := replicaOf(p); return rs != nil && rs.DurableIndex == 5 })
 	waitFor(t, "the commit to apply", func() bool { return r.value("k4") == "v" })
 	checkLog(t, r.st, 5)
-}
-
-// A Primary that replicas follow has its log's writer yield before it
-// writes what an append woke it for (once per Follow stream and twice
-// more), so the streams woken by the same append put the entries on the
-// wire first; with no stream it yields none.
-func TestFollowStreamsMakeThePrimarysLogWriterYield(t *testing.T) {
-	w := newWorld(t)
-	yl := &yieldLog{}
-	yl.yields.Store(-1)
-	w.log = yl
-	p := w.startPrimary("p", &enginetest.MemStorage{}, 3)
-	r := w.startReplica(false, nil)
-	r.f.Observe(p.state(3))
-	p.put(t, "k", "v")
-	waitFor(t, "the entry to reach the replica", func() bool { return r.last() == 1 })
-	if got := yl.yields.Load(); got != 3 {
-		t.Fatalf("the writer yields %d times with one replica following, want 3", got)
-	}
-	r.f.Close()
-	waitFor(t, "the writer to stop yielding once no replica follows", func() bool { return yl.yields.Load() == 0 })
 }
 
 // A replica that has nothing to receipt heartbeats on the stream after one

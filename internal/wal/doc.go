@@ -43,9 +43,5 @@
 // never deletes a segment a snapshot does not cover. Two goroutines, started
 // by Open and stopped by Close, do all file writes: the writer writes
 // segments, and the spare goroutine writes the zeros of the next spare so
-// that they never sit on the write path. The writer, woken from idle by
-// an append, yields as often as SetWriteYields says before it takes the
-// batch (a Primary lets the Follow streams woken by the same append send
-// it first). It yields only after it found nothing queued: batches
-// appended during the previous fsync are taken at once.
+// that they never sit on the write path.
 package wal

@@ -80,9 +80,6 @@ type hooks struct {
 	// beforeSync runs before each fsync of a segment; an error stands in for
 	// the fsync failing.
 	beforeSync func() error
-	// yielded runs on the writer goroutine after each yield SetWriteYields
-	// asked for.
-	yielded func()
 	// beforeSpareFill runs on the spare goroutine before it writes zeros.
 	beforeSpareFill func()
 	// afterCommit runs on the writer goroutine after each batch it
@@ -104,9 +101,6 @@ type WAL struct {
 
 	kick chan struct{}
 	done chan struct{}
-	// writeYields is how many times the writer goroutine, woken from
-	// idle, yields before it takes a batch (SetWriteYields).
-	writeYields atomic.Int32
 
 	// The spare-segment goroutine (see spare.go) takes requests on
 	// spareReq, answers each on spareReady, and exits when stop closes.
@@ -431,25 +425,6 @@ func (w *WAL) Close() error {
 		}
 	}
 	return w.err
-}
-
-// SetWriteYields makes the writer goroutine, woken from idle by an
-// append, yield n times (runtime.Gosched) before it takes and writes the
-// batch, 0 (the default) none; appends made meanwhile join the batch. A
-// Primary sets it while replicas follow it: the Follow streams woken by
-// the same append each yield once after their wake, and gRPC's transport
-// writer once more before its write, so without these the writer
-// goroutine, readied first, takes the P into its write and fsync ahead of
-// them, and the entries reach the wire only once another P wakes (tens
-// of microseconds on a small machine, 77 us median in a 3-node put-seq
-// trace). A quorum write waits for a replica's fsync, which starts only
-// once the entries arrive, and the Primary's own fsync had time to spare
-// (it ended 210 us before the first receipt, median): yielding moves the
-// sends ahead of it. Each yield with nothing else runnable returns at
-// once. Safe from any goroutine; durability is unchanged (only when the
-// batch is written moves).
-func (w *WAL) SetWriteYields(n int) {
-	w.writeYields.Store(int32(max(n, 0)))
 }
 
 // wake tells the writer goroutine there is work, without blocking.

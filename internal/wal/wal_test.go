@@ -9,7 +9,6 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -20,7 +19,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/netsy-io/netsy/internal/datafile"
-	"github.com/netsy-io/netsy/internal/vfs/crashfs"
 	netsyv1 "github.com/netsy-io/netsy/proto/netsyv1"
 )
 
@@ -950,60 +948,4 @@ func TestAppendFramed(t *testing.T) {
 	}
 	waitSynced(t, w, 50)
 	checkReplay(t, w, 1, 50)
-}
-
-// A writer woken from idle by an append yields as SetWriteYields says
-// before it takes and writes the batch (on a Primary, so the Follow
-// streams readied with the append send it first), and not at all once it
-// is set back to 0.
-func TestWriterWokenByAnAppendYieldsBeforeItWrites(t *testing.T) {
-	// One P: the test appends only once the writer waits (or yields),
-	// never while it finishes a batch and would take the next at once.
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	var (
-		mu      sync.Mutex
-		yielded int
-		atSync  []int
-	)
-	h := &hooks{
-		yielded: func() {
-			mu.Lock()
-			yielded++
-			mu.Unlock()
-		},
-		beforeSync: func() error {
-			mu.Lock()
-			atSync = append(atSync, yielded)
-			yielded = 0
-			mu.Unlock()
-			return nil
-		},
-	}
-	w := open(t, Options{Dir: "/data/wal", FS: crashfs.New(), hooks: h})
-	defer w.Close()
-	check := func(from, to uint64, yields int) {
-		t.Helper()
-		for i := from; i <= to; i++ {
-			mu.Lock()
-			atSync = nil
-			mu.Unlock()
-			appendRange(t, w, i, i)
-			waitSynced(t, w, i)
-			mu.Lock()
-			got := slices.Clone(atSync)
-			mu.Unlock()
-			if len(got) != 1 || got[0] < yields || yields == 0 && got[0] != 0 {
-				t.Fatalf("entry %d: yields before each fsync %v, want one fsync after %d", i, got, yields)
-			}
-		}
-	}
-	// The first entry may reach the writer before it first waits.
-	check(1, 1, 0)
-	w.SetWriteYields(3)
-	check(2, 6, 3)
-	w.SetWriteYields(0)
-	// The wake-up WaitSynced left may have yielded three times already.
-	appendRange(t, w, 7, 7)
-	waitSynced(t, w, 7)
-	check(8, 10, 0)
 }

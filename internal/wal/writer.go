@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"fmt"
 	"path/filepath"
-	"runtime"
 
 	"github.com/netsy-io/netsy/internal/datafile"
 	"github.com/netsy-io/netsy/internal/vfs"
@@ -44,16 +43,6 @@ func (w *WAL) run() {
 				return
 			}
 			<-w.kick
-			// Woken from idle: let the goroutines readied with the
-			// appends that woke it go first (SetWriteYields). A
-			// batch appended during the last fsync is taken above
-			// without yielding.
-			for range w.writeYields.Load() {
-				runtime.Gosched()
-				if w.hooks.yielded != nil {
-					w.hooks.yielded()
-				}
-			}
 			continue
 		}
 		if err := w.commit(buf, meta, want); err != nil {
