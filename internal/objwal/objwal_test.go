@@ -576,30 +576,10 @@ func TestGarbageCollectionKeepsNewestChunk(t *testing.T) {
 // log without a checkpoint never merges into a bucket with a history.
 func TestSeedAndRefuseMerge(t *testing.T) {
 	e := newEnv(t)
-	dir := t.TempDir()
-	w, err := wal.Open(wal.Options{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := uint64(1); i <= 10; i++ {
-		if err := w.Append(entry(i, "a")); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := w.WaitSynced(t.Context(), 10); err != nil {
-		t.Fatal(err)
-	}
 	// A wal_seq left from an earlier life with another bucket (its
 	// objwal.json is gone) must not reach the new bucket, where it would
 	// point past the seeded chunks.
-	local := snapshotAt(6)
-	local.Header.WalSeq = 4
-	if err := w.SaveSnapshot(local); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
+	dir := localOnlyLog(t, 4)
 	other := t.TempDir()
 	ow, err := wal.Open(wal.Options{Dir: other})
 	if err != nil {

@@ -7,8 +7,9 @@ import (
 )
 
 // localOnlyLog writes a local log with no checkpoint (a node that ran
-// without object storage): entries 1..10 and a local snapshot at 6.
-func localOnlyLog(t *testing.T) string {
+// without object storage): entries 1..10 and a local snapshot at 6 whose
+// header says wal_seq (left from an earlier life with another bucket).
+func localOnlyLog(t *testing.T, walSeq uint64) string {
 	t.Helper()
 	dir := t.TempDir()
 	w, err := wal.Open(wal.Options{Dir: dir})
@@ -23,7 +24,9 @@ func localOnlyLog(t *testing.T) string {
 	if err := w.WaitSynced(t.Context(), 10); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.SaveSnapshot(snapshotAt(6)); err != nil {
+	local := snapshotAt(6)
+	local.Header.WalSeq = walSeq
+	if err := w.SaveSnapshot(local); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.Close(); err != nil {
@@ -38,7 +41,7 @@ func localOnlyLog(t *testing.T) string {
 // Close must live with that.
 func TestFollowerWithoutCheckpointCloses(t *testing.T) {
 	e := newEnv(t)
-	n := e.node(localOnlyLog(t), ModeSync, func(o *Options) { o.Follower = true }).open()
+	n := e.node(localOnlyLog(t, 0), ModeSync, func(o *Options) { o.Follower = true }).open()
 	kick(n.l.maintKick)
 	n.close()
 }
@@ -48,7 +51,7 @@ func TestFollowerWithoutCheckpointCloses(t *testing.T) {
 // entries 7..10.
 func TestClaimSeedsTheLocalSnapshotAfterItWasLoaded(t *testing.T) {
 	e := newEnv(t)
-	n := e.node(localOnlyLog(t), ModeSync, func(o *Options) { o.Follower = true }).open()
+	n := e.node(localOnlyLog(t, 0), ModeSync, func(o *Options) { o.Follower = true }).open()
 	if idx, got := n.replay(); idx != 6 || len(got) != 4 {
 		t.Fatalf("before the claim: snapshot %d, %d entries; want 6 and 4", idx, len(got))
 	}
