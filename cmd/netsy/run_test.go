@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,9 +11,10 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/netsy-io/netsy/internal/testutil/syncbuf"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -25,26 +25,8 @@ import (
 	"github.com/netsy-io/netsy/internal/version"
 )
 
-// syncBuffer is a bytes.Buffer safe for the logger and the test to share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestHelpListsEveryFlag(t *testing.T) {
-	var out syncBuffer
+	var out syncbuf.Buffer
 	if code := Run(context.Background(), []string{"--help"}, &out, &out); code != 0 {
 		t.Fatalf("--help exit %d", code)
 	}
@@ -60,7 +42,7 @@ func TestHelpListsEveryFlag(t *testing.T) {
 }
 
 func TestBadValueNamesTheFlag(t *testing.T) {
-	var out syncBuffer
+	var out syncbuf.Buffer
 	code := Run(context.Background(), []string{"--log-format", "xml", "--data-dir", t.TempDir()}, &out, &out)
 	if code == 0 || !strings.Contains(out.String(), "--log-format") {
 		t.Fatalf("exit %d, output %q", code, out.String())
@@ -73,7 +55,7 @@ func TestPrintConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("NETSY_LOG_LEVEL", "error")
-	var out, errOut syncBuffer
+	var out, errOut syncbuf.Buffer
 	code := Run(context.Background(), []string{"--config-file", file, "--print-config", "--name", "n1"}, &out, &errOut)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut.String())
@@ -85,7 +67,7 @@ func TestPrintConfig(t *testing.T) {
 		}
 	}
 	// An invalid configuration is printed too, then refused.
-	var out2, errOut2 syncBuffer
+	var out2, errOut2 syncbuf.Buffer
 	code = Run(context.Background(), []string{"--print-config", "--client-addr", "192.0.2.1:2379"}, &out2, &errOut2)
 	if code != 2 || !strings.Contains(out2.String(), "client-addr: 192.0.2.1:2379 # flag") ||
 		!strings.Contains(errOut2.String(), "--client-addr 192.0.2.1:2379: plaintext is served only on loopback") {
@@ -108,7 +90,7 @@ func TestRunServesAndStopsCleanly(t *testing.T) {
 	httpAddr := freeAddr(t)
 	args := []string{"--data-dir", t.TempDir(), "--client-addr", freeAddr(t), "--http-addr", httpAddr}
 	ctx, cancel := context.WithCancel(context.Background())
-	var out syncBuffer
+	var out syncbuf.Buffer
 	done := make(chan int, 1)
 	go func() { done <- Run(ctx, args, &out, &out) }()
 	deadline := time.Now().Add(20 * time.Second)
@@ -136,7 +118,7 @@ func TestRunServesAndStopsCleanly(t *testing.T) {
 }
 
 func TestVersion(t *testing.T) {
-	var stdout, stderr syncBuffer
+	var stdout, stderr syncbuf.Buffer
 	// --version works even next to a flag that would fail validation.
 	if code := Run(context.Background(), []string{"--version", "--log-format", "xml"}, &stdout, &stderr); code != 0 {
 		t.Fatalf("--version exit %d: %s", code, stderr.String())
@@ -155,7 +137,7 @@ func startRun(t *testing.T, extra ...string) (clientAddr, httpAddr string, stop 
 	clientAddr, httpAddr = freeAddr(t), freeAddr(t)
 	args := append([]string{"--data-dir", t.TempDir(), "--client-addr", clientAddr, "--http-addr", httpAddr}, extra...)
 	ctx, cancel := context.WithCancel(context.Background())
-	out := &syncBuffer{}
+	out := &syncbuf.Buffer{}
 	done := make(chan int, 1)
 	go func() { done <- Run(ctx, args, out, out) }()
 	stopped := false
@@ -259,7 +241,7 @@ func TestNoS3CredentialsSaysWhatToSet(t *testing.T) {
 	t.Setenv("AWS_CONFIG_FILE", home+"/no-config")
 	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", home+"/no-credentials")
 	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
-	var stdout, stderr syncBuffer
+	var stdout, stderr syncbuf.Buffer
 	args := []string{"--data-dir", t.TempDir(), "--client-addr", freeAddr(t), "--http-addr", freeAddr(t),
 		"--storage", "s3://netsy", "--s3-endpoint", "http://" + freeAddr(t), "--s3-path-style"}
 	if code := Run(context.Background(), args, &stdout, &stderr); code != 1 {

@@ -1,14 +1,14 @@
 package node
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/netsy-io/netsy/internal/testutil/syncbuf"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -16,24 +16,6 @@ import (
 	"github.com/netsy-io/netsy/internal/config"
 	"github.com/netsy-io/netsy/internal/discovery"
 )
-
-// syncBuffer is a log a node writes while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // A lone node that crashed restarts with another --http-addr: its old
 // registration's peer address answers as nobody, so the node takes the
@@ -50,7 +32,7 @@ func TestRestartWithChangedAddressTakesOverItsRegistration(t *testing.T) {
 	}
 	first.shutdown(false) // a crash: the registration stays
 
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	second := startNode(t, storage, func(c *config.Config) {
 		c.DataDir, c.PeerAddr = dataDir, peerAddr
 		c.HTTPAddr = freePeerAddr(t) // not the address registered

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/netsy-io/netsy/internal/testutil/syncbuf"
+
 	"github.com/hashicorp/go-hclog"
 
 	netsyv1 "github.com/netsy-io/netsy/proto/netsyv1"
@@ -93,7 +95,7 @@ func TestFollowerRestartWithSnapshotAheadOfTheChunksOpens(t *testing.T) {
 	if err := a.rec.wait(t, 6); err != nil {
 		t.Fatal(err)
 	}
-	var logged syncBuffer
+	var logged syncbuf.Buffer
 	b := e.node(dir, ModeSync, func(o *Options) {
 		o.Follower = true
 		o.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: io.MultiWriter(testWriter{t}, &logged)})

@@ -1,13 +1,14 @@
 package objwal
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/netsy-io/netsy/internal/testutil/syncbuf"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/netsy-io/netsy/internal/objstore"
@@ -119,7 +120,7 @@ func TestFollowerRestartKeepsTheEntriesItFollowed(t *testing.T) {
 	}
 
 	reads := &readCounter{}
-	var logged syncBuffer
+	var logged syncbuf.Buffer
 	b2 := e.node(dir, ModeSync, func(o *Options) {
 		o.Follower = true
 		reads.Store = o.Store
@@ -210,24 +211,6 @@ func TestFollowerCheckpointMovesWithoutABucketSnapshot(t *testing.T) {
 		t.Fatalf("after the restart the local snapshot is at %d, want 8", snapIdx)
 	}
 	checkEntries(t, got, 9, 10, tag("a"))
-}
-
-// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // A follower's checkpoint search reads each chunk once per process: what
@@ -373,7 +356,7 @@ func TestRestartAfterTheCheckpointsChunkWasCollected(t *testing.T) {
 		t.Fatalf("b's checkpoint is %+v (%v), want seq 21 index 20", m, err)
 	}
 
-	var logged syncBuffer
+	var logged syncbuf.Buffer
 	b2 := e.node(dir, ModeSync, func(o *Options) {
 		o.Follower = true
 		o.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Info, Output: io.MultiWriter(testWriter{t}, &logged)})
