@@ -3,7 +3,6 @@ package etcdapi
 import (
 	"context"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -18,22 +17,7 @@ import (
 func TestSequentialPutsSendNoFlowControlPings(t *testing.T) {
 	fc := &h2count.Counter{}
 	srv := New(Config{Backend: newFakeBackend()})
-	g := srv.NewGRPCServer()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = g.Serve(fc.Listener(lis))
-	}()
-	t.Cleanup(func() {
-		srv.Close()
-		g.Stop()
-		<-served
-	})
-	e := &testEnv{t: t, addr: lis.Addr().String()}
+	e := &testEnv{t: t, addr: serveOn(t, srv, fc.Listener)}
 	cli := e.client()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -47,22 +47,33 @@ func serveBackend(t *testing.T, b Backend, mod func(*Config), hooks *testHooks) 
 	}
 	srv := New(cfg)
 	srv.hooks = hooks
+	return srv, serveOn(t, srv, nil)
+}
+
+// serveOn serves srv on 127.0.0.1, through wrap's listener if wrap is not
+// nil, until the test's cleanup, and returns the address.
+func serveOn(t *testing.T, srv *Server, wrap func(net.Listener) net.Listener) string {
+	t.Helper()
 	g := srv.NewGRPCServer()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	var serving net.Listener = lis
+	if wrap != nil {
+		serving = wrap(lis)
+	}
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
-		_ = g.Serve(lis)
+		_ = g.Serve(serving)
 	}()
 	t.Cleanup(func() {
 		srv.Close()
 		g.Stop()
 		<-served
 	})
-	return srv, lis.Addr().String()
+	return lis.Addr().String()
 }
 
 // client returns a client/v3 client, closed at cleanup (before the server).
